@@ -111,7 +111,7 @@ class Snapshot:
         fam = self.families.get(name)
         if fam is None:
             return []
-        return [v for k, v in fam.series.items() if labels_match(k, match) and isinstance(v, float)]
+        return [v for k, v in fam.series.items() if labels_match(k, match) and isinstance(v, int | float)]
 
     def total(self, name: str, match: Mapping[str, str] | None = None) -> float | None:
         """Sum across engines/models (counters, request counts). None when absent."""
