@@ -83,7 +83,11 @@ def canonical_family(name: str, mtype: str | None = None) -> str:
     """
     if name.startswith(RAY_PREFIX):
         name = VLLM_PREFIX + name[len(RAY_PREFIX) :]
-    if mtype in (None, "counter", "unknown", "untyped") and name.endswith("_total") and name != ITERATION_TOKENS:
+    if (
+        mtype in (None, "counter", "unknown", "untyped")
+        and name.endswith("_total")
+        and name != ITERATION_TOKENS
+    ):
         name = name[: -len("_total")]
     return METRIC_ALIASES.get(name, name)
 

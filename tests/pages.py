@@ -62,5 +62,6 @@ def with_engines(text: str, n: int) -> str:
         for e in range(n):
             v = float(value)
             scaled = v if "_perc" in name or "info" in name else v * (e + 1)
-            out.append(name.replace('engine="0"', 'engine="%d"' % e) + " " + repr(scaled))
+            engine_label = 'engine="' + str(e) + '"'
+            out.append(name.replace('engine="0"', engine_label) + " " + repr(scaled))
     return "\n".join(out) + "\n"
