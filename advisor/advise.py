@@ -1,0 +1,440 @@
+"""From findings to one diagnosis: the significance gate, arbitration to exactly one
+knob, abstention with a reason, and the concrete proposed value.
+
+Statuses: ``advice`` (one recommendation), ``healthy`` (enough evidence, nothing to
+change), ``inconclusive`` (evidence contradicts itself or no knob can move),
+``insufficient-data`` (idle, warming up, just changed, server unreadable, too
+little data).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor import knobs
+from advisor.config import Config
+from advisor.evaluate import Evaluator, Finding
+from advisor.model import EngineInfo, Provenanced
+from advisor.ruleset import KnobChoice, Rule
+from advisor.signals import CATALOG, Context, Values
+from advisor.window import Window
+
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+STATUSES = ("advice", "healthy", "inconclusive", "insufficient-data")
+
+# Changes that put more load on the KV cache: never advised while vLLM preempts.
+RAISES_KV_PRESSURE = {("max_num_seqs", "increase"), ("max_num_batched_tokens", "increase")}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    signal: str
+    value: float | None
+    unit: str
+    help: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signal": self.signal, "value": self.value, "unit": self.unit, "help": self.help}
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    rule: str
+    summary: str
+    severity: str
+    knob: str
+    flag: str | None
+    direction: str
+    current: Any
+    current_source: str | None
+    proposed: Any
+    change: str  # e.g. "--max-num-seqs 256 -> 128"
+    evidence: tuple[Evidence, ...]
+    what: str
+    why: str
+    expect: str
+    verify: tuple[str, ...]
+    rollback: str
+    references: tuple[str, ...]
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "summary": self.summary,
+            "severity": self.severity,
+            "knob": self.knob,
+            "flag": self.flag,
+            "direction": self.direction,
+            "current": self.current,
+            "current_source": self.current_source,
+            "proposed": self.proposed,
+            "change": self.change,
+            "evidence": [e.to_json() for e in self.evidence],
+            "what": self.what,
+            "why": self.why,
+            "expect": self.expect,
+            "verify": list(self.verify),
+            "rollback": self.rollback,
+            "references": list(self.references),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    status: str
+    reason: str
+    recommendation: Recommendation | None
+    findings: tuple[dict[str, Any], ...]
+    engine: dict[str, Any]
+    context: dict[str, Any]
+    at: float
+    signals: dict[str, float | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "recommendation": self.recommendation.to_json() if self.recommendation else None,
+            "findings": list(self.findings),
+            "engine": self.engine,
+            "context": self.context,
+            "at": self.at,
+            "signals": self.signals,
+        }
+
+
+# ------------------------------------------------------------------ proposing a value
+def _host_gpus(engine: EngineInfo, cfg: Config) -> int | None:
+    if cfg.host_gpus is not None:
+        return cfg.host_gpus
+    g = engine.get("gpu_count")
+    return int(g) if g is not None else None
+
+
+def resolve_choice(
+    rule: Rule, values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
+) -> tuple[KnobChoice | None, Any, Any, str | None, list[str]]:
+    """The first knob of the rule that can move: (choice, current, proposed, source, why-nots)."""
+    why_not: list[str] = []
+    host_gpus = _host_gpus(engine, cfg)
+    for choice in rule.knobs:
+        ok, reason = knobs.applicable(choice.name, choice.direction, engine, host_gpus)
+        if not ok:
+            why_not.append(f"{choice.name}: {reason}")
+            continue
+        current, source = engine.get(choice.name), engine.source(choice.name)
+        if current is None and choice.name != "replicas":
+            d = knobs.default_for(choice.name, engine.get("vllm_version"), _hardware(engine))
+            current, source = d.value, "default" if d.value is not None else None
+        if choice.name == "replicas":
+            return choice, None, None, None, why_not
+        if current is None and choice.direction not in ("set", "enable", "disable"):
+            why_not.append(
+                f"{choice.name}: its current value is unknown (give --engine-config or run on the host)"
+            )
+            continue
+        hint = values.get(choice.bound_signal) if choice.bound_signal else None
+        try:
+            proposed = knobs.propose(
+                choice.name,
+                current,
+                choice.direction,
+                choice.step or "",
+                bound_hint=hint,
+                limits=knobs.Limits.from_engine(engine, host_gpus),
+            )
+        except ValueError as e:
+            why_not.append(f"{choice.name}: {e}")
+            continue
+        if proposed is None or proposed == current:
+            why_not.append(
+                f"{choice.name}: cannot move {choice.direction} from {knobs.format_value(current)}"
+            )
+            continue
+        return choice, current, proposed, source, why_not
+    return None, None, None, None, why_not
+
+
+def _hardware(engine: EngineInfo) -> knobs.Hardware:
+    device = str(engine.get("device") or "")
+    if not device:
+        return knobs.Hardware()
+    if device.lower() == "cpu":
+        return knobs.Hardware(device="cpu")
+    mem = engine.get("gpu_memory_gib")
+    return knobs.Hardware(
+        device="gpu",
+        gpu_name=device,
+        gpu_memory_gib=float(mem) if mem is not None else None,
+        max_model_len=engine.get("max_model_len"),
+        enable_chunked_prefill=engine.get("enable_chunked_prefill"),
+    )
+
+
+# ------------------------------------------------------------------ arbitration
+@dataclass(frozen=True)
+class _Candidate:
+    finding: Finding
+    choice: KnobChoice
+    current: Any
+    proposed: Any
+    source: str | None
+    why_not: tuple[str, ...]
+
+
+def _finding_json(f: Finding, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    d = {
+        "rule": f.rule.id,
+        "severity": f.rule.severity,
+        "state": f.state,
+        "summary": f.rule.summary,
+        "checks": [c.to_json() for c in f.checks],
+        "gate": [c.to_json() for c in f.gate],
+        "missing": f.missing,
+        "since": f.since,
+    }
+    if extra:
+        d.update(extra)
+    return d
+
+
+def arbitrate(
+    findings: list[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
+) -> tuple[str, str, _Candidate | None, list[dict[str, Any]]]:
+    """Choose exactly one knob among firing rules: (status, reason, candidate, findings json)."""
+    severity = {r: cfg.severity_overrides.get(r, None) for r in cfg.severity_overrides}
+    firing = [f for f in findings if f.state == "firing"]
+    out_findings: list[dict[str, Any]] = []
+    candidates: list[_Candidate] = []
+    stuck: list[str] = []
+    preempting = (values.get("preemptions_per_second") or 0) > 0
+    for f in findings:
+        if f.state != "firing":
+            out_findings.append(_finding_json(f))
+            continue
+        choice, cur, prop, src, why_not = resolve_choice(f.rule, values, engine, cfg)
+        if choice is None:
+            stuck.append(f"{f.rule.id} fired but no knob can move ({'; '.join(why_not)})")
+            out_findings.append(_finding_json(f, {"blocked": why_not}))
+            continue
+        if preempting and (choice.name, choice.direction) in RAISES_KV_PRESSURE:
+            out_findings.append(
+                _finding_json(f, {"suppressed": "vLLM is preempting: no change that adds KV pressure"})
+            )
+            continue
+        candidates.append(_Candidate(f, choice, cur, prop, src, tuple(why_not)))
+        out_findings.append(
+            _finding_json(
+                f, {"knob": choice.name, "direction": choice.direction, "current": cur, "proposed": prop}
+            )
+        )
+    if not candidates:
+        if stuck:
+            return "inconclusive", "; ".join(stuck), None, out_findings
+        return "healthy", "no rule fired", None, out_findings
+
+    def rank(c: _Candidate) -> tuple[int, int, str]:
+        sev = severity.get(c.finding.rule.id) or c.finding.rule.severity
+        return (SEVERITY_RANK.get(sev, 9), -c.finding.rule.priority, c.finding.rule.id)
+
+    candidates.sort(key=rank)
+    best = candidates[0]
+    # contradiction: the same knob pushed both ways
+    for other in candidates[1:]:
+        if other.choice.name == best.choice.name and _sign(other) != _sign(best):
+            return (
+                "inconclusive",
+                f"{best.finding.rule.id} wants {best.choice.name} {best.choice.direction} but "
+                f"{other.finding.rule.id} wants it {other.choice.direction}: the evidence contradicts itself",
+                None,
+                out_findings,
+            )
+    del firing
+    return "advice", f"{best.finding.rule.id}: {best.finding.rule.summary}", best, out_findings
+
+
+def _sign(c: _Candidate) -> int:
+    try:
+        return 1 if float(c.proposed) > float(c.current) else -1
+    except (TypeError, ValueError):
+        return 0
+
+
+# ------------------------------------------------------------------ the one entry point
+def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severity: str) -> Recommendation:
+    rule = c.finding.rule
+    k = knobs.KNOBS.get(c.choice.name)
+    flag = k.flag if k is not None else None
+    if c.choice.name == "replicas":
+        change = "add a replica (or raise data_parallel_size where GPUs allow)"
+    else:
+        change = f"{flag} {knobs.format_value(c.current)} -> {knobs.format_value(c.proposed)}"
+    ev_names = list(
+        dict.fromkeys([*rule.explain.get("evidence", []), *[ch.condition.signal for ch in c.finding.checks]])
+    )
+    evidence = tuple(
+        Evidence(s, values.get(s), CATALOG[s].unit, CATALOG[s].help) for s in ev_names if s in CATALOG
+    )
+    note = "; ".join(c.why_not)
+    if c.choice.note:
+        note = f"{c.choice.note}; {note}" if note else c.choice.note
+    return Recommendation(
+        rule=rule.id,
+        summary=rule.summary,
+        severity=severity,
+        knob=c.choice.name,
+        flag=flag,
+        direction=c.choice.direction,
+        current=c.current,
+        current_source=c.source,
+        proposed=c.proposed,
+        change=change,
+        evidence=evidence,
+        what=str(rule.explain.get("what", "")).strip(),
+        why=str(rule.explain.get("why", "")).strip(),
+        expect=str(rule.explain.get("expect", "")).strip(),
+        verify=tuple(rule.explain.get("verify", [])),
+        rollback=str(rule.explain.get("rollback", "")).strip(),
+        references=tuple(rule.explain.get("references", [])),
+        note=note,
+    )
+
+
+def measurement_context(
+    values: Mapping[str, float | None], engine: EngineInfo, window_s: float
+) -> dict[str, Any]:
+    return {
+        "model": engine.get("served_model_name") or engine.get("model"),
+        "vllm_version": engine.get("vllm_version"),
+        "device": engine.get("device"),
+        "gpu_count": engine.get("gpu_count"),
+        "window_seconds": values.get("window_seconds") or window_s,
+        "requests_per_second": values.get("requests_per_second"),
+        "requests_finished": values.get("requests_finished"),
+        "prompt_tokens_mean": values.get("prompt_tokens_mean"),
+        "prompt_tokens_p50": values.get("prompt_tokens_p50"),
+        "prompt_tokens_p95": values.get("prompt_tokens_p95"),
+        "generation_tokens_mean": values.get("generation_tokens_mean"),
+        "generation_tokens_p50": values.get("generation_tokens_p50"),
+        "generation_tokens_p95": values.get("generation_tokens_p95"),
+        "requests_running_avg": values.get("requests_running_avg"),
+        "requests_waiting_avg": values.get("requests_waiting_avg"),
+    }
+
+
+def engine_json(engine: EngineInfo) -> dict[str, Any]:
+    knobs_out = {
+        k: {"value": v.value, "source": v.source, "detail": v.detail}
+        for k, v in sorted(engine.values.items())
+    }
+    return {
+        "vllm_version": engine.get("vllm_version"),
+        "model": engine.get("model"),
+        "knobs": knobs_out,
+    }
+
+
+def significance(
+    window: Window, values: Mapping[str, float | None], cfg: Config, now: float, last_change: float | None
+) -> str | None:
+    """Why no advice may be given now (idle, warming up, just changed, too little data), or None."""
+    latest = window.latest
+    if latest is None:
+        return "no /metrics page read yet"
+    if now - latest.t > cfg.stale_after_s:
+        return f"the last good /metrics page is {now - latest.t:.0f}s old: vLLM is down or unreadable"
+    span = values.get("window_seconds") or 0.0
+    if span < cfg.min_window_s:
+        return f"only {span:.0f}s of data (need {cfg.min_window_s:.0f}s)"
+    restarts = [t for t in window.restart_times() if t >= now - cfg.window_s]
+    if restarts and now - restarts[-1] < cfg.warmup_s:
+        return f"the engine restarted {now - restarts[-1]:.0f}s ago: warming up"
+    if last_change is not None and now - last_change < cfg.observe_after_change_s:
+        left = cfg.observe_after_change_s - (now - last_change)
+        return (
+            f"a knob changed {now - last_change:.0f}s ago: observing for {left:.0f}s more before new advice"
+        )
+    finished = values.get("requests_finished") or 0.0
+    running = values.get("requests_running_avg") or 0.0
+    waiting = values.get("requests_waiting_avg") or 0.0
+    if finished < cfg.min_requests and running < 1 and waiting < 1:
+        return f"idle: {finished:.0f} requests finished in the window and none running"
+    return None
+
+
+def diagnose(
+    window: Window,
+    engine: EngineInfo,
+    evaluator: Evaluator,
+    cfg: Config,
+    now: float | None = None,
+    last_change: float | None = None,
+) -> Diagnosis:
+    """Signals over the recent window -> findings -> exactly one recommendation (or why not)."""
+    now = window.now() if now is None else now
+    values = Values(Context(window, engine, cfg.window_s, cfg.targets)).all()
+    findings = evaluator.evaluate(values, now)
+    ctx = measurement_context(values, engine, cfg.window_s)
+    eng = engine_json(engine)
+    not_now = significance(window, values, cfg, now, last_change)
+    if not_now is not None:
+        evaluator.reset()
+        return Diagnosis(
+            "insufficient-data",
+            not_now,
+            None,
+            tuple(_finding_json(f) for f in findings),
+            eng,
+            ctx,
+            now,
+            values,
+        )
+    status, reason, best, fjson = arbitrate(findings, values, engine, cfg)
+    if status == "healthy":
+        unknown = [f for f in findings if f.state == "unknown"]
+        if unknown and len(unknown) == len(findings):
+            missing = sorted({m for f in unknown for m in f.missing})
+            return Diagnosis(
+                "insufficient-data",
+                f"no rule could be checked: missing {', '.join(missing)}",
+                None,
+                tuple(fjson),
+                eng,
+                ctx,
+                now,
+                values,
+            )
+        pending = [f for f in findings if f.state == "pending"]
+        if pending:
+            held = ", ".join(
+                f"{f.rule.id} for {now - (f.since or now):.0f}s of {f.rule.for_s:.0f}s" for f in pending
+            )
+            return Diagnosis(
+                "inconclusive",
+                f"evidence is building; conditions hold: {held}",
+                None,
+                tuple(fjson),
+                eng,
+                ctx,
+                now,
+                values,
+            )
+    rec = None
+    if best is not None:
+        sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)
+        rec = recommendation_of(best, values, sev)
+    return Diagnosis(status, reason, rec, tuple(fjson), eng, ctx, now, values)
+
+
+def provenanced_engine(values: Mapping[str, Any], source: str = "config") -> EngineInfo:
+    """An EngineInfo from plain values (rule examples and tests)."""
+    return EngineInfo({k: Provenanced(v, source) for k, v in values.items() if v is not None})
+
+
+def now_s() -> float:
+    return time.time()

@@ -1,0 +1,110 @@
+"""Feed an :class:`~advisor.runner.Advisor` from what a user points at: a recorded
+session, saved pages and logs. (A live URL is observed by ``daemon.observe``.)"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from advisor.advise import Diagnosis
+from advisor.config import Config
+from advisor.ruleset import Rule
+from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay, year_of
+from advisor.session import Session
+from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError
+
+
+class InputError(Exception):
+    """A file or directory the user gave cannot be used (with the path in the message)."""
+
+
+def from_session(
+    directory: str | Path,
+    cfg: Config,
+    rules: Sequence[Rule],
+    on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
+    config_path: str | None = None,
+) -> tuple[Advisor, Diagnosis | None]:
+    """Replay a session as the daemon would have lived it; the last diagnosis is the answer."""
+    s = Session.load(directory)
+    clock = ReplayClock()
+    serve_args = s.meta.get("serve_args")
+    adv = Advisor(
+        cfg,
+        rules,
+        base=base_from_session_engine(s.engine),
+        config_path=config_path,
+        argv_provider=(lambda: serve_args) if isinstance(serve_args, list) else None,
+        clock=clock,
+        year=year_of(s.meta.get("started_at")),
+    )
+    last = replay(adv, ((i.kind, i.t, i.text) for i in s.replay()), on_diagnosis)
+    return adv, last
+
+
+def from_files(
+    metric_files: Sequence[str],
+    log_file: str | None,
+    cfg: Config,
+    rules: Sequence[Rule],
+    interval_s: float = 60.0,
+    config_path: str | None = None,
+) -> tuple[Advisor, Diagnosis | None]:
+    """Diagnose saved pages (oldest first) and/or a log file.
+
+    Pages carry no time, so the file's modification times are used when they differ,
+    else ``interval_s`` apart. A few pages are no time series: ``for:`` hold times are
+    not applied and the minimum window is the pages' span."""
+    clock = ReplayClock()
+    cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=float("inf"), window_s=float("inf"))
+    adv = Advisor(cfg1, rules, config_path=config_path, clock=clock)
+    adv.evaluator.honor_for = False
+    if log_file:
+        try:
+            with open(log_file, encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    adv.on_log_line(line[:MAX_PAGE_BYTES])
+        except OSError as e:
+            raise InputError(f"{log_file}: cannot read: {e.strerror or e}") from None
+        adv.flush_logs()
+    times = _times(metric_files, interval_s)
+    for path, t in zip(metric_files, times, strict=True):
+        text = _read_page(path)
+        clock.t = t
+        if not adv.on_page(text, t):
+            raise InputError(f"{path}: {adv.stats.last_error}")
+    if not metric_files:
+        return adv, None
+    return adv, adv.diagnose(times[-1])
+
+
+def _times(paths: Sequence[str], interval_s: float) -> list[float]:
+    try:
+        mtimes = [os.stat(p).st_mtime for p in paths]
+    except OSError as e:
+        raise InputError(f"{e.filename}: {e.strerror}") from None
+    if len(set(mtimes)) == len(mtimes) and mtimes == sorted(mtimes):
+        return mtimes
+    return [i * interval_s for i in range(len(paths))]
+
+
+def _read_page(path: str) -> str:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+    if path.endswith(".gz"):
+        import gzip
+
+        try:
+            data = gzip.decompress(data)
+        except OSError as e:
+            raise InputError(f"{path}: not a gzip file: {e}") from None
+    if len(data) > MAX_PAGE_BYTES:
+        raise InputError(f"{path}: larger than {MAX_PAGE_BYTES} bytes")
+    return data.decode("utf-8", errors="replace")
+
+
+__all__ = ["InputError", "MetricsError", "from_files", "from_session"]

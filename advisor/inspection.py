@@ -1,0 +1,163 @@
+"""``vllm-advisor inspect``: what the sources learned, before any diagnosis.
+
+JSON keys: ``engine`` (``vllm_version``, ``knobs.<name>.value/.source/.detail``,
+``facts``), ``logs`` (``counts.<kind>``, ``lines``, ``errors``), ``metrics``
+(``families`` as canonical names, ``engines``, ``model_names``, ``pages``).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from rich.console import Console
+from rich.table import Table
+
+from advisor.model import EVENT_KINDS, LogEvent, Snapshot
+from advisor.runner import base_from_session_engine, year_of
+from advisor.session import Session, SessionError
+from advisor.sources import engine as engine_src
+from advisor.sources import logs as log_src
+from advisor.sources import metrics as metrics_src
+
+
+class InspectError(Exception):
+    pass
+
+
+def _metrics_url(url: str) -> str:
+    u = url.rstrip("/")
+    return u if u.endswith("/metrics") else u + "/metrics"
+
+
+def inspect(
+    url: str | None = None,
+    session_dir: str | None = None,
+    metrics_files: Sequence[str] = (),
+    log_file: str | None = None,
+    engine_config: str | None = None,
+) -> dict[str, Any]:
+    pages: list[Snapshot] = []
+    page_errors: list[str] = []
+    lines: list[str] = []
+    argv: Sequence[str] | None = None
+    base: dict[str, Any] = {}
+    year = None
+    if url:
+        try:
+            page = metrics_src.fetch(_metrics_url(url))
+            pages.append(metrics_src.parse_page(page.text, page.t))
+        except metrics_src.MetricsError as e:
+            raise InspectError(str(e)) from None
+        port = urlparse(url).port
+        argv = engine_src.find_vllm_process(port)
+        base.update(engine_src.host_facts())
+    if session_dir:
+        try:
+            s = Session.load(session_dir)
+        except SessionError as e:
+            raise InspectError(str(e)) from None
+        base.update(base_from_session_engine(s.engine))
+        serve_args = s.meta.get("serve_args")
+        argv = serve_args if isinstance(serve_args, list) else argv
+        year = year_of(s.meta.get("started_at"))
+        for t, text in s.iter_scrapes():
+            try:
+                pages.append(metrics_src.parse_page(text, t))
+            except metrics_src.MetricsError as e:
+                page_errors.append(f"page at {t:.3f}: {e}")
+        lines.extend(s.log_lines())
+    for i, path in enumerate(metrics_files):
+        try:
+            pages.append(metrics_src.read_file(path, t=float(i)))
+        except metrics_src.MetricsError as e:
+            raise InspectError(str(e)) from None
+        except OSError as e:
+            raise InspectError(f"{path}: cannot read: {e.strerror or e}") from None
+    if log_file:
+        try:
+            with open(log_file, encoding="utf-8", errors="replace") as fh:
+                lines.extend(fh)
+        except OSError as e:
+            raise InspectError(f"{log_file}: cannot read: {e.strerror or e}") from None
+    events = list(log_src.parse_lines(lines, year=year))
+    try:
+        info = engine_src.resolve(
+            config_path=engine_config,
+            argv=argv,
+            events=events,
+            snapshot=pages[-1] if pages else None,
+            host=base,
+        )
+    except engine_src.EngineSourceError as e:
+        raise InspectError(str(e)) from None
+    return {
+        "engine": engine_src.to_json(info),
+        "logs": _logs_report(events),
+        "metrics": _metrics_report(pages, page_errors),
+    }
+
+
+def _logs_report(events: Iterable[LogEvent]) -> dict[str, Any]:
+    counts = dict.fromkeys(EVENT_KINDS, 0)
+    errors: list[dict[str, Any]] = []
+    n = 0
+    for ev in events:
+        n += 1
+        counts[ev.kind] = counts.get(ev.kind, 0) + 1
+        if ev.kind == "error" and len(errors) < 20:
+            errors.append({"error": ev.fields.get("error"), "line": ev.line[:300]})
+    return {"lines": n, "counts": counts, "errors": errors}
+
+
+def _metrics_report(pages: Sequence[Snapshot], errors: list[str]) -> dict[str, Any]:
+    if not pages:
+        return {"pages": 0, "families": [], "engines": [], "model_names": [], "errors": errors}
+    fams: set[str] = set()
+    engines: set[str] = set()
+    models: set[str] = set()
+    for p in pages:
+        fams.update(metrics_src.vllm_families(p))
+        engines.update(metrics_src.engines(p))
+        models.update(metrics_src.model_names(p))
+    return {
+        "pages": len(pages),
+        "families": sorted(fams),
+        "engines": sorted(engines),
+        "model_names": sorted(models),
+        "errors": errors,
+    }
+
+
+def render_text(report: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=120, color_system=None, highlight=False)
+    eng = report["engine"]
+    con.print(
+        f"vLLM {eng.get('vllm_version') or '(version unknown)'} · model {eng.get('model') or '?'} · "
+        f"device {eng.get('device') or '?'}"
+    )
+    t = Table(title="Engine knobs", title_justify="left", box=None, show_edge=False)
+    for col in ("knob", "value", "source", "detail"):
+        t.add_column(col)
+    for name, k in eng.get("knobs", {}).items():
+        t.add_row(name, str(k.get("value")), str(k.get("source")), str(k.get("detail", ""))[:60])
+    con.print(t)
+    logs = report["logs"]
+    con.print(f"Log: {logs['lines']} lines: " + ", ".join(f"{k} {v}" for k, v in logs["counts"].items()))
+    for e in logs["errors"][:5]:
+        con.print(f"  error {e['error']}: {e['line'][:100]}")
+    m = report["metrics"]
+    con.print(
+        f"Metrics: {m['pages']} page(s), {len(m['families'])} vLLM families, engines {m['engines']}, "
+        f"models {m['model_names']}"
+    )
+    for err in m.get("errors", [])[:5]:
+        con.print(f"  bad page: {err}")
+    return buf.getvalue()
+
+
+__all__ = ["InspectError", "Path", "inspect", "render_text"]

@@ -1,0 +1,342 @@
+"""Render a diagnosis (and a rule's own docs) as text, JSON or markdown.
+
+One structure in, three renderings out; nothing here decides anything. The same
+``rule_markdown`` writes ``explain RULE_ID --format markdown`` and the runbook.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from advisor.advise import Diagnosis, Recommendation
+from advisor.ruleset import Rule
+from advisor.signals import CATALOG
+
+PERCENT_HINTS = ("usage", "hit_ratio", "share", "abort_ratio")
+
+
+def fmt_value(signal: str, value: float | None, unit: str | None = None) -> str:
+    """A value with its unit, for people: ``242 ms``, ``2.1/s``, ``98%``, ``1,552 tokens``."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return "unknown"
+    unit = unit or (CATALOG[signal].unit if signal in CATALOG else "")
+    if unit == "seconds":
+        if abs(value) < 1:
+            return f"{value * 1000:.0f} ms" if abs(value) >= 0.01 else f"{value * 1000:.1f} ms"
+        return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
+    if unit == "ratio":
+        if any(h in signal for h in PERCENT_HINTS) or signal.endswith("_to_max_num_seqs_ratio"):
+            return f"{value * 100:.0f}%"
+        return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+    if unit == "per_second":
+        return f"{value:.2f}/s"
+    if unit == "tokens_per_second":
+        return f"{value:,.0f} tok/s"
+    if unit == "tokens":
+        return f"{value:,.0f} tokens"
+    if unit == "cores":
+        return f"{value:.2f} cores"
+    if unit in ("requests", "count"):
+        return f"{value:,.0f}" if float(value).is_integer() or value >= 10 else f"{value:.1f}"
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def _ctx_line(ctx: Mapping[str, Any]) -> str:
+    parts = []
+    if ctx.get("model"):
+        parts.append(f"model {ctx['model']}")
+    if ctx.get("vllm_version"):
+        parts.append(f"vLLM {ctx['vllm_version']}")
+    dev = ctx.get("device")
+    if dev:
+        n = ctx.get("gpu_count")
+        parts.append(f"{dev}" + (f" x{n}" if n and str(dev).lower() != "cpu" else ""))
+    if ctx.get("window_seconds"):
+        parts.append(f"window {ctx['window_seconds']:.0f} s")
+    if ctx.get("requests_per_second") is not None:
+        parts.append(f"{ctx['requests_per_second']:.2f} req/s")
+    for what, key in (("prompt", "prompt_tokens"), ("output", "generation_tokens")):
+        mean, p50, p95 = (ctx.get(f"{key}_{s}") for s in ("mean", "p50", "p95"))
+        if mean is not None:
+            extra = ""
+            if p50 is not None and p95 is not None:
+                extra = f" (p50 ~{p50:,.0f}, p95 ~{p95:,.0f})"
+            parts.append(f"{what} {mean:,.0f} tokens mean{extra}")
+    return ", ".join(parts) or "no context known"
+
+
+def _current(rec: Recommendation) -> str:
+    src = f" (current value from {rec.current_source})" if rec.current_source else ""
+    return src
+
+
+# ------------------------------------------------------------------ text
+def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
+    buf = io.StringIO()
+    con = Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        highlight=False,
+    )
+    rec = d.recommendation
+    if rec is None:
+        style = {"healthy": "bold green", "inconclusive": "bold yellow"}.get(d.status, "bold")
+        con.print(Text(f"{d.status.upper()}: {d.reason}", style=style))
+        con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
+        _findings(con, d)
+        return buf.getvalue()
+    con.print(Text(f"CHANGE  {rec.change}", style="bold cyan"), Text(_current(rec), style="dim"))
+    con.print(Text(f"{rec.severity.upper()} {rec.rule}: {rec.summary}", style="bold"))
+    if rec.note:
+        con.print(Text(f"Note: {rec.note}", style="dim"))
+    con.print()
+    table = Table(title="Evidence", title_justify="left", show_edge=False, box=None, pad_edge=False)
+    table.add_column("signal", style="bold")
+    table.add_column("value", justify="right")
+    table.add_column("meaning", style="dim")
+    for e in rec.evidence:
+        table.add_row(e.signal, fmt_value(e.signal, e.value, e.unit), e.help)
+    con.print(table)
+    con.print()
+    for title, body in (("What", rec.what), ("Why", rec.why), ("What should move", rec.expect)):
+        con.print(Text(f"{title}: ", style="bold"), Text(body))
+    con.print(Text("Verify: ", style="bold"), Text(", ".join(rec.verify) + " (same load, before vs after)"))
+    con.print(Text("Roll back: ", style="bold"), Text(rec.rollback))
+    con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
+    _findings(con, d)
+    return buf.getvalue()
+
+
+def _findings(con: Console, d: Diagnosis) -> None:
+    interesting = [
+        f for f in d.findings if f.get("state") in ("firing", "pending", "gated") or f.get("blocked")
+    ]
+    if not interesting:
+        return
+    con.print(Text("Other findings:", style="bold"))
+    for f in interesting:
+        chosen = d.recommendation is not None and f["rule"] == d.recommendation.rule
+        if chosen:
+            continue
+        extra = ""
+        if f.get("suppressed"):
+            extra = f" (suppressed: {f['suppressed']})"
+        elif f.get("blocked"):
+            extra = f" (no knob can move: {'; '.join(f['blocked'])})"
+        con.print(f"  - {f['rule']} [{f['state']}]{extra}")
+
+
+# ------------------------------------------------------------------ JSON
+def render_json(d: Diagnosis) -> str:
+    return json.dumps(d.to_json(), indent=2, sort_keys=False, default=str)
+
+
+# ------------------------------------------------------------------ markdown
+def render_markdown(d: Diagnosis) -> str:
+    out = [f"## vLLM advisor: {d.status}", ""]
+    rec = d.recommendation
+    if rec is None:
+        out += [d.reason, "", f"Context: {_ctx_line(d.context)}", ""]
+        return "\n".join(out)
+    out += [
+        f"**Change:** `{rec.change}`{_current(rec)}",
+        "",
+        f"**{rec.severity}** `{rec.rule}`: {rec.summary}",
+        "",
+        "| signal | value | meaning |",
+        "|---|---|---|",
+    ]
+    out += [f"| `{e.signal}` | {fmt_value(e.signal, e.value, e.unit)} | {e.help} |" for e in rec.evidence]
+    out += [
+        "",
+        f"**What:** {rec.what}",
+        "",
+        f"**Why:** {rec.why}",
+        "",
+        f"**What should move:** {rec.expect}",
+        "",
+        f"**Verify:** {', '.join(f'`{s}`' for s in rec.verify)}",
+        "",
+        f"**Roll back:** {rec.rollback}",
+        "",
+        f"Context: {_ctx_line(d.context)}",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def render(d: Diagnosis, fmt: str, color: bool = False) -> str:
+    if fmt == "json":
+        return render_json(d)
+    if fmt == "markdown":
+        return render_markdown(d)
+    return render_text(d, color=color)
+
+
+# ------------------------------------------------------------------ a rule's own docs
+def _knob_lines(rule: Rule) -> list[str]:
+    from advisor import knobs
+
+    lines = []
+    for i, k in enumerate(rule.knobs):
+        knob = knobs.KNOBS.get(k.name)
+        flag = knob.flag if knob and knob.flag else k.name
+        step = f" ({k.step})" if k.step else ""
+        pre = "then " if i else ""
+        note = f": {k.note}" if k.note else ""
+        bound = f", grounded in `{k.bound_signal}`" if k.bound_signal else ""
+        lines.append(f"{pre}`{flag}` {k.direction}{step}{bound}{note}")
+    return lines
+
+
+def rule_markdown(rule: Rule, heading: str = "##") -> str:
+    e = rule.explain
+    when = "\n".join(f"- `{c.signal} {c.op} {c.value}`" for c in rule.when)
+    lines = [
+        f"{heading} {rule.id}",
+        "",
+        f"**{rule.summary}**",
+        "",
+        f"Severity `{rule.severity}` · alert `{rule.alert}` · fires after {rule.for_s:.0f}s",
+        "",
+        "**Fires when** (all of):",
+        "",
+        when,
+        "",
+        "**Knob** (the first that can move):",
+        "",
+        *[f"{i + 1}. {line}" for i, line in enumerate(_knob_lines(rule))],
+        "",
+        f"**What.** {str(e.get('what', '')).strip()}",
+        "",
+        f"**Why.** {str(e.get('why', '')).strip()}",
+        "",
+        f"**What should move.** {str(e.get('expect', '')).strip()}",
+        "",
+        f"**Verify.** {', '.join(f'`{s}`' for s in e.get('verify', []))} under the same load.",
+        "",
+        f"**Roll back.** {str(e.get('rollback', '')).strip()}",
+        "",
+        f"**Evidence shown.** {', '.join(f'`{s}`' for s in e.get('evidence', []))}",
+        "",
+        "**References.** " + ", ".join(f"<{r}>" for r in e.get("references", [])),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def rule_text(rule: Rule, width: int = 100) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, color_system=None, highlight=False)
+    e = rule.explain
+    con.print(Text(f"{rule.id} ({rule.severity}): {rule.summary}", style="bold"))
+    con.print(f"Alert {rule.alert}; fires after the conditions hold {rule.for_s:.0f}s.")
+    con.print(Text("Fires when:", style="bold"))
+    for c in rule.when:
+        con.print(f"  {c.signal} {c.op} {c.value}")
+    con.print(Text("Knob (the first that can move):", style="bold"))
+    for line in _knob_lines(rule):
+        con.print(f"  {line.replace('`', '')}")
+    for title, key in (
+        ("What", "what"),
+        ("Why", "why"),
+        ("What should move", "expect"),
+        ("Roll back", "rollback"),
+    ):
+        con.print(Text(f"{title}: ", style="bold"), str(e.get(key, "")).strip())
+    con.print(Text("Verify: ", style="bold"), ", ".join(e.get("verify", [])))
+    con.print(Text("References: ", style="bold"), " ".join(e.get("references", [])))
+    return buf.getvalue()
+
+
+def rule_json(rule: Rule) -> dict[str, Any]:
+    return {
+        "id": rule.id,
+        "summary": rule.summary,
+        "severity": rule.severity,
+        "priority": rule.priority,
+        "alert": rule.alert,
+        "for_seconds": rule.for_s,
+        "when": [{"signal": c.signal, "op": c.op, "value": c.value} for c in rule.when],
+        "gate": [{"signal": c.signal, "op": c.op, "value": c.value} for c in rule.gate],
+        "knobs": [
+            {
+                "name": k.name,
+                "direction": k.direction,
+                "step": k.step,
+                "bound": k.bound_signal,
+                "note": k.note,
+            }
+            for k in rule.knobs
+        ],
+        "explain": rule.explain,
+        "path": rule.path,
+    }
+
+
+def rules_table(rules: Iterable[Rule]) -> str:
+    buf = io.StringIO()
+    con = Console(file=buf, width=140, color_system=None, highlight=False)
+    t = Table(show_edge=False, box=None)
+    for col in ("id", "severity", "knob", "summary"):
+        t.add_column(col)
+    for r in rules:
+        t.add_row(r.id, r.severity, " / ".join(f"{k.name} {k.direction}" for k in r.knobs), r.summary)
+    con.print(t)
+    return buf.getvalue()
+
+
+def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
+    """Rebuild a Diagnosis from its JSON (``explain --daemon``), to render it the same way."""
+    from advisor.advise import Evidence
+
+    rec = d.get("recommendation")
+    recommendation = None
+    if isinstance(rec, Mapping):
+        recommendation = Recommendation(
+            rule=str(rec.get("rule")),
+            summary=str(rec.get("summary", "")),
+            severity=str(rec.get("severity", "")),
+            knob=str(rec.get("knob")),
+            flag=rec.get("flag"),
+            direction=str(rec.get("direction", "")),
+            current=rec.get("current"),
+            current_source=rec.get("current_source"),
+            proposed=rec.get("proposed"),
+            change=str(rec.get("change", "")),
+            evidence=tuple(
+                Evidence(str(e.get("signal")), e.get("value"), str(e.get("unit", "")), str(e.get("help", "")))
+                for e in rec.get("evidence", [])
+            ),
+            what=str(rec.get("what", "")),
+            why=str(rec.get("why", "")),
+            expect=str(rec.get("expect", "")),
+            verify=tuple(rec.get("verify", [])),
+            rollback=str(rec.get("rollback", "")),
+            references=tuple(rec.get("references", [])),
+            note=str(rec.get("note", "")),
+        )
+    return Diagnosis(
+        status=str(d.get("status")),
+        reason=str(d.get("reason", "")),
+        recommendation=recommendation,
+        findings=tuple(d.get("findings", [])),
+        engine=dict(d.get("engine", {})),
+        context=dict(d.get("context", {})),
+        at=float(d.get("at", 0.0)),
+        signals=dict(d.get("signals", {})),
+    )

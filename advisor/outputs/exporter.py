@@ -1,0 +1,304 @@
+"""The exporter: a prometheus_client Collector over the latest immutable state, on its
+own registry, plus the JSON endpoint, the health check and a small landing page.
+
+Nothing here decides anything; it renders :class:`ExportState`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from advisor import names
+from advisor.advise import STATUSES, Diagnosis
+from advisor.outputs.explain import fmt_value
+from advisor.ruleset import Rule
+from advisor.signals import CATALOG
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class ExportState:
+    """What the exporter shows: replaced whole by the daemon after every cycle."""
+
+    diagnosis: Diagnosis | None
+    up: bool
+    rules: tuple[Rule, ...]
+    scrapes: dict[str, int] = field(default_factory=dict)
+    log_lines: dict[str, int] = field(default_factory=dict)
+    last_scrape_t: float | None = None
+    last_scrape_duration_s: float | None = None
+    knob_changes: int = 0
+    experiment: dict[str, Any] | None = None
+    built_at: float = field(default_factory=time.time)
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if isinstance(v, int | float):
+        f = float(v)
+        return None if math.isnan(f) or math.isinf(f) else f
+    return None
+
+
+def _label(v: Any) -> str:
+    return "" if v is None else str(v)
+
+
+class AdvisorCollector(Collector):
+    """Yields fresh families from the current state on every scrape."""
+
+    def __init__(self, state: Callable[[], ExportState]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        st = self._state()
+        d = st.diagnosis
+        p = names.OUTPUT_PREFIX
+        yield GaugeMetricFamily(
+            p + "up", "1 when the last scrape of vLLM's /metrics succeeded.", value=1 if st.up else 0
+        )
+        if st.last_scrape_duration_s is not None:
+            yield GaugeMetricFamily(
+                p + "scrape_duration_seconds",
+                "Duration of the last scrape of vLLM.",
+                value=st.last_scrape_duration_s,
+            )
+        if st.last_scrape_t is not None:
+            yield GaugeMetricFamily(
+                p + "last_scrape_timestamp_seconds",
+                "Unix time of the last successful scrape of vLLM.",
+                value=st.last_scrape_t,
+            )
+        c = CounterMetricFamily(p + "scrapes", "Scrapes of vLLM's /metrics by result.", labels=["result"])
+        for result in sorted({"success", *st.scrapes}):
+            c.add_metric([result], st.scrapes.get(result, 0))
+        yield c
+        c = CounterMetricFamily(p + "log_lines", "vLLM log lines read, by kind of event.", labels=["kind"])
+        for kind in sorted({"engine_stats", "startup", "error", "unknown", *st.log_lines}):
+            c.add_metric([kind], st.log_lines.get(kind, 0))
+        yield c
+        yield CounterMetricFamily(
+            p + "knob_changes",
+            "Engine knob changes noticed (restarts with new values).",
+            value=st.knob_changes,
+        )
+        status = d.status if d is not None else "insufficient-data"
+        g = GaugeMetricFamily(p + "status", "1 for the advisor's current status.", labels=["status"])
+        for s in STATUSES:
+            g.add_metric([s], 1 if s == status else 0)
+        yield g
+        if d is None:
+            return
+        model = _label(d.context.get("model"))
+        for name, sig in CATALOG.items():
+            v = _num(d.signals.get(name))
+            if v is None:
+                continue
+            fam = GaugeMetricFamily(sig.series, f"{sig.help} ({sig.unit})", labels=["model_name"])
+            fam.add_metric([model], v)
+            yield fam
+        active = {f["rule"]: f for f in d.findings}
+        g = GaugeMetricFamily(
+            p + "rule_active",
+            "1 while a rule's conditions hold (pending or firing).",
+            labels=["rule", "severity", "knob", "direction"],
+        )
+        for r in st.rules:
+            f = active.get(r.id, {})
+            k = r.knobs[0]
+            g.add_metric(
+                [r.id, r.severity, f.get("knob") or k.name, f.get("direction") or k.direction],
+                1 if f.get("state") in ("firing", "pending") else 0,
+            )
+        yield g
+        g = GaugeMetricFamily(
+            p + "recommendation_info",
+            "The one current recommendation (none when no advice).",
+            labels=["rule", "severity", "knob", "flag", "direction", "current", "proposed"],
+        )
+        rec = d.recommendation
+        if rec is not None and d.status == "advice":
+            g.add_metric(
+                [
+                    rec.rule,
+                    rec.severity,
+                    rec.knob,
+                    _label(rec.flag),
+                    rec.direction,
+                    _label(rec.current),
+                    _label(rec.proposed),
+                ],
+                1,
+            )
+        yield g
+        knobs = d.engine.get("knobs", {})
+        g = GaugeMetricFamily(
+            p + "engine_knob",
+            "Engine knob values the server runs with, and where they come from.",
+            labels=["knob", "source"],
+        )
+        for name, k in sorted(knobs.items()):
+            v = _num(k.get("value"))
+            if v is not None:
+                g.add_metric([name, _label(k.get("source"))], v)
+        yield g
+        g = GaugeMetricFamily(p + "engine_info", "What the server is.", labels=["version", "model", "device"])
+        g.add_metric(
+            [
+                _label(d.engine.get("vllm_version")),
+                _label(d.engine.get("model")),
+                _label(d.context.get("device")),
+            ],
+            1,
+        )
+        yield g
+        if st.experiment:
+            yield from _experiment_families(st.experiment)
+
+
+def _experiment_families(e: dict[str, Any]) -> Iterator[Metric]:
+    p = names.OUTPUT_PREFIX + "experiment_"
+    g = GaugeMetricFamily(
+        p + "info",
+        "The current or last experiment (a knob change being judged).",
+        labels=["knob", "old", "new", "state", "verdict"],
+    )
+    g.add_metric(
+        [
+            _label(e.get("knob")),
+            _label(e.get("old")),
+            _label(e.get("new")),
+            _label(e.get("state")),
+            _label(e.get("verdict")),
+        ],
+        1,
+    )
+    yield g
+    if e.get("started_at") is not None:
+        yield GaugeMetricFamily(
+            p + "started_timestamp_seconds",
+            "When the experiment's after-window began.",
+            value=float(e["started_at"]),
+        )
+    if e.get("after_requests") is not None:
+        yield GaugeMetricFamily(
+            p + "after_requests",
+            "Requests finished in the after-window so far.",
+            value=float(e["after_requests"]),
+        )
+
+
+def make_registry(state: Callable[[], ExportState]) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(AdvisorCollector(state))
+    ProcessCollector(namespace="vllm_advisor", registry=reg)
+    PlatformCollector(registry=reg)
+    return reg
+
+
+# ------------------------------------------------------------------ HTTP
+def landing_page(st: ExportState) -> str:
+    d = st.diagnosis
+    e = html.escape
+    rows = ""
+    head = "<p>No diagnosis yet.</p>"
+    if d is not None:
+        head = f"<p class='status {e(d.status)}'><b>{e(d.status.upper())}</b>: {e(d.reason)}</p>"
+        rec = d.recommendation
+        if rec is not None:
+            head += f"<h2>Change: <code>{e(rec.change)}</code></h2><p>{e(rec.summary)}</p>"
+            rows = "".join(
+                f"<tr><td><code>{e(ev.signal)}</code></td><td>{e(fmt_value(ev.signal, ev.value, ev.unit))}</td>"
+                f"<td>{e(ev.help)}</td></tr>"
+                for ev in rec.evidence
+            )
+            rows = (
+                f"<table><tr><th>signal</th><th>value</th><th>meaning</th></tr>{rows}</table>"
+                f"<p><b>What should move:</b> {e(rec.expect)}</p><p><b>Verify:</b> {e(', '.join(rec.verify))}</p>"
+                f"<p><b>Roll back:</b> {e(rec.rollback)}</p>"
+            )
+    up = "up" if st.up else "DOWN"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>vllm-advisor</title>
+<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}}
+table{{border-collapse:collapse}}td,th{{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}}
+.advice{{color:#b35c00}}.healthy{{color:#2a7a2a}}</style></head>
+<body><h1>vllm-advisor</h1><p>vLLM is <b>{up}</b>.</p>{head}{rows}
+<p><a href="/metrics">/metrics</a> · <a href="/api/v1/diagnosis">/api/v1/diagnosis</a> · <a href="/healthz">/healthz</a></p>
+</body></html>
+"""
+
+
+def make_handler(
+    state: Callable[[], ExportState], registry: CollectorRegistry
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "vllm-advisor"
+
+        def log_message(self, *args: object) -> None:  # keep stdout for the advisor's own logs
+            pass
+
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            try:
+                if path == "/metrics":
+                    self._send(200, generate_latest(registry), CONTENT_TYPE)
+                elif path == "/api/v1/diagnosis":
+                    st = state()
+                    body = (
+                        st.diagnosis.to_json()
+                        if st.diagnosis
+                        else {
+                            "status": "insufficient-data",
+                            "reason": "no diagnosis yet",
+                            "recommendation": None,
+                        }
+                    )
+                    self._send(200, json.dumps(body, default=str).encode(), "application/json")
+                elif path == "/healthz":
+                    st = state()
+                    body = {
+                        "ok": True,
+                        "vllm_up": st.up,
+                        "status": st.diagnosis.status if st.diagnosis else None,
+                    }
+                    self._send(200, json.dumps(body).encode(), "application/json")
+                elif path in ("/", "/index.html"):
+                    self._send(200, landing_page(state()).encode(), "text/html; charset=utf-8")
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+            except BrokenPipeError:
+                pass
+
+    return Handler
+
+
+def make_server(host: str, port: int, state: Callable[[], ExportState]) -> ThreadingHTTPServer:
+    registry = make_registry(state)
+    srv = ThreadingHTTPServer((host, port), make_handler(state, registry))
+    srv.daemon_threads = True
+    return srv

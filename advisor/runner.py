@@ -1,0 +1,248 @@
+"""The advisor's state machine, shared by the daemon, ``explain`` and replays.
+
+It takes pages, scrape failures and log lines as they come (live or replayed),
+keeps the window, what the engine runs with and the knob changes it noticed, and
+produces a :class:`~advisor.advise.Diagnosis` on request. No threads, no sleeps:
+the daemon drives it on a timer, a replay drives it as fast as it likes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor import knobs
+from advisor.advise import Diagnosis, diagnose
+from advisor.config import Config
+from advisor.evaluate import Evaluator
+from advisor.model import EngineInfo, LogEvent, Provenanced, Snapshot
+from advisor.ruleset import Rule
+from advisor.sources import engine as engine_src
+from advisor.sources import logs as log_src
+from advisor.sources.metrics import MetricsError, parse_page
+from advisor.window import Outage, Window
+
+# Knobs whose change is an experiment (the engine restarted with a different value).
+TRACKED_KNOBS = tuple(k for k in knobs.KNOBS if k != "replicas")
+MAX_STARTUP_EVENTS = 500
+
+
+@dataclass(frozen=True)
+class KnobChange:
+    t: float
+    knob: str
+    old: Any
+    new: Any
+    source: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t": self.t, "knob": self.knob, "old": self.old, "new": self.new, "source": self.source}
+
+
+@dataclass
+class Stats:
+    scrapes: dict[str, int] = field(default_factory=dict)  # result -> count
+    log_lines: dict[str, int] = field(default_factory=dict)  # event kind -> count
+    last_scrape_t: float | None = None
+    last_scrape_duration_s: float | None = None
+    last_error: str | None = None
+
+
+class Advisor:
+    """One vLLM server's advisor state. Not thread-safe: the daemon serialises calls."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        rules: Sequence[Rule],
+        *,
+        base: Mapping[str, Provenanced] | None = None,
+        config_path: str | None = None,
+        argv_provider: Callable[[], Sequence[str] | None] | None = None,
+        clock: Callable[[], float] = time.time,
+        year: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.window = Window(max_age_s=cfg.retention_s, clock=clock)
+        self.evaluator = Evaluator(list(rules), dict(cfg.targets))
+        self.base = dict(base or {})
+        self.config_path = config_path
+        self.argv_provider = argv_provider
+        self.argv: Sequence[str] | None = argv_provider() if argv_provider else None
+        self.year = year
+        self.joiner = log_src.LineJoiner()
+        self.startup_events: list[LogEvent] = []
+        self.stats = Stats()
+        self.up = False
+        self.changes: list[KnobChange] = []
+        self.last_change_t: float | None = None
+        self._seen_restarts: set[float] = set()
+        self._latest_good: Snapshot | None = None
+        self.engine = self._resolve()
+
+    # ---------------------------------------------------------------- inputs
+    def on_page(self, text: str, t: float, duration_s: float | None = None) -> bool:
+        """A fetched page. Returns False (and counts why) when it cannot be read."""
+        try:
+            snap = parse_page(text, t)
+        except MetricsError as e:
+            self.on_scrape_error(e, t)
+            return False
+        self._count_scrape("success")
+        self.up = True
+        self.stats.last_scrape_t = t
+        self.stats.last_scrape_duration_s = duration_s
+        self.stats.last_error = None
+        self.window.add_snapshot(snap)
+        first = self._latest_good is None
+        self._latest_good = snap
+        restarts = [r for r in self.window.restart_times() if r not in self._seen_restarts]
+        if restarts or first:
+            self._seen_restarts.update(restarts)
+            if restarts and self.argv_provider is not None:
+                self.argv = self.argv_provider()
+            self._refresh_engine(t, restarted=bool(restarts))
+        return True
+
+    def on_scrape_error(self, err: MetricsError | Exception, t: float) -> None:
+        kind = err.kind if isinstance(err, MetricsError) else "error"
+        self._count_scrape(kind)
+        self.up = False
+        self.stats.last_error = str(err)
+        self.window.add_outage(Outage(t, kind, str(err)))
+
+    def on_log_line(self, line: str) -> None:
+        for joined in self.joiner.feed(line):
+            self._on_joined(joined)
+
+    def flush_logs(self) -> None:
+        for joined in self.joiner.flush():
+            self._on_joined(joined)
+
+    def _on_joined(self, line: str) -> None:
+        ev = log_src.parse_line(line, self.year)
+        self.stats.log_lines[ev.kind] = self.stats.log_lines.get(ev.kind, 0) + 1
+        if ev.kind == "unknown":
+            return
+        self.window.add_event(ev)
+        if ev.kind == "startup":
+            self.startup_events.append(ev)
+            if len(self.startup_events) > MAX_STARTUP_EVENTS:
+                # keep the current run only: the last restart boundary onwards
+                runs = engine_src.split_at_restarts(self.startup_events)
+                self.startup_events = runs[-1] if runs else []
+            self._refresh_engine(ev.t or self.clock(), restarted=False)
+
+    def _count_scrape(self, result: str) -> None:
+        self.stats.scrapes[result] = self.stats.scrapes.get(result, 0) + 1
+
+    # ---------------------------------------------------------------- engine
+    def _resolve(self) -> EngineInfo:
+        try:
+            return engine_src.resolve(
+                config_path=self.config_path,
+                argv=self.argv,
+                events=self.startup_events,
+                snapshot=self._latest_good,
+                host=self.base,
+            )
+        except engine_src.EngineSourceError as e:
+            self.stats.last_error = f"engine config: {e}"
+            return engine_src.resolve(events=self.startup_events, snapshot=self._latest_good, host=self.base)
+
+    def _refresh_engine(self, t: float, restarted: bool) -> None:
+        old = self.engine
+        new = self._resolve()
+        self.engine = new
+        changed = []
+        for k in TRACKED_KNOBS:
+            a, b = old.values.get(k), new.values.get(k)
+            if a is None or b is None or a.value == b.value:
+                continue
+            if a.source == "default" and b.source != "default" and not restarted:
+                continue  # learned the real value, not a change
+            changed.append(KnobChange(t, k, a.value, b.value, b.source))
+        if changed and (restarted or self._startup_restarted()):
+            self.changes.extend(changed)
+            self.last_change_t = t
+            self.evaluator.reset()
+
+    def _startup_restarted(self) -> bool:
+        return len(engine_src.split_at_restarts(self.startup_events)) > 1
+
+    # ---------------------------------------------------------------- output
+    def diagnose(self, now: float | None = None) -> Diagnosis:
+        now = self.clock() if now is None else now
+        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, self.last_change_t)
+        if not self.up and self.stats.last_error:
+            return Diagnosis(
+                "insufficient-data",
+                f"vLLM cannot be read: {self.stats.last_error}",
+                None,
+                d.findings,
+                d.engine,
+                d.context,
+                now,
+                d.signals,
+            )
+        return d
+
+
+def replay(
+    advisor: Advisor,
+    items: Iterable[tuple[str, float | None, str]],
+    on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
+    evaluate_every: int = 1,
+) -> Diagnosis | None:
+    """Feed ("scrape", t, page) / ("log", t, line) items; diagnose after each scrape (every
+    ``evaluate_every`` scrapes) as the daemon would. The clock of ``advisor`` should follow
+    the replayed time (see :class:`ReplayClock`). Returns the last diagnosis."""
+    last: Diagnosis | None = None
+    n = 0
+    for kind, t, payload in items:
+        if kind == "scrape" and t is not None:
+            if isinstance(advisor.clock, ReplayClock):
+                advisor.clock.t = t
+            advisor.on_page(payload, t)
+            n += 1
+            if n % evaluate_every == 0:
+                last = advisor.diagnose(t)
+                if on_diagnosis is not None:
+                    on_diagnosis(t, last)
+        elif kind == "log":
+            advisor.on_log_line(payload)
+    advisor.flush_logs()
+    return last
+
+
+class ReplayClock:
+    """A clock that a replay moves forward with the recorded time."""
+
+    def __init__(self, t: float = 0.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def base_from_session_engine(data: Mapping[str, Any]) -> dict[str, Provenanced]:
+    """What a recorded ``engine.json`` knew from outside the logs and pages (config file,
+    command line, host probe); the rest is re-derived while replaying."""
+    if not data:
+        return {}
+    info = engine_src.from_json(data)
+    return {
+        k: v
+        for k, v in info.values.items()
+        if v.source in ("config", "cmdline") or "host" in (v.detail or "")
+    }
+
+
+def year_of(started_at: Any) -> int | None:
+    try:
+        return int(str(started_at)[:4])
+    except (TypeError, ValueError):
+        return None

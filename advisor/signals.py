@@ -1,0 +1,604 @@
+"""The signal catalog: the only vocabulary rules may use.
+
+Each signal has a name, a unit, a help line, one Python function over the window
+(and the engine's knobs), and its PromQL twin over raw vLLM series, so dashboards,
+recording rules and fleet mode compute the same thing from Prometheus. ``{w}`` in a
+PromQL twin is the range (``5m``); twins that need the engine's knobs read the
+advisor's own ``vllm_advisor_engine_knob`` series.
+
+Missing data is ``None`` ("unknown"), never zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor import names as n
+from advisor.model import EngineInfo
+from advisor.window import Window
+
+Value = float | None
+
+
+@dataclass
+class Context:
+    """What a signal function may look at."""
+
+    window: Window
+    engine: EngineInfo = field(default_factory=EngineInfo)
+    seconds: float | None = None  # the evaluation window; None = everything in the window
+    targets: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Signal:
+    name: str
+    unit: str  # seconds | ratio | requests | tokens | per_second | tokens_per_second | count | cores | bytes | info
+    help: str
+    fn: Callable[[Context, Values], Value]
+    promql: str | None
+    per: str = "server"  # server | config (a knob or fact echoed from the engine)
+
+    @property
+    def series(self) -> str:
+        return n.output_name(self.name)
+
+
+class Values:
+    """Lazy, memoised signal values for one evaluation (signals may use each other)."""
+
+    def __init__(self, ctx: Context, catalog: dict[str, Signal] | None = None) -> None:
+        self.ctx = ctx
+        self.catalog = catalog or CATALOG
+        self._memo: dict[str, Value] = {}
+        self._busy: set[str] = set()
+
+    def __getitem__(self, name: str) -> Value:
+        if name in self._memo:
+            return self._memo[name]
+        sig = self.catalog.get(name)
+        if sig is None:
+            raise KeyError(f"unknown signal {name!r}")
+        if name in self._busy:
+            raise RuntimeError(f"signal {name} depends on itself")
+        self._busy.add(name)
+        try:
+            v = sig.fn(self.ctx, self)
+        finally:
+            self._busy.discard(name)
+        if v is not None and (math.isnan(v) or math.isinf(v)):
+            v = None
+        self._memo[name] = v
+        return v
+
+    def all(self) -> dict[str, Value]:
+        return {name: self[name] for name in self.catalog}
+
+
+def compute(ctx: Context) -> dict[str, Value]:
+    return Values(ctx).all()
+
+
+# ------------------------------------------------------------------ helpers
+def _div(a: Value, b: Value) -> Value:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _rate(name: str, match: dict[str, str] | None = None) -> Callable[[Context, Values], Value]:
+    return lambda c, v: c.window.rate(name, c.seconds, match)
+
+
+def _delta(name: str) -> Callable[[Context, Values], Value]:
+    return lambda c, v: c.window.counter_delta(name, c.seconds)
+
+
+def _gauge(name: str, how: str, agg: str = "total", **match: str) -> Callable[[Context, Values], Value]:
+    def fn(c: Context, v: Values) -> Value:
+        if how == "avg":
+            return c.window.gauge_avg(name, c.seconds, agg, **match)
+        return c.window.gauge_max(name, c.seconds, agg, **match)
+
+    return fn
+
+
+def _quantile(name: str, q: float) -> Callable[[Context, Values], Value]:
+    return lambda c, v: c.window.quantile(name, q, c.seconds)
+
+
+def _hmean(name: str) -> Callable[[Context, Values], Value]:
+    def fn(c: Context, v: Values) -> Value:
+        h = c.window.histogram_delta(name, c.seconds)
+        return h.mean() if h is not None else None
+
+    return fn
+
+
+def _hcount(name: str) -> Callable[[Context, Values], Value]:
+    def fn(c: Context, v: Values) -> Value:
+        h = c.window.histogram_delta(name, c.seconds)
+        return h.count if h is not None else None
+
+    return fn
+
+
+def _knob(name: str) -> Callable[[Context, Values], Value]:
+    def fn(c: Context, v: Values) -> Value:
+        x = c.engine.get(name)
+        if isinstance(x, bool):
+            return 1.0 if x else 0.0
+        try:
+            return float(x) if x is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    return fn
+
+
+def _engines(c: Context, v: Values) -> Value:
+    latest = c.window.latest
+    if latest is None:
+        return None
+    return float(max(1, len(latest.label_values(n.ENGINE_LABEL))))
+
+
+def _running_per_engine_max(c: Context, v: Values) -> Value:
+    vals = [s.maximum(n.NUM_RUNNING) for s in c.window.snapshots(c.seconds)]
+    vals2 = [x for x in vals if x is not None]
+    return max(vals2) if vals2 else None
+
+
+def _kv_tokens(c: Context, v: Values) -> Value:
+    x = c.engine.get("kv_cache_tokens")
+    if x is None:
+        latest = c.window.latest
+        info = latest.info_labels(n.CACHE_CONFIG_INFO) if latest else []
+        for labels in info:
+            try:
+                return float(labels["kv_cache_size_tokens"])
+            except (KeyError, ValueError):
+                continue
+        return None
+    return float(x)
+
+
+def _block_size(c: Context) -> int:
+    b = c.engine.get("block_size")
+    try:
+        return int(b) if b else 16
+    except (TypeError, ValueError):
+        return 16
+
+
+def _kv_tokens_per_request(c: Context, v: Values) -> Value:
+    p, g = v["prompt_tokens_mean"], v["generation_tokens_mean"]
+    if p is None or g is None:
+        return None
+    bs = _block_size(c)
+    return float(math.ceil((p + g) / bs) * bs)
+
+
+def _kv_sustained(c: Context, v: Values) -> Value:
+    t, per = v["kv_cache_tokens"], v["kv_tokens_per_request"]
+    if t is None or per is None or per <= 0:
+        return None
+    return float(max(1, math.floor(t / per)))
+
+
+def _recompute_ratio(c: Context, v: Values) -> Value:
+    """Recomputed prefill tokens per prompt token. Where preempted prefills show up in
+    ``prefix_cache_queries`` (vLLM 0.25 on GPU), that excess is measured; otherwise it is
+    estimated as preemptions x (prompt mean + half the generation mean)."""
+    pre = v["preemptions"]
+    prompt = c.window.counter_delta(n.PROMPT_TOKENS, c.seconds)
+    if pre is None or prompt is None or prompt <= 0:
+        return None
+    queries = c.window.counter_delta(n.PREFIX_CACHE_QUERIES, c.seconds)
+    measured = (queries - prompt) / prompt if queries is not None and queries > prompt * 1.01 else 0.0
+    pm, gm = v["prompt_tokens_mean"], v["generation_tokens_mean"]
+    estimated = pre * (pm + gm / 2) / prompt if pm is not None and gm is not None else 0.0
+    return max(measured, estimated)
+
+
+def _waiting_reason(reason: str, how: str) -> Callable[[Context, Values], Value]:
+    return _gauge(n.NUM_WAITING_BY_REASON, how, "total", reason=reason)
+
+
+def _aborted_rate(c: Context, v: Values) -> Value:
+    return c.window.rate(n.REQUEST_SUCCESS, c.seconds, {"finished_reason": "abort"})
+
+
+def _api_cpu(c: Context, v: Values) -> Value:
+    # process_cpu_seconds on vLLM's /metrics is the API server process's own CPU time
+    return c.window.rate("process_cpu_seconds", c.seconds)
+
+
+# ------------------------------------------------------------------ the catalog
+_LATENCIES = [
+    ("ttft_seconds", n.TTFT, "time to first token", "vllm:time_to_first_token_seconds"),
+    ("itl_seconds", n.ITL, "inter-token latency", "vllm:inter_token_latency_seconds"),
+    (
+        "tpot_seconds",
+        n.TPOT,
+        "time per output token of a request",
+        "vllm:request_time_per_output_token_seconds",
+    ),
+    ("e2e_seconds", n.E2E, "end-to-end request latency", "vllm:e2e_request_latency_seconds"),
+    ("queue_seconds", n.QUEUE_TIME, "time a request waited in the queue", "vllm:request_queue_time_seconds"),
+    (
+        "prefill_seconds",
+        n.PREFILL_TIME,
+        "time a request spent in prefill",
+        "vllm:request_prefill_time_seconds",
+    ),
+    ("decode_seconds", n.DECODE_TIME, "time a request spent decoding", "vllm:request_decode_time_seconds"),
+]
+_SIZES = [
+    ("prompt_tokens", n.REQUEST_PROMPT_TOKENS, "prompt length per request", "vllm:request_prompt_tokens"),
+    (
+        "generation_tokens",
+        n.REQUEST_GENERATION_TOKENS,
+        "output length per request",
+        "vllm:request_generation_tokens",
+    ),
+]
+
+
+def _hq(metric: str, q: float) -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket[{{w}}])))"
+
+
+def _build() -> Iterator[Signal]:
+    S = Signal
+    yield S(
+        "preemptions_per_second",
+        "per_second",
+        "Requests preempted per second (KV cache full; their work is recomputed).",
+        _rate(n.NUM_PREEMPTIONS),
+        "sum(rate(vllm:num_preemptions_total[{w}]))",
+    )
+    yield S(
+        "preemptions",
+        "count",
+        "Preemptions in the evaluation window.",
+        _delta(n.NUM_PREEMPTIONS),
+        "sum(increase(vllm:num_preemptions_total[{w}]))",
+    )
+    yield S(
+        "preemption_recompute_ratio",
+        "ratio",
+        "Prefill tokens recomputed because of preemption, per prompt token (the cost of preemption).",
+        _recompute_ratio,
+        "(sum(increase(vllm:prefix_cache_queries_total[{w}])) - sum(increase(vllm:prompt_tokens_total[{w}])))"
+        " / sum(increase(vllm:prompt_tokens_total[{w}]))",
+    )
+    yield S(
+        "kv_cache_usage_ratio_avg",
+        "ratio",
+        "KV cache usage (share of blocks in use), mean over engines and time.",
+        _gauge(n.KV_CACHE_USAGE, "avg", "mean"),
+        "avg(avg_over_time(vllm:kv_cache_usage_perc[{w}]))",
+    )
+    yield S(
+        "kv_cache_usage_ratio_max",
+        "ratio",
+        "KV cache usage, highest in the window (mean over engines).",
+        _gauge(n.KV_CACHE_USAGE, "max", "mean"),
+        "max(max_over_time(vllm:kv_cache_usage_perc[{w}]))",
+    )
+    yield S(
+        "requests_running_avg",
+        "requests",
+        "Requests in the running batch, mean (all engines).",
+        _gauge(n.NUM_RUNNING, "avg"),
+        "sum(avg_over_time(vllm:num_requests_running[{w}]))",
+    )
+    yield S(
+        "requests_running_max",
+        "requests",
+        "Requests in the running batch, highest (all engines).",
+        _gauge(n.NUM_RUNNING, "max"),
+        "max_over_time(sum(vllm:num_requests_running)[{w}:])",
+    )
+    yield S(
+        "requests_running_per_engine_max",
+        "requests",
+        "Highest running batch of any one engine.",
+        _running_per_engine_max,
+        "max(max_over_time(vllm:num_requests_running[{w}]))",
+    )
+    yield S(
+        "requests_waiting_avg",
+        "requests",
+        "Requests waiting in the queue, mean (all engines).",
+        _gauge(n.NUM_WAITING, "avg"),
+        "sum(avg_over_time(vllm:num_requests_waiting[{w}]))",
+    )
+    yield S(
+        "requests_waiting_max",
+        "requests",
+        "Requests waiting in the queue, highest (all engines).",
+        _gauge(n.NUM_WAITING, "max"),
+        "max_over_time(sum(vllm:num_requests_waiting)[{w}:])",
+    )
+    yield S(
+        "waiting_to_running_ratio",
+        "ratio",
+        "Mean waiting over mean running requests: a standing queue when well above 0.",
+        lambda c, v: _div(v["requests_waiting_avg"], v["requests_running_avg"]),
+        "sum(avg_over_time(vllm:num_requests_waiting[{w}])) / sum(avg_over_time(vllm:num_requests_running[{w}]))",
+    )
+    yield S(
+        "requests_waiting_capacity_avg",
+        "requests",
+        "Requests waiting for capacity (KV or batch slots), mean.",
+        _waiting_reason("capacity", "avg"),
+        'sum(avg_over_time(vllm:num_requests_waiting_by_reason{{reason="capacity"}}[{w}]))',
+    )
+    yield S(
+        "requests_waiting_deferred_avg",
+        "requests",
+        "Requests deferred by the scheduler, mean.",
+        _waiting_reason("deferred", "avg"),
+        'sum(avg_over_time(vllm:num_requests_waiting_by_reason{{reason="deferred"}}[{w}]))',
+    )
+    yield S(
+        "engines",
+        "count",
+        "Engines (data-parallel ranks) on the page.",
+        _engines,
+        "count(count by (engine) (vllm:num_requests_running))",
+    )
+    yield S(
+        "running_to_max_num_seqs_ratio",
+        "ratio",
+        "Highest running batch of one engine relative to max_num_seqs (1 = the cap binds).",
+        lambda c, v: _div(v["requests_running_per_engine_max"], v["max_num_seqs"]),
+        'max(max_over_time(vllm:num_requests_running[{w}])) / scalar(max(vllm_advisor_engine_knob{{knob="max_num_seqs"}}))',
+    )
+    yield S(
+        "requests_per_second",
+        "per_second",
+        "Requests finished per second (any reason).",
+        _rate(n.REQUEST_SUCCESS),
+        "sum(rate(vllm:request_success_total[{w}]))",
+    )
+    yield S(
+        "requests_finished",
+        "count",
+        "Requests finished in the window.",
+        _delta(n.REQUEST_SUCCESS),
+        "sum(increase(vllm:request_success_total[{w}]))",
+    )
+    yield S(
+        "requests_aborted_per_second",
+        "per_second",
+        "Requests aborted per second.",
+        _aborted_rate,
+        'sum(rate(vllm:request_success_total{{finished_reason="abort"}}[{w}]))',
+    )
+    yield S(
+        "request_abort_ratio",
+        "ratio",
+        "Share of finished requests that were aborted.",
+        lambda c, v: _div(v["requests_aborted_per_second"], v["requests_per_second"]),
+        'sum(rate(vllm:request_success_total{{finished_reason="abort"}}[{w}])) / sum(rate(vllm:request_success_total[{w}]))',
+    )
+    yield S(
+        "prompt_tokens_per_second",
+        "tokens_per_second",
+        "Prompt (prefill) tokens per second.",
+        _rate(n.PROMPT_TOKENS),
+        "sum(rate(vllm:prompt_tokens_total[{w}]))",
+    )
+    yield S(
+        "generation_tokens_per_second",
+        "tokens_per_second",
+        "Generated tokens per second (throughput).",
+        _rate(n.GENERATION_TOKENS),
+        "sum(rate(vllm:generation_tokens_total[{w}]))",
+    )
+    for base, metric, what, raw in _LATENCIES:
+        for q in (0.5, 0.95, 0.99):
+            pct = f"p{round(q * 100)}"
+            yield S(
+                f"{base}_{pct}",
+                "seconds",
+                f"{what.capitalize()}, {pct} over the window (from histogram buckets).",
+                _quantile(metric, q),
+                _hq(raw, q),
+            )
+        yield S(
+            f"{base}_mean",
+            "seconds",
+            f"{what.capitalize()}, mean over the window (exact).",
+            _hmean(metric),
+            f"sum(rate({raw}_sum[{{w}}])) / sum(rate({raw}_count[{{w}}]))",
+        )
+    for base, metric, what, raw in _SIZES:
+        for q in (0.5, 0.95):
+            pct = f"p{round(q * 100)}"
+            yield S(
+                f"{base}_{pct}",
+                "tokens",
+                f"{what.capitalize()}, {pct} (histogram buckets: coarse).",
+                _quantile(metric, q),
+                _hq(raw, q),
+            )
+        yield S(
+            f"{base}_mean",
+            "tokens",
+            f"{what.capitalize()}, mean (exact).",
+            _hmean(metric),
+            f"sum(rate({raw}_sum[{{w}}])) / sum(rate({raw}_count[{{w}}]))",
+        )
+    yield S(
+        "itl_tail_ratio",
+        "ratio",
+        "ITL p95 over ITL p50: decode stutter when far above 1.",
+        lambda c, v: _div(v["itl_seconds_p95"], v["itl_seconds_p50"]),
+        f"({_hq('vllm:inter_token_latency_seconds', 0.95)}) / ({_hq('vllm:inter_token_latency_seconds', 0.5)})",
+    )
+    yield S(
+        "queue_share_of_ttft",
+        "ratio",
+        "Mean queue time over mean TTFT: TTFT is queue time when near 1.",
+        lambda c, v: _div(v["queue_seconds_mean"], v["ttft_seconds_mean"]),
+        "(sum(rate(vllm:request_queue_time_seconds_sum[{w}])) / sum(rate(vllm:request_queue_time_seconds_count[{w}])))"
+        " / (sum(rate(vllm:time_to_first_token_seconds_sum[{w}])) / sum(rate(vllm:time_to_first_token_seconds_count[{w}])))",
+    )
+    yield S(
+        "prefill_share_of_ttft",
+        "ratio",
+        "Mean prefill time over mean TTFT: TTFT is prefill when near 1.",
+        lambda c, v: _div(v["prefill_seconds_mean"], v["ttft_seconds_mean"]),
+        "(sum(rate(vllm:request_prefill_time_seconds_sum[{w}])) / sum(rate(vllm:request_prefill_time_seconds_count[{w}])))"
+        " / (sum(rate(vllm:time_to_first_token_seconds_sum[{w}])) / sum(rate(vllm:time_to_first_token_seconds_count[{w}])))",
+    )
+    yield S(
+        "prompt_tokens_per_generation_token",
+        "ratio",
+        "Prefill tokens per generated token: prefills share the batches with decodes when well above 0.",
+        lambda c, v: _div(v["prompt_tokens_per_second"], v["generation_tokens_per_second"]),
+        "sum(rate(vllm:prompt_tokens_total[{w}])) / sum(rate(vllm:generation_tokens_total[{w}]))",
+    )
+    yield S(
+        "prompt_to_budget_ratio",
+        "ratio",
+        "Mean prompt length over max_num_batched_tokens: above 1, a prompt needs several steps to prefill.",
+        lambda c, v: _div(v["prompt_tokens_mean"], v["max_num_batched_tokens"]),
+        "(sum(rate(vllm:request_prompt_tokens_sum[{w}])) / sum(rate(vllm:request_prompt_tokens_count[{w}])))"
+        ' / scalar(max(vllm_advisor_engine_knob{{knob="max_num_batched_tokens"}}))',
+    )
+    yield S(
+        "prefix_cache_hit_ratio",
+        "ratio",
+        "Prefix cache hits per query (tokens).",
+        lambda c, v: _div(
+            c.window.counter_delta(n.PREFIX_CACHE_HITS, c.seconds),
+            c.window.counter_delta(n.PREFIX_CACHE_QUERIES, c.seconds),
+        ),
+        "sum(rate(vllm:prefix_cache_hits_total[{w}])) / sum(rate(vllm:prefix_cache_queries_total[{w}]))",
+    )
+    yield S(
+        "mm_cache_queries_per_second",
+        "per_second",
+        "Multimodal processor cache queries per second.",
+        _rate(n.MM_CACHE_QUERIES),
+        "sum(rate(vllm:mm_cache_queries_total[{w}]))",
+    )
+    yield S(
+        "mm_cache_hit_ratio",
+        "ratio",
+        "Multimodal processor cache hits per query.",
+        lambda c, v: _div(
+            c.window.counter_delta(n.MM_CACHE_HITS, c.seconds),
+            c.window.counter_delta(n.MM_CACHE_QUERIES, c.seconds),
+        ),
+        "sum(rate(vllm:mm_cache_hits_total[{w}])) / sum(rate(vllm:mm_cache_queries_total[{w}]))",
+    )
+    yield S(
+        "kv_cache_tokens",
+        "tokens",
+        "KV cache capacity of one engine, in tokens.",
+        _kv_tokens,
+        'max(vllm_advisor_engine_knob{{knob="kv_cache_tokens"}})',
+        per="config",
+    )
+    yield S(
+        "kv_tokens_per_request",
+        "tokens",
+        "KV a finished request holds: mean prompt + mean output, rounded up to whole blocks.",
+        _kv_tokens_per_request,
+        None,
+    )
+    yield S(
+        "kv_sustained_concurrency",
+        "requests",
+        "Requests the KV cache of one engine holds at once at the observed request sizes.",
+        _kv_sustained,
+        None,
+    )
+    yield S(
+        "kv_capacity_requests_at_max_len",
+        "requests",
+        "Requests of max_model_len tokens the KV cache of one engine holds (vLLM's 'maximum concurrency').",
+        lambda c, v: (
+            _div(v["kv_cache_tokens"], v["max_model_len"])
+            if c.engine.get("max_concurrency") is None
+            else float(c.engine.get("max_concurrency"))
+        ),
+        None,
+    )
+    yield S(
+        "tokens_in_flight_per_running_request",
+        "tokens",
+        "KV tokens held per running request (KV usage x capacity / running, per engine).",
+        lambda c, v: _div(
+            None
+            if v["kv_cache_usage_ratio_avg"] is None or v["kv_cache_tokens"] is None
+            else v["kv_cache_usage_ratio_avg"] * v["kv_cache_tokens"],
+            _div(v["requests_running_avg"], v["engines"]),
+        ),
+        None,
+    )
+    yield S(
+        "api_server_cpu_cores",
+        "cores",
+        "CPU used by vLLM's API-server process (cores; ~1 = saturated).",
+        _api_cpu,
+        'sum(rate(process_cpu_seconds_total{{job=~".*vllm.*"}}[{w}]))',
+    )
+    yield S(
+        "window_seconds",
+        "seconds",
+        "Time covered by the snapshots in the evaluation window.",
+        lambda c, v: c.window.duration(c.seconds) or None,
+        None,
+    )
+    for knob, help_ in [
+        ("max_num_seqs", "max_num_seqs the engine runs with."),
+        ("max_num_batched_tokens", "max_num_batched_tokens the engine runs with."),
+        ("gpu_memory_utilization", "gpu_memory_utilization the engine runs with."),
+        ("max_model_len", "max_model_len the engine runs with."),
+        ("tensor_parallel_size", "tensor_parallel_size the engine runs with."),
+        ("pipeline_parallel_size", "pipeline_parallel_size the engine runs with."),
+        ("data_parallel_size", "data_parallel_size the engine runs with."),
+        ("api_server_count", "api_server_count the server runs with."),
+        ("gpu_count", "GPUs on the host."),
+        ("gpu_memory_gib", "Memory of one GPU, GiB."),
+    ]:
+        yield S(
+            knob,
+            "count" if "size" in knob or "count" in knob else "info",
+            help_,
+            _knob(knob),
+            f'max(vllm_advisor_engine_knob{{{{knob="{knob}"}}}})',
+            per="config",
+        )
+    yield S(
+        "kv_size_fixed",
+        "info",
+        "1 when the KV size is fixed (kv_cache_memory_bytes or num_gpu_blocks_override).",
+        lambda c, v: (
+            1.0 if (c.engine.get("kv_cache_memory_bytes") or c.engine.get("num_gpu_blocks_override")) else 0.0
+        ),
+        None,
+        per="config",
+    )
+
+
+CATALOG: dict[str, Signal] = {s.name: s for s in _build()}
+
+
+def promql(signal: Signal, window: str = "5m") -> str | None:
+    return signal.promql.format(w=window) if signal.promql else None
+
+
+def describe(name: str) -> dict[str, Any]:
+    s = CATALOG[name]
+    return {"name": s.name, "unit": s.unit, "help": s.help, "promql": promql(s)}
