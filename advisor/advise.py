@@ -328,15 +328,9 @@ def measurement_context(
 
 
 def engine_json(engine: EngineInfo) -> dict[str, Any]:
-    knobs_out = {
-        k: {"value": v.value, "source": v.source, "detail": v.detail}
-        for k, v in sorted(engine.values.items())
-    }
-    return {
-        "vllm_version": engine.get("vllm_version"),
-        "model": engine.get("model"),
-        "knobs": knobs_out,
-    }
+    from advisor.sources.engine import to_json
+
+    return to_json(engine)
 
 
 def significance(

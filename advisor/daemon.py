@@ -147,7 +147,7 @@ class Daemon:
         t0 = time.monotonic()
         try:
             page = metrics_src.fetch(metrics_url(self.cfg.vllm_url), self.cfg.scrape_timeout_s, self.http)
-            text, t, dur = page.text, page.t, page.duration_s
+            text, t, dur = page.text, self.clock(), page.duration_s
             err: Exception | None = None
         except metrics_src.MetricsError as e:
             text, t, dur, err = "", self.clock(), time.monotonic() - t0, e

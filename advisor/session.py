@@ -6,7 +6,8 @@ A session is the replay format for tests, the demo and bug reports. One director
     vllm.log[.gz]                 the server's log lines seen during the recording
     engine.json                   the engine's knobs with their provenance (redacted)
     meta.json                     url (credentials removed), started_at, interval_s, duration_s,
-                                  scrapes, errors, advisor/vLLM versions, notes, load, ...
+                                  scrapes, errors, advisor/vLLM versions, notes, load,
+                                  log_marks (log lines read before each scrape), ...
     bench.json                    optional: the load's ``vllm bench serve`` result
 
 Writing (``SessionWriter``, ``record``) is I/O at the edge; reading (``Session``) parses only
@@ -17,6 +18,7 @@ file names, JSON and log timestamps: the metrics pages go out as text for
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import math
@@ -473,6 +475,7 @@ def record(
     follower = open_log_follower(log_file, log_cmd, from_start=log_from_start)
     writer = SessionWriter(out, compress=compress)
     errors: list[dict[str, Any]] = []
+    log_marks: list[int] = []  # log lines read when each stored scrape was taken
     head_lines: list[str] = []  # the first lines, for the engine resolver and the version
     first_page: str | None = None
     interrupted = False
@@ -489,11 +492,15 @@ def record(
     n = slot = 0
     try:
         while True:
+            # drain the log first, so that every line read before this scrape is marked as such
+            if follower is not None:
+                take_logs(follower.read_new())
             t = clock()
             ok, size = False, 0
             try:
                 r = http.get(metrics_url, timeout=timeout_s)
                 writer.add_scrape(t, r.text)
+                log_marks.append(writer.log_lines)
                 size = len(r.text)
                 if r.status_code == 200:
                     ok = True
@@ -504,8 +511,6 @@ def record(
             except Exception as e:  # a failed scrape is data, not a crash
                 errors.append({"t": t, "error": redact_text(f"{type(e).__name__}: {e}")})
             n += 1
-            if follower is not None:
-                take_logs(follower.read_new())
             if progress is not None:
                 progress({"n": n, "t": t, "ok": ok, "bytes": size, "log_lines": writer.log_lines})
             # the next slot on the start + k * interval grid; slots missed by a slow scrape
@@ -540,6 +545,7 @@ def record(
         "interval_s": interval_s,
         "duration_s": round(end - start, 3),
         "errors": errors,
+        "log_marks": log_marks,
         "vllm_version": _vllm_version(base_url, timeout_s, head_lines, http),
         "log_source": (
             str(log_file) if log_file is not None else (redact_text(str(log_cmd)) if log_cmd else None)
@@ -666,7 +672,9 @@ class Session:
             v = meta.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or v < 0):
                 raise SessionError(f"{meta_path}: {key} must be a non-negative number, got {v!r}")
-        return cls(d, meta, engine, scrapes, started)
+        session = cls(d, meta, engine, scrapes, started)
+        session.log_marks()  # validates
+        return session
 
     @staticmethod
     def _started(meta: Mapping[str, Any], meta_path: Path, first_t: float) -> datetime:
@@ -719,31 +727,74 @@ class Session:
         return _load_json_object(p, "bench.json") if p.exists() else None
 
     # -------------------------------------------------------------- replay
+    def log_marks(self) -> list[int] | None:
+        """meta's ``log_marks`` (written by ``record``): ``log_marks[k]`` is how many log lines
+        had been read when scrape k was taken. None when the session has none."""
+        marks = self.meta.get("log_marks")
+        if marks is None:
+            return None
+        ok = (
+            isinstance(marks, list)
+            and len(marks) == len(self.scrapes)
+            and all(isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in marks)
+            and marks == sorted(marks)
+        )
+        if not ok:
+            raise SessionError(
+                f"{self.dir / META_FILE}: log_marks must be {len(self.scrapes)} non-decreasing line counts"
+            )
+        return list(marks)
+
     def timeline(self) -> Iterator[tuple[float, str, float | None, str | int]]:
         """(effective time, kind, t, line or scrape index) in replay order; reads no page.
 
-        Scrapes come in time order. Log lines keep their file order; a line is placed by its
-        own timestamp (before a scrape taken in the same second or later), and a line without
-        one (a traceback, a wrapped line) right after the item before it, or right after the
-        first scrape when no stamped line came before it. Once a stamped line has been seen,
-        effective times never go backwards, so a line stamped earlier than the one above it
-        stays below it.
+        Scrapes come in time order. Log lines keep their file order. A line is placed by its
+        own timestamp (before a scrape taken in the same second or later); a line without
+        one (a traceback, an access-log line) right after the scrape that preceded it in the
+        recording (``log_marks``), or, without marks, right after the line above it. Unstamped
+        lines at the top of the log go with the first placed line below them (right after the
+        first scrape when none is). Placement never goes backwards, so a line stamped earlier
+        than the one above it stays below it.
         """
         scrapes = self.scrapes
+        marks = self.log_marks()
         i = 0
-        eff, tie, seen_stamp = scrapes[0][0], 2, False
-        for line in self.log_lines():
-            ts = parse_log_time(line, self.started)
-            if ts is not None:
-                eff = max(ts, eff) if seen_stamp else ts
-                tie, seen_stamp = 0, True
-            while i < len(scrapes) and (scrapes[i][0], 1) < (eff, tie):
+
+        def scrapes_before(key: tuple[float, int]) -> Iterator[tuple[float, str, float | None, str | int]]:
+            nonlocal i
+            while i < len(scrapes) and (scrapes[i][0], 1) < key:
                 yield scrapes[i][0], "scrape", scrapes[i][0], i
                 i += 1
-            yield eff, "log", ts, line
-        while i < len(scrapes):
-            yield scrapes[i][0], "scrape", scrapes[i][0], i
-            i += 1
+
+        prev: tuple[float, int] | None = None
+        leading: list[str] = []
+        for j, line in enumerate(self.log_lines()):
+            ts = parse_log_time(line, self.started)
+            k = bisect.bisect_right(marks, j) - 1 if marks else -1
+            key: tuple[float, int] | None
+            if ts is not None:
+                key = (ts, 0)
+            elif k >= 0:
+                key = (scrapes[k][0], 2)
+            else:
+                key = prev
+            if key is None:
+                leading.append(line)
+                continue
+            if prev is not None:
+                key = max(key, prev)
+            yield from scrapes_before(key)
+            for ln in leading:
+                yield key[0], "log", None, ln
+            leading.clear()
+            yield key[0], "log", ts, line
+            prev = key
+        if leading:
+            key = (scrapes[0][0], 2)
+            yield from scrapes_before(key)
+            for ln in leading:
+                yield key[0], "log", None, ln
+        yield from scrapes_before((float("inf"), 0))
 
     def replay(
         self,

@@ -179,7 +179,8 @@ def _kv_tokens_per_request(c: Context, v: Values) -> Value:
     if p is None or g is None:
         return None
     bs = _block_size(c)
-    return float(math.ceil((p + g) / bs) * bs)
+    # the last generated token is never fed back, so its KV is never written
+    return float(math.ceil((p + g - 1) / bs) * bs)
 
 
 def _kv_sustained(c: Context, v: Values) -> Value:
@@ -506,13 +507,13 @@ def _build() -> Iterator[Signal]:
         "tokens",
         "KV cache capacity of one engine, in tokens.",
         _kv_tokens,
-        'max(vllm_advisor_engine_knob{{knob="kv_cache_tokens"}})',
+        'max(vllm_advisor_engine_fact{{fact="kv_cache_tokens"}})',
         per="config",
     )
     yield S(
         "kv_tokens_per_request",
         "tokens",
-        "KV a finished request holds: mean prompt + mean output, rounded up to whole blocks.",
+        "KV a finished request holds: mean prompt + mean output - 1, rounded up to whole blocks.",
         _kv_tokens_per_request,
         None,
     )
@@ -569,8 +570,6 @@ def _build() -> Iterator[Signal]:
         ("pipeline_parallel_size", "pipeline_parallel_size the engine runs with."),
         ("data_parallel_size", "data_parallel_size the engine runs with."),
         ("api_server_count", "api_server_count the server runs with."),
-        ("gpu_count", "GPUs on the host."),
-        ("gpu_memory_gib", "Memory of one GPU, GiB."),
     ]:
         yield S(
             knob,
@@ -580,6 +579,24 @@ def _build() -> Iterator[Signal]:
             f'max(vllm_advisor_engine_knob{{{{knob="{knob}"}}}})',
             per="config",
         )
+    yield S(
+        "gpus",
+        "count",
+        "GPUs on the host (nvidia-smi).",
+        _knob("gpu_count"),
+        'max(vllm_advisor_engine_fact{{fact="gpu_count"}})',
+        per="config",
+    )
+    yield S(
+        "gpu_memory_bytes",
+        "bytes",
+        "Memory of one GPU.",
+        lambda c, v: (
+            None if c.engine.get("gpu_memory_gib") is None else float(c.engine.get("gpu_memory_gib")) * 2**30
+        ),
+        'max(vllm_advisor_engine_fact{{fact="gpu_memory_bytes"}})',
+        per="config",
+    )
     yield S(
         "kv_size_fixed",
         "info",

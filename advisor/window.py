@@ -53,13 +53,26 @@ class Window:
         self._snaps: deque[Snapshot] = deque(maxlen=max_snapshots)
         self._events: deque[LogEvent] = deque(maxlen=max_events)
         self._outages: deque[Outage] = deque(maxlen=1000)
+        # memo of derived values, valid while no snapshot is added and the clock stands still
+        self._memo: dict[tuple[object, ...], object] = {}
+        self._memo_at: tuple[float, float] | None = None
 
     # ---------------------------------------------------------------- input
     def add_snapshot(self, snapshot: Snapshot) -> None:
         if self._snaps and snapshot.t < self._snaps[-1].t:
             return  # out of order: ignore rather than corrupt deltas
         self._snaps.append(slim(snapshot))
+        self._memo.clear()
         self._expire()
+
+    def _cached(self, key: tuple[object, ...], compute: Callable[[], object]) -> object:
+        stamp = (self._snaps[-1].t if self._snaps else 0.0, self.now())
+        if stamp != self._memo_at:
+            self._memo.clear()
+            self._memo_at = stamp
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def add_event(self, event: LogEvent) -> None:
         self._events.append(event)
@@ -140,6 +153,13 @@ class Window:
         self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
     ) -> Histogram | None:
         """Bucket increases over the window, merged over matching series (reset-aware)."""
+        key = ("hist", name, seconds, tuple(sorted(match.items())) if match else None)
+        out = self._cached(key, lambda: self._histogram_delta(name, seconds, match))
+        return out if isinstance(out, Histogram) else None
+
+    def _histogram_delta(
+        self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
+    ) -> Histogram | None:
         snaps = [s for s in self.snapshots(seconds) if s.has(name)]
         if len(snaps) < 2:
             return None

@@ -105,8 +105,8 @@ class AdvisorCollector(Collector):
         model = _label(d.context.get("model"))
         for name, sig in CATALOG.items():
             v = _num(d.signals.get(name))
-            if v is None:
-                continue
+            if v is None or sig.per == "config":
+                continue  # unknown; or an engine value, exported as engine_knob / engine_fact
             fam = GaugeMetricFamily(sig.series, f"{sig.help} ({sig.unit})", labels=["model_name"])
             fam.add_metric([model], v)
             yield fam
@@ -154,6 +154,21 @@ class AdvisorCollector(Collector):
             v = _num(k.get("value"))
             if v is not None:
                 g.add_metric([name, _label(k.get("source"))], v)
+        yield g
+        g = GaugeMetricFamily(
+            p + "engine_fact",
+            "Numeric facts about the server (KV capacity, GPUs).",
+            labels=["fact", "source"],
+        )
+        facts = d.engine.get("facts", {})
+        for name in ("kv_cache_tokens", "max_concurrency", "gpu_count", "num_gpu_blocks"):
+            f = facts.get(name)
+            v = _num(f.get("value")) if f else None
+            if v is not None:
+                g.add_metric([name, _label(f.get("source"))], v)
+        gib = facts.get("gpu_memory_gib")
+        if gib and _num(gib.get("value")) is not None:
+            g.add_metric(["gpu_memory_bytes", _label(gib.get("source"))], float(gib["value"]) * 2**30)
         yield g
         g = GaugeMetricFamily(p + "engine_info", "What the server is.", labels=["version", "model", "device"])
         g.add_metric(

@@ -1,0 +1,108 @@
+"""``vllm-advisor generate``: write every generated file (alert and recording rules, their
+promtool tests, Grafana dashboards, the runbook, the deploy bundle) from ``rules/*.yaml`` and
+the signal catalog, deterministically; and ``diff`` them against what is on disk (``--check``).
+
+:func:`render_all` is pure (relative path -> text); :func:`generate` and :func:`diff` are the
+I/O edges.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from advisor.outputs import alerts, dashboards, deploy
+from advisor.ruleset import Rule, load_rules
+
+RULES_FILE = "deploy/prometheus/vllm-advisor.rules.yaml"
+PROMTOOL_TESTS_FILE = "deploy/prometheus/tests/vllm-advisor.alerts.test.yaml"
+RUNBOOK_FILE = "deploy/RUNBOOK.md"
+SERVER_DASHBOARD_FILE = "grafana/vllm-advisor-server.json"
+FLEET_DASHBOARD_FILE = "grafana/vllm-advisor-fleet.json"
+
+
+def render_all(rules: Sequence[Rule] | None = None) -> dict[str, str]:
+    """Every generated file: relative path -> content. Same input, same bytes."""
+    rs = list(rules) if rules is not None else load_rules()
+    k8s_note = (
+        "vLLM with vllm-advisor as a sidecar. vLLM logs through its own logging config\n"
+        "(ConfigMap vllm-logging) to stdout and to a shared emptyDir file that the advisor follows;\n"
+        "see advisor/outputs/deploy.py for why this beats a tee pipeline or --log-cmd."
+    )
+    return {
+        RULES_FILE: alerts.render_rules_file(rs),
+        PROMTOOL_TESTS_FILE: alerts.render_promtool_tests(rs),
+        RUNBOOK_FILE: alerts.render_runbook(rs),
+        SERVER_DASHBOARD_FILE: dashboards.render(dashboards.server_dashboard()),
+        FLEET_DASHBOARD_FILE: dashboards.render(dashboards.fleet_dashboard()),
+        "deploy/prometheus/prometheus.yml": deploy.render_yaml(
+            deploy.prometheus_config(),
+            "Example scrape config: every vLLM server and its advisor, one pair per host.\n"
+            "Both targets of a host get the same instance label (the host, without the port):\n"
+            "the dashboards and the recording rules' joins rely on it.",
+        ),
+        "deploy/alertmanager/alertmanager.yml": deploy.render_yaml(
+            deploy.alertmanager_config(),
+            "Routes vllm-advisor alerts on severity to webhook receivers; replace the URLs with yours.",
+        ),
+        "deploy/kubernetes/vllm-logging-configmap.yaml": deploy.render_yaml(
+            deploy.k8s_logging_configmap(), k8s_note
+        ),
+        "deploy/kubernetes/deployment.yaml": deploy.render_yaml(deploy.k8s_deployment(), k8s_note),
+        "deploy/kubernetes/service.yaml": deploy.render_yaml(deploy.k8s_service()),
+        "deploy/kubernetes/servicemonitor.yaml": deploy.render_yaml(
+            deploy.k8s_servicemonitor(),
+            "Scrapes both ports of the Service; job is vllm / vllm-advisor, instance is the pod name.",
+        ),
+        "deploy/kubernetes/prometheusrule.yaml": deploy.render_yaml(
+            deploy.k8s_prometheusrule(rs),
+            "The groups of deploy/prometheus/vllm-advisor.rules.yaml, for the Prometheus Operator.",
+        ),
+        "deploy/compose/docker-compose.yml": deploy.render_yaml(
+            deploy.compose_file(),
+            "docker compose up: vLLM (GPU), its advisor, Prometheus :9090, Alertmanager :9093, Grafana :3000.",
+        ),
+        "deploy/compose/prometheus.yml": deploy.render_yaml(deploy.compose_prometheus_config()),
+        "deploy/compose/vllm-logging.json": json.dumps(deploy.vllm_logging_config(), indent=2) + "\n",
+        "deploy/compose/grafana/provisioning/datasources/prometheus.yml": deploy.render_yaml(
+            deploy.grafana_datasource()
+        ),
+        "deploy/compose/grafana/provisioning/dashboards/vllm-advisor.yml": deploy.render_yaml(
+            deploy.grafana_dashboard_provider()
+        ),
+    }
+
+
+def generate(out_root: Path, rules: Sequence[Rule] | None = None) -> list[Path]:
+    """Write every generated file under ``out_root``; return their paths (sorted)."""
+    written = []
+    for rel, text in sorted(render_all(rules).items()):
+        path = Path(out_root) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def diff(out_root: Path, rules: Sequence[Rule] | None = None) -> list[str]:
+    """Files under ``out_root`` that are missing or differ from what ``generate`` would write,
+    each as ``"missing: PATH"`` or a unified diff (empty list: up to date)."""
+    problems = []
+    for rel, text in sorted(render_all(rules).items()):
+        path = Path(out_root) / rel
+        if not path.is_file():
+            problems.append(f"missing: {rel}")
+            continue
+        have = path.read_text(encoding="utf-8")
+        if have != text:
+            lines = difflib.unified_diff(
+                have.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                f"{rel} (on disk)",
+                f"{rel} (generated)",
+            )
+            problems.append("".join(lines))
+    return problems

@@ -1,0 +1,406 @@
+"""The deploy bundle: Prometheus scrape example, Alertmanager routing, Kubernetes manifests
+(vLLM with the advisor as a sidecar, Service, ServiceMonitor, PrometheusRule) and a
+docker-compose stack (vLLM, advisor, Prometheus, Alertmanager, Grafana with provisioning).
+
+Conventions every file here keeps (the dashboards and the joins of the recording rules rely
+on them):
+
+- jobs ``vllm`` and ``vllm-advisor`` (:data:`alerts.VLLM_JOB`, :data:`alerts.ADVISOR_JOB`);
+- a vLLM server and its advisor carry the same ``instance`` label: the host (or pod), without
+  the port.
+
+How the sidecar reads vLLM's log: vLLM writes it itself, through its own logging config
+(``VLLM_CONFIGURE_LOGGING=1``, ``VLLM_LOGGING_CONFIG_PATH``), to stdout *and* to a file on a
+shared ``emptyDir``/volume, which the advisor follows (``--log-file``; it survives
+truncation and rotation). This is the robust choice: no shell pipeline in front of vLLM (a
+``| tee`` makes a shell PID 1, which swallows SIGTERM and hides vLLM's exit code, and a dead
+tee kills vLLM with SIGPIPE), no API credentials (``--log-cmd 'kubectl logs -f'`` needs RBAC
+and kubectl; ``docker logs -f`` needs the Docker socket, i.e. root on the host), and
+``kubectl logs`` keeps working. The file is opened in append mode by every vLLM process
+(API server and engine core), which is safe for concurrent line writes; the advisor's
+container truncates it past a size limit (copy-truncate style, no second writer).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from advisor.outputs import alerts
+from advisor.ruleset import Rule
+
+VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+ADVISOR_IMAGE = "ghcr.io/vllm-advisor/vllm-advisor:0.1.0"
+PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
+ALERTMANAGER_IMAGE = "prom/alertmanager:v0.27.0"
+GRAFANA_IMAGE = "grafana/grafana:11.1.0"
+VLLM_PORT = 8000
+ADVISOR_PORT = 19842
+VLLM_PORT_NAME = "http-vllm"
+ADVISOR_PORT_NAME = "http-advisor"
+APP_NAME = "vllm"
+LOG_DIR = "/var/log/vllm"
+LOG_FILE = f"{LOG_DIR}/vllm.log"
+LOG_CONFIG_PATH = "/etc/vllm/logging.json"
+LOG_MAX_BYTES = 256 * 1024 * 1024
+EXAMPLE_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
+YAML_HEADER = alerts.YAML_HEADER
+
+
+def vllm_logging_config(log_file: str = LOG_FILE) -> dict[str, Any]:
+    """vLLM's logging config (``VLLM_LOGGING_CONFIG_PATH``): its usual format, to stdout and
+    to ``log_file``. Plain ``logging`` classes only, so it works across vLLM versions."""
+    fmt = {
+        "format": "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s",
+        "datefmt": "%m-%d %H:%M:%S",
+    }
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"vllm": fmt},
+        "handlers": {
+            "console": {
+                "class": "logging.StreamHandler",
+                "formatter": "vllm",
+                "level": "INFO",
+                "stream": "ext://sys.stdout",
+            },
+            "file": {
+                "class": "logging.FileHandler",
+                "formatter": "vllm",
+                "level": "INFO",
+                "filename": log_file,
+                "mode": "a",
+            },
+        },
+        "loggers": {"vllm": {"handlers": ["console", "file"], "level": "INFO", "propagate": False}},
+    }
+
+
+def advisor_command(vllm_url: str = f"http://127.0.0.1:{VLLM_PORT}") -> list[str]:
+    """The sidecar's command: keep the shared log file bounded, then exec the advisor (PID 1
+    of its container, so it gets SIGTERM)."""
+    script = (
+        f"LOG={LOG_FILE}; MAX={LOG_MAX_BYTES}; "
+        '( while sleep 60; do s=$(stat -c %s "$LOG" 2>/dev/null || echo 0); '
+        'if [ "$s" -gt "$MAX" ]; then : > "$LOG"; fi; done ) & '
+        f"exec vllm-advisor run --vllm-url {vllm_url} --log-file {LOG_FILE} --listen 0.0.0.0:{ADVISOR_PORT}"
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def _instance_from_host() -> dict[str, Any]:
+    """Relabel ``instance`` to the target's host, without the port."""
+    return {
+        "source_labels": ["__address__"],
+        "regex": "(.+):\\d+",
+        "target_label": "instance",
+        "replacement": "$1",
+    }
+
+
+# ---------------------------------------------------------------- Prometheus and Alertmanager
+def prometheus_config(
+    vllm_targets: Sequence[str] = ("gpu-node-1:8000", "gpu-node-2:8000"),
+    advisor_targets: Sequence[str] = ("gpu-node-1:19842", "gpu-node-2:19842"),
+    alertmanagers: Sequence[str] = ("localhost:9093",),
+    rule_files: Sequence[str] = ("vllm-advisor.rules.yaml",),
+) -> dict[str, Any]:
+    return {
+        "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+        "rule_files": list(rule_files),
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]},
+        "scrape_configs": [
+            {
+                "job_name": alerts.VLLM_JOB,
+                "static_configs": [{"targets": list(vllm_targets)}],
+                "relabel_configs": [_instance_from_host()],
+            },
+            {
+                "job_name": alerts.ADVISOR_JOB,
+                "static_configs": [{"targets": list(advisor_targets)}],
+                "relabel_configs": [_instance_from_host()],
+            },
+        ],
+    }
+
+
+WEBHOOK_BASE = "http://alert-webhook.example:9095/vllm-advisor"
+
+
+def alertmanager_config(webhook_base: str = WEBHOOK_BASE) -> dict[str, Any]:
+    """Route on ``severity`` to one webhook receiver per severity; while vLLM is down
+    (VllmServerDown) the same instance's recommendations are inhibited."""
+
+    def receiver(sev: str) -> dict[str, Any]:
+        return {
+            "name": f"vllm-advisor-{sev}",
+            "webhook_configs": [{"url": f"{webhook_base}/{sev}", "send_resolved": True}],
+        }
+
+    return {
+        "route": {
+            "receiver": "vllm-advisor-warning",
+            "group_by": ["alertname", "instance"],
+            "group_wait": "30s",
+            "group_interval": "5m",
+            "repeat_interval": "4h",
+            "routes": [
+                {
+                    "matchers": ['severity="critical"'],
+                    "receiver": "vllm-advisor-critical",
+                    "repeat_interval": "1h",
+                },
+                {"matchers": ['severity="warning"'], "receiver": "vllm-advisor-warning"},
+                {"matchers": ['severity="info"'], "receiver": "vllm-advisor-info", "repeat_interval": "24h"},
+            ],
+        },
+        "inhibit_rules": [
+            {
+                "source_matchers": ['alertname="VllmServerDown"'],
+                "target_matchers": ['severity=~"warning|info"'],
+                "equal": ["instance"],
+            }
+        ],
+        "receivers": [receiver("critical"), receiver("warning"), receiver("info")],
+    }
+
+
+# ---------------------------------------------------------------- Kubernetes
+POD_LABELS = {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/component": "inference"}
+
+
+def k8s_logging_configmap() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "vllm-logging", "labels": {"app.kubernetes.io/name": APP_NAME}},
+        "data": {"logging.json": json.dumps(vllm_logging_config(), indent=2) + "\n"},
+    }
+
+
+def k8s_deployment() -> dict[str, Any]:
+    http_get = {"path": "/health", "port": VLLM_PORT_NAME}
+    vllm = {
+        "name": "vllm",
+        "image": VLLM_IMAGE,
+        "args": ["--model", EXAMPLE_MODEL, "--host", "0.0.0.0", "--port", str(VLLM_PORT)],
+        "env": [
+            {"name": "VLLM_CONFIGURE_LOGGING", "value": "1"},
+            {"name": "VLLM_LOGGING_CONFIG_PATH", "value": LOG_CONFIG_PATH},
+        ],
+        "ports": [{"name": VLLM_PORT_NAME, "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "startupProbe": {"httpGet": http_get, "periodSeconds": 10, "failureThreshold": 60},
+        "readinessProbe": {"httpGet": http_get, "periodSeconds": 10},
+        "volumeMounts": [
+            {"name": "vllm-logs", "mountPath": LOG_DIR},
+            {"name": "vllm-logging", "mountPath": "/etc/vllm", "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+    advisor = {
+        "name": "vllm-advisor",
+        "image": ADVISOR_IMAGE,
+        "command": advisor_command(),
+        "ports": [{"name": ADVISOR_PORT_NAME, "containerPort": ADVISOR_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/metrics", "port": ADVISOR_PORT_NAME}, "periodSeconds": 15},
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "volumeMounts": [{"name": "vllm-logs", "mountPath": LOG_DIR}],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": APP_NAME, "labels": dict(POD_LABELS)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": dict(POD_LABELS)},
+            "template": {
+                "metadata": {"labels": dict(POD_LABELS)},
+                "spec": {
+                    # the advisor reads vLLM's command line (secrets redacted) from /proc
+                    "shareProcessNamespace": True,
+                    "containers": [vllm, advisor],
+                    "volumes": [
+                        {"name": "vllm-logs", "emptyDir": {"sizeLimit": "1Gi"}},
+                        {"name": "vllm-logging", "configMap": {"name": "vllm-logging"}},
+                        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def k8s_service() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": APP_NAME, "labels": dict(POD_LABELS)},
+        "spec": {
+            "selector": dict(POD_LABELS),
+            "ports": [
+                {"name": VLLM_PORT_NAME, "port": VLLM_PORT, "targetPort": VLLM_PORT_NAME, "protocol": "TCP"},
+                {
+                    "name": ADVISOR_PORT_NAME,
+                    "port": ADVISOR_PORT,
+                    "targetPort": ADVISOR_PORT_NAME,
+                    "protocol": "TCP",
+                },
+            ],
+        },
+    }
+
+
+def _endpoint(port: str, job: str) -> dict[str, Any]:
+    return {
+        "port": port,
+        "path": "/metrics",
+        "interval": "15s",
+        "relabelings": [
+            {"targetLabel": "job", "replacement": job, "action": "replace"},
+            {"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "instance", "action": "replace"},
+        ],
+    }
+
+
+def k8s_servicemonitor() -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": APP_NAME, "labels": {**POD_LABELS, "release": "prometheus"}},
+        "spec": {
+            "selector": {"matchLabels": dict(POD_LABELS)},
+            "endpoints": [
+                _endpoint(VLLM_PORT_NAME, alerts.VLLM_JOB),
+                _endpoint(ADVISOR_PORT_NAME, alerts.ADVISOR_JOB),
+            ],
+        },
+    }
+
+
+def k8s_prometheusrule(rules: Sequence[Rule]) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "vllm-advisor",
+            "labels": {"app.kubernetes.io/name": "vllm-advisor", "release": "prometheus"},
+        },
+        "spec": alerts.rule_groups(rules),
+    }
+
+
+def render_docs(docs: Sequence[dict[str, Any]], comment: str = "") -> str:
+    head = YAML_HEADER + "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + "---\n".join(alerts.dump_yaml(d) for d in docs)
+
+
+# ---------------------------------------------------------------- docker compose
+def compose_file() -> dict[str, Any]:
+    return {
+        "name": "vllm-advisor",
+        "services": {
+            "vllm": {
+                "image": VLLM_IMAGE,
+                "command": [
+                    "--model",
+                    "${VLLM_MODEL:-" + EXAMPLE_MODEL + "}",
+                    "--host",
+                    "0.0.0.0",
+                    "--port",
+                    str(VLLM_PORT),
+                ],
+                "environment": {"VLLM_CONFIGURE_LOGGING": "1", "VLLM_LOGGING_CONFIG_PATH": LOG_CONFIG_PATH},
+                "ipc": "host",
+                # the advisor shares this network namespace: publish its port here
+                "ports": [f"{VLLM_PORT}:{VLLM_PORT}", f"{ADVISOR_PORT}:{ADVISOR_PORT}"],
+                "volumes": ["vllm-logs:" + LOG_DIR, "./vllm-logging.json:" + LOG_CONFIG_PATH + ":ro"],
+                "deploy": {
+                    "resources": {
+                        "reservations": {
+                            "devices": [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+                        }
+                    }
+                },
+            },
+            "vllm-advisor": {
+                "image": ADVISOR_IMAGE,
+                "command": advisor_command(),
+                "network_mode": "service:vllm",  # 127.0.0.1:8000 is vLLM; both share instance "vllm"
+                "pid": "service:vllm",  # read vLLM's command line
+                "volumes": ["vllm-logs:" + LOG_DIR],
+                "depends_on": ["vllm"],
+            },
+            "prometheus": {
+                "image": PROMETHEUS_IMAGE,
+                "command": ["--config.file=/etc/prometheus/prometheus.yml", "--web.enable-lifecycle"],
+                "ports": ["9090:9090"],
+                "volumes": [
+                    "./prometheus.yml:/etc/prometheus/prometheus.yml:ro",
+                    "../prometheus/vllm-advisor.rules.yaml:/etc/prometheus/vllm-advisor.rules.yaml:ro",
+                ],
+            },
+            "alertmanager": {
+                "image": ALERTMANAGER_IMAGE,
+                "command": ["--config.file=/etc/alertmanager/alertmanager.yml"],
+                "ports": ["9093:9093"],
+                "volumes": ["../alertmanager/alertmanager.yml:/etc/alertmanager/alertmanager.yml:ro"],
+            },
+            "grafana": {
+                "image": GRAFANA_IMAGE,
+                "ports": ["3000:3000"],
+                "environment": {"GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer"},
+                "volumes": [
+                    "./grafana/provisioning:/etc/grafana/provisioning:ro",
+                    "../../grafana:/var/lib/grafana/dashboards/vllm-advisor:ro",
+                ],
+            },
+        },
+        "volumes": {"vllm-logs": {}},
+    }
+
+
+def compose_prometheus_config() -> dict[str, Any]:
+    return prometheus_config(
+        vllm_targets=(f"vllm:{VLLM_PORT}",),
+        advisor_targets=(f"vllm:{ADVISOR_PORT}",),
+        alertmanagers=("alertmanager:9093",),
+        rule_files=("/etc/prometheus/vllm-advisor.rules.yaml",),
+    )
+
+
+def grafana_datasource() -> dict[str, Any]:
+    return {
+        "apiVersion": 1,
+        "datasources": [
+            {
+                "name": "Prometheus",
+                "type": "prometheus",
+                "access": "proxy",
+                "url": "http://prometheus:9090",
+                "isDefault": True,
+            }
+        ],
+    }
+
+
+def grafana_dashboard_provider() -> dict[str, Any]:
+    return {
+        "apiVersion": 1,
+        "providers": [
+            {
+                "name": "vllm-advisor",
+                "folder": "vLLM advisor",
+                "type": "file",
+                "disableDeletion": True,
+                "allowUiUpdates": False,
+                "options": {"path": "/var/lib/grafana/dashboards/vllm-advisor"},
+            }
+        ],
+    }
+
+
+def render_yaml(doc: dict[str, Any], comment: str = "") -> str:
+    return render_docs([doc], comment)

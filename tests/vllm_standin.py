@@ -1,0 +1,86 @@
+"""A stand-in for a vLLM server's /metrics endpoint, serving pages recorded from real servers.
+
+Used where the real server cannot be made to misbehave on demand (a hanging socket,
+an HTML error page from a proxy, a 40 MB page, a restart between two scrapes). The
+pages themselves are real captures; the misbehaviour is injected. Tests that use it
+say so in their docstrings.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from advisor.session import Session
+
+
+class StandIn:
+    def __init__(self, pages: list[str]) -> None:
+        self.pages = pages
+        self.i = 0
+        self.mode = "ok"  # ok | hang | html | huge | garbage | http503
+        self.hits = 0
+        self.lock = threading.Lock()
+
+    def next_page(self) -> str:
+        with self.lock:
+            page = self.pages[min(self.i, len(self.pages) - 1)]
+            self.i += 1
+            return page
+
+
+def session_pages(path: Path) -> list[str]:
+    s = Session.load(path)
+    return [text for _, text in s.iter_scrapes()]
+
+
+@contextmanager
+def serve(standin: StandIn) -> Iterator[str]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            standin.hits += 1
+            mode = standin.mode
+            if mode == "hang":
+                time.sleep(3)
+            if mode == "http503":
+                self.send_response(503)
+                self.end_headers()
+                self.wfile.write(b"Service Unavailable")
+                return
+            if mode == "html":
+                body = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+                ctype = "text/html"
+            elif mode == "huge":
+                body = b"# HELP x y\n" + b"vllm:junk 1\n" * 3_000_000
+                ctype = "text/plain"
+            elif mode == "garbage":
+                body = b"\x00\xff\xfe garbage { not prometheus\n"
+                ctype = "text/plain"
+            else:
+                body = standin.next_page().encode()
+                ctype = "text/plain; version=0.0.4"
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
