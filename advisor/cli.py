@@ -426,6 +426,30 @@ def run(
     sys.exit(daemon.run(cfg, rs, run_seconds))
 
 
+# ------------------------------------------------------------------ generate
+@main.command()
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Repository root to write deploy/ and grafana/ under.",
+)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 if the files under --out differ.")
+def generate(out: Path, check: bool) -> None:
+    """Write the alert and recording rules, dashboards, runbook and deploy bundle from rules/."""
+    from advisor import generate as gen
+
+    if check:
+        problems = gen.diff(out)
+        for problem in problems:
+            click.echo(problem)
+        sys.exit(1 if problems else 0)
+    for path in gen.generate(out):
+        click.echo(str(path))
+
+
 # ------------------------------------------------------------------ demo
 @main.command()
 @click.option("--session", "session_dir", type=click.Path(), default=str(DEMO_SESSION), show_default=True)

@@ -99,8 +99,12 @@ class Window:
         """Snapshots of the last ``seconds`` (relative to the clock), oldest first."""
         if seconds is None:
             return list(self._snaps)
-        horizon = self.now() - seconds
-        return [s for s in self._snaps if s.t >= horizon]
+
+        def select() -> list[Snapshot]:
+            horizon = self.now() - seconds
+            return [s for s in self._snaps if s.t >= horizon]
+
+        return list(self._cached(("snaps", seconds), select))  # type: ignore[call-overload]
 
     def events(self, kind: str | None = None, seconds: float | None = None) -> list[LogEvent]:
         horizon = None if seconds is None else self.now() - seconds

@@ -24,6 +24,9 @@ from advisor import names
 from advisor.model import Family, Histogram, LabelKey, Snapshot, label_key
 
 DEFAULT_TIMEOUT_S = 5.0
+# Families the advisor reads; everything else on the page (the API server's HTTP and GC
+# series, often most of it) is dropped before parsing, which keeps a cycle cheap.
+KEEP_PREFIXES = (names.VLLM_PREFIX, names.RAY_PREFIX, "process_")
 MAX_PAGE_BYTES = 32 * 1024 * 1024
 
 
@@ -97,11 +100,21 @@ def _root_cause(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def parse_page(text: str, t: float, *, strict: bool = True) -> Snapshot:
+def _keep(line: str, prefixes: tuple[str, ...]) -> bool:
+    if line.startswith("#"):
+        parts = line.split(None, 3)  # "# HELP name text" / "# TYPE name type"
+        return len(parts) >= 3 and parts[2].startswith(prefixes)
+    return line.startswith(prefixes)
+
+
+def parse_page(
+    text: str, t: float, *, strict: bool = True, keep: tuple[str, ...] | None = KEEP_PREFIXES
+) -> Snapshot:
     """Parse Prometheus text into a :class:`Snapshot` with canonical family names.
 
     ``strict`` (default) rejects a truncated page (no final newline, or a histogram
-    without its ``+Inf`` bucket) rather than reading half of it.
+    without its ``+Inf`` bucket) rather than reading half of it. ``keep``: name prefixes
+    of the families to read (None: all).
     """
     if not text.strip():
         raise MetricsError("not_prometheus", "empty page")
@@ -110,6 +123,8 @@ def parse_page(text: str, t: float, *, strict: bool = True) -> Snapshot:
         raise MetricsError("not_prometheus", "not Prometheus text (looks like HTML/XML/JSON)")
     if strict and not text.endswith("\n"):
         raise MetricsError("truncated", "page does not end with a newline (cut off?)")
+    if keep is not None:
+        text = "\n".join(ln for ln in text.split("\n") if _keep(ln, keep)) + "\n"
     try:
         raw = list(text_string_to_metric_families(text))
     except Exception as e:  # the parser raises ValueError and friends on bad lines
