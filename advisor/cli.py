@@ -450,6 +450,135 @@ def generate(out: Path, check: bool) -> None:
         click.echo(str(path))
 
 
+# ------------------------------------------------------------------ experiments
+@main.command()
+@click.argument("a", type=click.Path())
+@click.argument("b", type=click.Path())
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--buckets", help="Prompt-length bucket edges, e.g. 512,2048 (default: from the prompt lengths)."
+)
+@click.option("--target", help="The metric(s) the change was meant to move, e.g. itl_p95 (default: all).")
+@click.option("--preemptions", help="A:B counts of vllm:num_preemptions_total during each run.")
+@click.option("--ledger", "ledger_path", type=click.Path(), help="Also record the verdict in this ledger.")
+def compare(
+    a: str,
+    b: str,
+    fmt: str,
+    buckets: str | None,
+    target: str | None,
+    preemptions: str | None,
+    ledger_path: str | None,
+) -> None:
+    """Compare two `vllm bench serve --save-result --save-detailed` files: keep, revert or inconclusive.
+
+    A is the baseline, B the run with the changed knob, under the same load. Exit 2 when the
+    loads differ (the comparison is refused)."""
+    import time
+
+    from advisor import experiment as ex
+
+    try:
+        pre = tuple(float(x) for x in preemptions.split(":")) if preemptions else None
+        if pre is not None and len(pre) != 2:
+            raise ValueError("--preemptions must be A:B")
+        c = ex.compare_bench_files(a, b, buckets=buckets, target=target, preemptions=pre)
+    except (ex.ExperimentError, ValueError) as e:
+        _fail(str(e))
+        return
+    click.echo(json.dumps(c.to_json(), indent=2) if fmt == "json" else ex.render_text(c))
+    if ledger_path:
+        from advisor.ledger import Ledger, LedgerError, record_from_comparison
+
+        try:
+            Ledger(ledger_path).add(record_from_comparison(c, time.time()))
+        except LedgerError as e:
+            _fail(str(e))
+    if not c.load.same:
+        sys.exit(2)
+
+
+@main.command()
+@click.option(
+    "--ledger", "ledger_path", type=click.Path(), help="The ledger [default: STATE_DIR/ledger.sqlite]."
+)
+@click.option("--config", "config_file", type=click.Path())
+@click.option("--limit", default=50, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: str) -> None:
+    """The experiments the advisor judged: knob, old -> new, verdict and why."""
+    from advisor.ledger import Ledger, LedgerError
+
+    cfg = _cfg(config_file)
+    path = ledger_path or str(Path(cfg.state_dir) / "ledger.sqlite")
+    if not Path(path).exists():
+        rows: list[dict[str, Any]] = []
+    else:
+        try:
+            rows = Ledger(path).list(limit)
+        except LedgerError as e:
+            _fail(str(e))
+            return
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        click.echo(f"no experiments recorded in {path}")
+        return
+    import datetime as dt
+
+    for r in rows:
+        when = dt.datetime.fromtimestamp(r["started_at"], dt.UTC).strftime("%Y-%m-%d %H:%M")
+        reason = (r.get("reasons") or [""])[0]
+        click.echo(
+            f"#{r['id']} {when} {r.get('knob')} {r.get('old_value')} -> {r.get('new_value')}: "
+            f"{r['verdict'].upper()} ({r['source']}) {reason}"
+        )
+
+
+@main.group()
+def baseline() -> None:
+    """Keep a baseline: knobs with provenance and a metrics summary, for a later comparison."""
+
+
+@baseline.command("save")
+@click.option("--url", help="vLLM base URL to observe for --window.")
+@click.option("--daemon", "daemon_url", help="Read the current window from a running advisor daemon.")
+@click.option("--session", "session_dir", type=click.Path(), help="Or summarise a recorded session.")
+@click.option("--window", default="60s", show_default=True)
+@click.option("--interval", default="5s", show_default=True)
+@click.option("--out", "out_file", required=True, type=click.Path())
+def baseline_save(
+    url: str | None,
+    daemon_url: str | None,
+    session_dir: str | None,
+    window: str,
+    interval: str,
+    out_file: str,
+) -> None:
+    """Save what the server runs with and how it performs now."""
+    from advisor import baseline as bl
+
+    if sum(map(bool, (url, daemon_url, session_dir))) != 1:
+        _fail("give exactly one of --url, --daemon, --session", 2)
+    try:
+        doc = bl.capture(
+            url=url,
+            daemon_url=daemon_url,
+            session_dir=session_dir,
+            window_s=config_mod.parse_duration_s(window),
+            interval_s=config_mod.parse_duration_s(interval),
+        )
+        bl.write(doc, out_file)
+    except (bl.BaselineError, config_mod.ConfigError, OSError) as e:
+        _fail(str(e))
+        return
+    click.echo(
+        f"baseline saved to {out_file}: {doc['summary'].get('requests_finished') or 0:.0f} requests over "
+        f"{doc['summary'].get('window_seconds') or 0:.0f}s"
+    )
+
+
 # ------------------------------------------------------------------ demo
 @main.command()
 @click.option("--session", "session_dir", type=click.Path(), default=str(DEMO_SESSION), show_default=True)

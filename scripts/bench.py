@@ -96,8 +96,9 @@ def soak(pages: list[str], cycles: int) -> list[tuple[int, float, float, float]]
             gc.collect()
             cpu = proc.cpu_times()
             used = (cpu.user + cpu.system) - (cpu0.user + cpu0.system)
-            samples.append((i + 1, used / (i + 1) * 1000, proc.memory_info().rss / 2**20,
-                            (time.perf_counter() - t0)))
+            samples.append(
+                (i + 1, used / (i + 1) * 1000, proc.memory_info().rss / 2**20, (time.perf_counter() - t0))
+            )
     return samples
 
 
@@ -110,23 +111,31 @@ def main() -> int:
     pages = [text for _, text in s.iter_scrapes()]
     print(f"Pages: {SESSION.name} (vLLM 0.25, H200), {len(pages)} scrapes; 8-engine page derived from it.\n")
     print("One scrape-and-evaluate cycle vs the bare prometheus_client parse of the same page")
-    print(f"(median of {args.repeat}; the cycle = parse + window update + ~80 signals + rules + arbitration)\n")
-    print(f"| page | bytes | bare parse ms | cycle ms | cycle / parse | target |")
+    print(
+        f"(median of {args.repeat}; the cycle = parse + window update + ~80 signals + rules + arbitration)\n"
+    )
+    print("| page | bytes | bare parse ms | cycle ms | cycle / parse | target |")
     print("|---|---|---|---|---|---|")
     ok = True
     for label, size, bare, cyc in cycle_table(pages, args.repeat):
         ratio = cyc / bare
         ok &= ratio <= 1.5
-        print(f"| {label} | {size:,} | {bare:.1f} | {cyc:.1f} | {ratio:.2f}x | <= 1.5x {'ok' if ratio <= 1.5 else 'MISSED'} |")
-    print(f"\nLong replay: {args.cycles} cycles at full speed = {args.cycles * INTERVAL / 3600:.1f} h of a "
-          f"{INTERVAL:.0f}s-interval daemon\n")
+        print(
+            f"| {label} | {size:,} | {bare:.1f} | {cyc:.1f} | {ratio:.2f}x | <= 1.5x {'ok' if ratio <= 1.5 else 'MISSED'} |"
+        )
+    print(
+        f"\nLong replay: {args.cycles} cycles at full speed = {args.cycles * INTERVAL / 3600:.1f} h of a "
+        f"{INTERVAL:.0f}s-interval daemon\n"
+    )
     print("| cycles | CPU ms / cycle | CPU share of one core at 5 s interval | RSS MiB | wall s |")
     print("|---|---|---|---|---|")
     rows = soak(pages, args.cycles)
     for n, cpu_ms, rss, wall in rows:
         print(f"| {n} | {cpu_ms:.1f} | {cpu_ms / (INTERVAL * 1000) * 100:.2f}% | {rss:.1f} | {wall:.1f} |")
     growth = rows[-1][2] - rows[len(rows) // 2][2]
-    print(f"\nRSS growth over the second half: {growth:+.1f} MiB ({'flat' if abs(growth) < 5 else 'GROWING'})")
+    print(
+        f"\nRSS growth over the second half: {growth:+.1f} MiB ({'flat' if abs(growth) < 5 else 'GROWING'})"
+    )
     return 0 if ok else 1
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.session import SessionWriter  # noqa: E402
-from advisor.sources import engine as engine_src  # noqa: E402
+from advisor.session import SessionWriter
+from advisor.sources import engine as engine_src
 
 
 def main() -> int:
@@ -66,7 +66,9 @@ def main() -> int:
             "duration_s": round((last or 0) - (first or 0), 3),
             "interval_s": 2.0,
             "serve_args": engine_src.redact_argv(argv),
-            "load": (cap / "bench_args.txt").read_text().strip() if (cap / "bench_args.txt").exists() else None,
+            "load": (cap / "bench_args.txt").read_text().strip()
+            if (cap / "bench_args.txt").exists()
+            else None,
             "hardware": args.hardware,
             "notes": args.note,
             "recorded_by": f"scripts/import_gpulab_capture.py from {cap.name}",

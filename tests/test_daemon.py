@@ -41,8 +41,14 @@ class Clock:
 
 
 def make(url: str, tmp_path: Path, clock: Clock, **kw: object) -> Daemon:
-    cfg = Config(vllm_url=url, listen="127.0.0.1:0", interval_s=2.0, scrape_timeout_s=1.0,
-                 state_dir=str(tmp_path / "state"), **kw)  # type: ignore[arg-type]
+    cfg = Config(
+        vllm_url=url,
+        listen="127.0.0.1:0",
+        interval_s=2.0,
+        scrape_timeout_s=1.0,
+        state_dir=str(tmp_path / "state"),
+        **kw,
+    )  # type: ignore[arg-type]
     return Daemon(cfg, RULES, clock=clock)
 
 
@@ -108,11 +114,17 @@ def test_advice_appears_then_vllm_down_withdraws_it(tmp_path: Path, preempting: 
 
 @pytest.mark.parametrize(
     ("mode", "result"),
-    [("hang", "timeout"), ("html", "not_prometheus"), ("garbage", "not_prometheus"), ("http503", "http"),
-     ("huge", "too_large")],
+    [
+        ("hang", "timeout"),
+        ("html", "not_prometheus"),
+        ("garbage", "not_prometheus"),
+        ("http503", "http"),
+        ("huge", "too_large"),
+    ],
 )
-def test_bad_answers_are_counted_and_never_crash(tmp_path: Path, preempting: StandIn, mode: str,
-                                                 result: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_answers_are_counted_and_never_crash(
+    tmp_path: Path, preempting: StandIn, mode: str, result: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from advisor.sources import metrics as m
 
     monkeypatch.setattr(m, "MAX_PAGE_BYTES", 8 * 1024 * 1024)  # the stand-in's huge page is ~36 MB
@@ -207,11 +219,17 @@ def test_log_file_rotated_truncated_deleted_and_recreated(tmp_path: Path, preemp
         "Prefix cache hit rate: 0.0%\n"
     )
     with serve(preempting) as url:
-        cfg = Config(vllm_url=url, listen="127.0.0.1:0", interval_s=0.3, log_file=str(logf),
-                     state_dir=str(tmp_path / "state"))
+        cfg = Config(
+            vllm_url=url,
+            listen="127.0.0.1:0",
+            interval_s=0.3,
+            log_file=str(logf),
+            state_dir=str(tmp_path / "state"),
+        )
         d = Daemon(cfg, RULES)
         d.start()
         try:
+
             def wait_lines(n: int) -> None:
                 deadline = time.monotonic() + 10
                 while time.monotonic() < deadline:
@@ -293,9 +311,21 @@ def test_run_command_serves_and_shuts_down_cleanly_on_sigterm(tmp_path: Path, pr
         s.close()
         exe = Path(sys.executable).parent / "vllm-advisor"
         p = subprocess.Popen(
-            [str(exe), "run", "--vllm-url", url, "--listen", f"127.0.0.1:{port}", "--interval", "0.5s",
-             "--state-dir", str(tmp_path / "state")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                str(exe),
+                "run",
+                "--vllm-url",
+                url,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--interval",
+                "0.5s",
+                "--state-dir",
+                str(tmp_path / "state"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             deadline = time.monotonic() + 20
@@ -311,7 +341,7 @@ def test_run_command_serves_and_shuts_down_cleanly_on_sigterm(tmp_path: Path, pr
             assert "vllm_advisor_up 1.0" in body
         finally:
             p.send_signal(signal.SIGTERM)
-            out, err = p.communicate(timeout=20)
+            _out, err = p.communicate(timeout=20)
     assert p.returncode == 0, err
     lines = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
     events = [ln["event"] for ln in lines]

@@ -75,7 +75,18 @@ def test_explain_json_schema_on_a_session() -> None:
     d = json.loads(res.output)
     assert d["status"] in ("advice", "healthy", "inconclusive", "insufficient-data")
     rec = d["recommendation"]
-    for key in ("rule", "knob", "flag", "direction", "current", "proposed", "evidence", "expect", "verify", "rollback"):
+    for key in (
+        "rule",
+        "knob",
+        "flag",
+        "direction",
+        "current",
+        "proposed",
+        "evidence",
+        "expect",
+        "verify",
+        "rollback",
+    ):
         assert key in rec
     assert rec["flag"] == "--kv-cache-memory-bytes"
     assert all({"signal", "value", "unit"} <= set(e) for e in rec["evidence"])
@@ -95,7 +106,9 @@ def test_explain_text_puts_the_change_first() -> None:
 
 
 def test_explain_exit_code_for_scripts() -> None:
-    res = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION), "--exit-code", "--format", "json"])
+    res = CliRunner().invoke(
+        main, ["explain", "--session", str(DEMO_SESSION), "--exit-code", "--format", "json"]
+    )
     assert res.exit_code == 3
     res = CliRunner().invoke(
         main, ["explain", "--session", str(SESSIONS / "h200-C_b2048"), "--exit-code", "--format", "json"]

@@ -397,7 +397,7 @@ def test_cache_config_info_h200_a_s256() -> None:
 
 
 def test_from_snapshot_without_cache_info_is_empty() -> None:
-    snap = metrics.parse_page("# TYPE x gauge\nx 1\n", 0.0)
+    snap = metrics.parse_page("# TYPE x gauge\nx 1\n", 0.0, keep=None)
     assert engine.from_snapshot(snap) == {}
 
 

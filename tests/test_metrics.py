@@ -236,3 +236,10 @@ def test_fetch_refused() -> None:
     with pytest.raises(m.MetricsError) as e:
         m.fetch(f"http://127.0.0.1:{port}/metrics", timeout_s=2)
     assert e.value.kind == "refused"
+
+
+def test_a_page_without_vllm_metrics_is_named_as_such() -> None:
+    """e.g. node_exporter's page given by mistake."""
+    with pytest.raises(m.MetricsError) as e:
+        m.parse_page("# TYPE node_load1 gauge\nnode_load1 0.5\n", t=0)
+    assert e.value.kind == "not_prometheus" and "no vLLM metrics" in str(e.value)

@@ -28,21 +28,27 @@ def _split(example: dict[str, float]) -> tuple[dict[str, float], dict[str, float
     return example, {k: v for k, v in example.items() if k in knobs.KNOBS}
 
 
-@pytest.mark.parametrize(("name", "example"), _examples("fires"), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    ("name", "example"), _examples("fires"), ids=lambda x: x if isinstance(x, str) else ""
+)
 def test_rule_example_fires_and_proposes_a_concrete_value(name: str, example: dict[str, float]) -> None:
     rule = next(r for r in RULES if name.startswith(r.id + "-fires"))
     values, engine_values = _split(example)
     holds, checks, _ = conditions_hold(rule, values)
     assert holds is True, [c.to_json() for c in checks]
     engine = provenanced_engine(engine_values)
-    choice, current, proposed, _, why_not = resolve_choice(rule, values, engine, CFG.with_overrides(host_gpus=8))
+    choice, current, proposed, _, why_not = resolve_choice(
+        rule, values, engine, CFG.with_overrides(host_gpus=8)
+    )
     assert choice is not None, why_not
     if choice.name != "replicas" and choice.direction in ("increase", "decrease"):
         assert proposed is not None and current is not None and proposed != current
         assert (proposed > current) == (choice.direction == "increase")
 
 
-@pytest.mark.parametrize(("name", "example"), _examples("quiet"), ids=lambda x: x if isinstance(x, str) else "")
+@pytest.mark.parametrize(
+    ("name", "example"), _examples("quiet"), ids=lambda x: x if isinstance(x, str) else ""
+)
 def test_rule_example_stays_quiet(name: str, example: dict[str, float]) -> None:
     rule = next(r for r in RULES if name.startswith(r.id + "-quiet"))
     holds, _, _ = conditions_hold(rule, example)
@@ -133,9 +139,15 @@ BASE = {
 def test_arbitration_never_raises_max_num_seqs_while_preempting() -> None:
     """queue-seqs-cap-binds cannot fire while preempting by its own conditions, and even a rule
     set that lets it (a condition dropped) is overruled by the arbitration's prerequisite."""
-    values = {**BASE, "preemptions_per_second": 1.0, "kv_cache_usage_ratio_max": 1.0,
-              "running_to_max_num_seqs_ratio": 1.0, "preemption_recompute_ratio": 0.5,
-              "requests_waiting_avg": 20.0, "kv_sustained_concurrency": 100.0}
+    values = {
+        **BASE,
+        "preemptions_per_second": 1.0,
+        "kv_cache_usage_ratio_max": 1.0,
+        "running_to_max_num_seqs_ratio": 1.0,
+        "preemption_recompute_ratio": 0.5,
+        "requests_waiting_avg": 20.0,
+        "kv_sustained_concurrency": 100.0,
+    }
     firing = _firing(values)
     assert [f.rule.id for f in firing] == ["kv-preemption-seqs-bind"]
     # force the increase rule to "fire" too: the prerequisite suppresses it
@@ -149,8 +161,14 @@ def test_arbitration_never_raises_max_num_seqs_while_preempting() -> None:
 
 
 def test_arbitration_prefers_severity_then_priority_then_id() -> None:
-    values = {**BASE, "kv_capacity_requests_at_max_len": 1.5, "max_model_len": 8192.0,
-              "itl_seconds_p95": 0.3, "itl_tail_ratio": 10.0, "prompt_tokens_per_generation_token": 20.0}
+    values = {
+        **BASE,
+        "kv_capacity_requests_at_max_len": 1.5,
+        "max_model_len": 8192.0,
+        "itl_seconds_p95": 0.3,
+        "itl_tail_ratio": 10.0,
+        "prompt_tokens_per_generation_token": 20.0,
+    }
     firing = _firing(values)
     ids = sorted(f.rule.id for f in firing)
     assert ids == ["itl-stutter-prefill-chunks", "kv-capacity-below-context"]
@@ -179,7 +197,7 @@ def test_a_rule_with_no_movable_knob_is_inconclusive_with_the_reasons() -> None:
 
     # CPU server whose KV size is not fixed and not raisable: GPU-only knobs do not apply
     engine = provenanced_engine({"device": "cpu", "gpu_memory_utilization": 0.95})
-    choice, *_ , why_not = resolve_choice(rule, {}, engine, CFG)
+    choice, *_, why_not = resolve_choice(rule, {}, engine, CFG)
     # the last resort (replicas) always applies: advice is never a dead end for this rule
     assert choice is not None and choice.name == "replicas"
     assert any("gpu_memory_utilization" in w for w in why_not)

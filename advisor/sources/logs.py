@@ -43,7 +43,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -59,6 +59,7 @@ __all__ = [
     "LogCounts",
     "LogFollower",
     "LogSourceError",
+    "Prefixed",
     "StreamFollower",
     "collect_facts",
     "count_events",
@@ -93,12 +94,15 @@ _SECRET_KEY_RE = re.compile(
     r"api[_-]?key|(?<![a-z])token(?![a-z])|password|passwd|secret|credential",
     re.IGNORECASE,
 )
-_SECRET_NAME = r"[A-Za-z0-9_-]*?(?:api[_-]?key|(?<![A-Za-z])token(?![A-Za-z])|password|passwd|secret|credential)[A-Za-z0-9_-]*"
-_SECRET_VALUE = r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|[^\s,})\]]+"""
+_SECRET_VALUE = r"""'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|\[[^\]]*+\]|[^\s,})\]]++"""
+# Names are matched whole and possessively, then checked with is_secret_key (linear time
+# even on a 64 KiB line of one identifier).
 _SECRET_KV_RE = re.compile(
-    rf"""(?P<head>(?P<q>['"]?)(?:{_SECRET_NAME})(?P=q)\s*[:=]\s*)(?P<val>{_SECRET_VALUE})""",
+    rf"""(?P<head>(?P<q>['"]?)(?<![A-Za-z0-9_-])(?P<name>[A-Za-z0-9_-]++)(?P=q)\s*[:=]\s*)(?P<val>{_SECRET_VALUE})"""
 )
-_SECRET_FLAG_RE = re.compile(rf"(?P<head>--{_SECRET_NAME}(?:=|\s+))(?P<val>{_SECRET_VALUE})")
+_SECRET_FLAG_RE = re.compile(
+    rf"(?P<head>(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z0-9_-]++)(?:=|\s+))(?P<val>{_SECRET_VALUE})"
+)
 _BEARER_RE = re.compile(r"(?P<head>\bBearer\s+)(?P<val>[A-Za-z0-9._~+/=-]+)")
 
 
@@ -116,6 +120,8 @@ def redact_text(text: str) -> str:
         return text
 
     def quoted(m: re.Match[str]) -> str:
+        if "name" in m.groupdict() and not is_secret_key(m.group("name")):
+            return m.group(0)
         val = m.group("val")
         if val[:1] in ("'", '"'):
             return f"{m.group('head')}{val[0]}{REDACTED}{val[0]}"
@@ -468,7 +474,7 @@ _BANNER_CHARS = frozenset("█▄▀")
 _BANNER_VERSION_RE = re.compile(r"\bversion\s+v?(\d+\.\d+[\w.+-]*)\s*$")
 _BANNER_MODEL_RE = re.compile(r"\bmodel\s+(\S.*?)\s*$")
 _API_VERSION_RE = re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)")
-_STARTING_RE = re.compile(r"Starting vLLM (?:API )?server\b.*?\bon (?P<url>\S+)")
+_STARTING_RE = re.compile(r"Starting vLLM (?:API )?server\b.{0,200}?\bon (?P<url>\S+)")
 _MAX_MODEL_LEN_RE = re.compile(r"^Using max model len (\d+)")
 _ARCH_RE = re.compile(r"^Resolved architecture: (\S+)")
 
@@ -992,9 +998,11 @@ class LogFollower:
     def close(self) -> None:
         self._stop.set()
 
-    stop = close
+    def stop(self) -> None:
+        """Alias of :meth:`close`."""
+        self.close()
 
-    def lines(self) -> Iterator[str]:  # pragma: no cover - abstract
+    def lines(self) -> Generator[str, None, None]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def __iter__(self) -> Iterator[str]:
@@ -1037,7 +1045,7 @@ class FileFollower(LogFollower):
         except OSError:
             return None
 
-    def lines(self) -> Iterator[str]:
+    def lines(self) -> Generator[str, None, None]:
         fh: IO[bytes] | None = None
         ident: tuple[int, int] | None = None
         splitter = _LineSplitter()
@@ -1090,7 +1098,7 @@ class FileFollower(LogFollower):
                 fh.close()
 
 
-def _read_fd_lines(fd: int, stop: threading.Event, poll_interval: float) -> Iterator[str]:
+def _read_fd_lines(fd: int, stop: threading.Event, poll_interval: float) -> Generator[str, None, None]:
     """Lines from a readable fd (pipe, tty) until EOF or ``stop``; waits with select."""
     splitter = _LineSplitter()
     sel = selectors.DefaultSelector()
@@ -1122,7 +1130,7 @@ class StreamFollower(LogFollower):
         super().__init__(poll_interval)
         self.stream = stream
 
-    def lines(self) -> Iterator[str]:
+    def lines(self) -> Generator[str, None, None]:
         stream = self.stream
         if stream is None:
             if sys.stdin is None or sys.stdin.closed:
@@ -1175,7 +1183,7 @@ class CommandFollower(LogFollower):
         tail = " | ".join(redact_text(x) for x in self.last_lines)
         return f"{shlex.join(self.argv)} exited with status {self.returncode}" + (f": {tail}" if tail else "")
 
-    def lines(self) -> Iterator[str]:
+    def lines(self) -> Generator[str, None, None]:
         try:
             proc = subprocess.Popen(
                 self.argv,
@@ -1192,11 +1200,17 @@ class CommandFollower(LogFollower):
         if self._stop.is_set():
             self._terminate()
         assert proc.stdout is not None
+        eof = False
         try:
             for line in _read_fd_lines(proc.stdout.fileno(), self._stop, self.poll_interval):
                 self.last_lines.append(line)
                 yield line
+            eof = not self._stop.is_set()
         finally:
+            if eof:
+                # Output ended (EOF): give the command time to exit by itself.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=self.kill_timeout)
             if proc.poll() is None:
                 self._terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):

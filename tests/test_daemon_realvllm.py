@@ -1,0 +1,95 @@
+"""The daemon beside a REAL vLLM CPU server, scraped by a REAL Prometheus.
+
+Forced preemption where max_num_seqs binds (KV 3,072 tokens, max_num_seqs 10,
+128-in/256-out requests at concurrency 32): the recommendation shows up in Prometheus as
+``vllm_advisor_recommendation_info`` with knob max_num_seqs; stopping vLLM makes
+``vllm_advisor_up`` 0 and withdraws it; restarting vLLM with the recommended value is
+noticed (the new knob value with its source, a knob change counted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from advisor.config import Config
+from advisor.daemon import Daemon
+from advisor.ruleset import load_rules
+from tests import realvllm
+from tests.promstack import prometheus, query, wait_until
+
+KV_BYTES = 25165824  # 3,072 tokens = 24 blocks of 128: 8 requests of 384 tokens fit
+
+
+@pytest.mark.realvllm
+@pytest.mark.prometheus
+def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
+    server = realvllm.VllmServer(
+        max_num_seqs=10, kv_cache_memory_bytes=KV_BYTES, log_path=tmp_path / "vllm.log"
+    )
+    server.start()
+    daemon = None
+    try:
+        cfg = Config(
+            vllm_url=server.url,
+            listen="127.0.0.1:0",
+            interval_s=1.0,
+            log_file=str(server.log_path),
+            state_dir=str(tmp_path / "state"),
+            window_s=60.0,
+        )
+        daemon = Daemon(cfg, load_rules())
+        host, port = daemon.start()
+        # the daemon found the real process by its port and read its command line
+        assert daemon.advisor.engine.source("max_num_seqs") == "cmdline"
+        with prometheus(tmp_path, {"vllm-advisor": f"{host}:{port}"}) as (prom, proc):
+            load = realvllm.start_load(
+                server.url, input_len=128, output_len=256, num_prompts=64, concurrency=32, timeout_s=240
+            )
+            rec = wait_until(
+                "the recommendation in Prometheus",
+                lambda: query(prom, 'vllm_advisor_recommendation_info{knob="max_num_seqs"} == 1'),
+                180,
+                [proc],
+            )
+            labels = rec[0]["metric"]
+            assert labels["rule"] == "kv-preemption-seqs-bind"
+            assert labels["direction"] == "decrease" and labels["current"] == "10"
+            proposed = int(labels["proposed"])
+            assert 1 <= proposed <= 8  # at most what the KV cache holds (8), at least a 25% cut
+            load.wait(check=False)
+
+            server.stop()
+            wait_until("vllm_advisor_up == 0", lambda: query(prom, "vllm_advisor_up == 0"), 30, [proc])
+            wait_until(
+                "the advice withdrawn",
+                lambda: not query(prom, "vllm_advisor_recommendation_info"),
+                30,
+                [proc],
+            )
+            status = query(prom, 'vllm_advisor_status{status="insufficient-data"} == 1')
+            assert status, "a down server must not look healthy or advised"
+
+            server.restart(max_num_seqs=proposed)
+            wait_until("vllm_advisor_up == 1 again", lambda: query(prom, "vllm_advisor_up == 1"), 60, [proc])
+            knob = wait_until(
+                "the new max_num_seqs in Prometheus",
+                lambda: query(prom, f'vllm_advisor_engine_knob{{knob="max_num_seqs"}} == {proposed}'),
+                60,
+                [proc],
+            )
+            assert knob[0]["metric"]["source"] in ("cmdline", "log")
+            changes = wait_until(
+                "the knob change counted",
+                lambda: query(prom, "vllm_advisor_knob_changes_total >= 1"),
+                30,
+                [proc],
+            )
+            assert changes
+        change = daemon.advisor.changes[-1]
+        assert (change.knob, change.old, change.new) == ("max_num_seqs", 10, proposed)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        server.stop()

