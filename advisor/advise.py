@@ -94,6 +94,7 @@ class Diagnosis:
     context: dict[str, Any]
     at: float
     signals: dict[str, float | None] = field(default_factory=dict)
+    experiment: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +106,7 @@ class Diagnosis:
             "context": self.context,
             "at": self.at,
             "signals": self.signals,
+            "experiment": self.experiment,
         }
 
 

@@ -45,6 +45,8 @@ class Config:
     warmup_s: float = 30.0  # no advice this soon after an engine start
     observe_after_change_s: float = 300.0  # after a knob change, observe this long before new advice
     stale_after_s: float = 30.0  # advice older than this (no fresh data) is withdrawn
+    experiment_max_wait_s: float = 1800.0  # judge an experiment after this long even if few requests came
+    ledger_path: str | None = None  # default: STATE_DIR/ledger.sqlite
     targets: dict[str, float] = field(
         default_factory=lambda: {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}
     )
@@ -65,6 +67,7 @@ _DURATIONS = {
     "warmup_s",
     "observe_after_change_s",
     "stale_after_s",
+    "experiment_max_wait_s",
 }
 
 

@@ -128,6 +128,50 @@ class Daemon:
             )
         return st
 
+    def _record_experiments(self) -> None:
+        """Write judged experiments to the ledger (SQLite under the state dir)."""
+        done, self.advisor.finished_experiments = self.advisor.finished_experiments, []
+        if not done:
+            return
+        from advisor.ledger import ExperimentRecord, Ledger, LedgerError
+
+        path = self.cfg.ledger_path or str(Path(self.cfg.state_dir) / "ledger.sqlite")
+        eng = self.advisor.engine
+        for exp in done:
+            j = exp.to_json()
+            comp = j.get("comparison") or {}
+            rec = ExperimentRecord(
+                started_at=exp.after_start,
+                ended_at=exp.ended_at,
+                verdict=exp.verdict or "inconclusive",
+                source="daemon",
+                knob=j["knob"],
+                flag=j["flag"],
+                old_value=j["old"],
+                new_value=j["new"],
+                model=eng.get("served_model_name") or eng.get("model"),
+                vllm_version=eng.get("vllm_version"),
+                gpus=str(eng.get("gpu_count") or eng.get("device") or ""),
+                load_profile=exp.load,
+                buckets=list(comp.get("buckets", [])),
+                reasons=list(exp.reasons),
+            )
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                rid = Ledger(path).add(rec)
+                log.info(
+                    "experiment judged",
+                    knob=j["knob"],
+                    old=j["old"],
+                    new=j["new"],
+                    verdict=exp.verdict,
+                    ledger=path,
+                    id=rid,
+                    reasons=list(exp.reasons),
+                )
+            except (LedgerError, OSError) as e:
+                log.error("cannot write the ledger", ledger=path, error=str(e))
+
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
         a = self.advisor
         return ExportState(
@@ -139,6 +183,7 @@ class Daemon:
             last_scrape_t=a.stats.last_scrape_t,
             last_scrape_duration_s=a.stats.last_scrape_duration_s,
             knob_changes=len(a.changes),
+            experiment=diagnosis.experiment if diagnosis is not None else None,
         )
 
     # ---------------------------------------------------------------- the cycle
@@ -174,6 +219,8 @@ class Daemon:
                     {},
                 )
             self._state = self._build_state(d)
+            if self.persist:
+                self._record_experiments()
         self._log_status(d)
         if self.persist:
             self._persist(d)
@@ -330,7 +377,7 @@ def run_replay(
     adv = Advisor(
         cfg,
         rules,
-        base=base_from_session_engine(s.engine),
+        base=base_from_session_engine(s.engine, isinstance(serve_args, list)),
         argv_provider=(lambda: serve_args) if isinstance(serve_args, list) else None,
         clock=clock,
         year=year_of(s.meta.get("started_at")),

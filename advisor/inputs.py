@@ -34,7 +34,7 @@ def from_session(
     adv = Advisor(
         cfg,
         rules,
-        base=base_from_session_engine(s.engine),
+        base=base_from_session_engine(s.engine, isinstance(serve_args, list)),
         config_path=config_path,
         argv_provider=(lambda: serve_args) if isinstance(serve_args, list) else None,
         clock=clock,

@@ -60,7 +60,8 @@ def inspect(
             s = Session.load(session_dir)
         except SessionError as e:
             raise InspectError(str(e)) from None
-        base.update(base_from_session_engine(s.engine))
+        serve_args = s.meta.get("serve_args")
+        base.update(base_from_session_engine(s.engine, isinstance(serve_args, list)))
         serve_args = s.meta.get("serve_args")
         argv = serve_args if isinstance(serve_args, list) else argv
         year = year_of(s.meta.get("started_at"))

@@ -11,9 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from advisor import knobs
+from advisor import live_experiment as lx
 from advisor.advise import Diagnosis, diagnose
 from advisor.config import Config
 from advisor.evaluate import Evaluator
@@ -80,6 +82,8 @@ class Advisor:
         self.changes: list[KnobChange] = []
         self.last_change_t: float | None = None
         self._seen_restarts: set[float] = set()
+        self.experiment: lx.LiveExperiment | None = None
+        self.finished_experiments: list[lx.LiveExperiment] = []  # drained by the daemon (ledger)
         self._latest_good: Snapshot | None = None
         self.engine = self._resolve()
 
@@ -102,7 +106,7 @@ class Advisor:
         restarts = [r for r in self.window.restart_times() if r not in self._seen_restarts]
         if restarts or first:
             self._seen_restarts.update(restarts)
-            if restarts and self.argv_provider is not None:
+            if self.argv_provider is not None and (restarts or self.argv is None):
                 self.argv = self.argv_provider()
             self._refresh_engine(t, restarted=bool(restarts))
         return True
@@ -169,24 +173,63 @@ class Advisor:
             self.changes.extend(changed)
             self.last_change_t = t
             self.evaluator.reset()
+            restart_t = max(self._seen_restarts, default=t)
+            prev = self.experiment.after_start if self.experiment is not None else None
+            if self.experiment is not None and self.experiment.state == "observing":
+                # changed again before the verdict: that experiment is void
+                self.finished_experiments.append(
+                    dc_replace(
+                        self.experiment,
+                        state="done",
+                        verdict="inconclusive",
+                        ended_at=t,
+                        reasons=("The engine changed again before enough requests were seen.",),
+                    )
+                )
+            self.experiment = lx.start(
+                self.window, [lx.Change(c.knob, c.old, c.new, c.source) for c in changed], restart_t, prev
+            )
 
     def _startup_restarted(self) -> bool:
-        return len(engine_src.split_at_restarts(self.startup_events)) > 1
+        """The log shows a new run whose arguments are known (its `non-default args` line):
+        only then is a difference in knob values a change, not a half-read start-up."""
+        runs = engine_src.split_at_restarts(self.startup_events)
+        return len(runs) > 1 and any(ev.fields.get("fact") == "non_default_args" for ev in runs[-1])
 
     # ---------------------------------------------------------------- output
+    def _advance_experiment(self, now: float) -> None:
+        exp = self.experiment
+        if exp is None or exp.state == "done":
+            return
+        exp = lx.advance(exp, self.window, now, max_wait_s=self.cfg.experiment_max_wait_s)
+        self.experiment = exp
+        if exp.state == "done":
+            self.finished_experiments.append(exp)
+
     def diagnose(self, now: float | None = None) -> Diagnosis:
         now = self.clock() if now is None else now
-        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, self.last_change_t)
+        self._advance_experiment(now)
+        exp = self.experiment
+        observing = exp is not None and exp.state == "observing"
+        # one change at a time: while an experiment runs, no new advice; once it is judged,
+        # advice may resume; a change without an experiment waits observe_after_change_s
+        last_change = now if observing else (self.last_change_t if exp is None else None)
+        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, last_change)
+        if exp is not None:
+            d = dc_replace(d, experiment=exp.to_json())
+        if observing and d.status == "insufficient-data" and "knob changed" in d.reason and exp is not None:
+            d = dc_replace(
+                d,
+                reason=f"experiment running: {exp.knob} {exp.changes[0].old} -> {exp.changes[0].new}, "
+                f"{exp.after_requests:.0f} of ~{exp.before_requests:.0f} requests seen; "
+                "no new advice until it is judged",
+            )
         if not self.up and self.stats.last_error:
-            return Diagnosis(
-                "insufficient-data",
-                f"vLLM cannot be read: {self.stats.last_error}",
-                None,
-                d.findings,
-                d.engine,
-                d.context,
-                now,
-                d.signals,
+            return dc_replace(
+                d,
+                status="insufficient-data",
+                reason=f"vLLM cannot be read: {self.stats.last_error}",
+                recommendation=None,
             )
         return d
 
@@ -228,17 +271,15 @@ class ReplayClock:
         return self.t
 
 
-def base_from_session_engine(data: Mapping[str, Any]) -> dict[str, Provenanced]:
-    """What a recorded ``engine.json`` knew from outside the logs and pages (config file,
-    command line, host probe); the rest is re-derived while replaying."""
+def base_from_session_engine(data: Mapping[str, Any], has_argv: bool = False) -> dict[str, Provenanced]:
+    """What a recorded ``engine.json`` knew from outside the logs and pages (config file, host
+    probe, and the command line unless the session's ``serve_args`` give it afresh); the rest
+    is re-derived while replaying."""
     if not data:
         return {}
     info = engine_src.from_json(data)
-    return {
-        k: v
-        for k, v in info.values.items()
-        if v.source in ("config", "cmdline") or "host" in (v.detail or "")
-    }
+    keep = ("config",) if has_argv else ("config", "cmdline")
+    return {k: v for k, v in info.values.items() if v.source in keep or "host" in (v.detail or "")}
 
 
 def year_of(started_at: Any) -> int | None:

@@ -90,6 +90,13 @@ class Window:
     def now(self) -> float:
         return self.clock()
 
+    def slice(self, t0: float, t1: float) -> Window:
+        """A window over the snapshots taken in [t0, t1], its clock standing at t1."""
+        snaps = [s for s in self._snaps if t0 <= s.t <= t1]
+        w = Window(max_age_s=float("inf"), max_snapshots=max(1, len(snaps)), clock=lambda: t1)
+        w._snaps.extend(snaps)
+        return w
+
     # ---------------------------------------------------------------- selection
     @property
     def latest(self) -> Snapshot | None:

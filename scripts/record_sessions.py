@@ -82,6 +82,14 @@ SPECS: tuple[Spec, ...] = (
         load=PREEMPT_LOAD,
     ),
     Spec(
+        "cpu-preempt-binds-after",
+        "cpu-preempt-binds after following the advisor's advice: --max-num-seqs 7 (the advice for "
+        "cpu-preempt-binds), same KV cache and load. For replayed before/after experiments.",
+        max_num_seqs=7,
+        kv_cache_memory_bytes=KV_24MIB,
+        load=PREEMPT_LOAD,
+    ),
+    Spec(
         "cpu-preempt-nobind",
         "KV cache 3,072 tokens (--kv-cache-memory-bytes 25165824), --max-num-seqs 64; same load as "
         "cpu-preempt-binds. Running stays ~11, far below 64, while it preempts: the KV cache limits, "
@@ -138,6 +146,9 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
             bad.append(f"peak running {peak}, expected 10 (the cap)")
         if not pre:
             bad.append("no preemptions")
+    elif name == "cpu-preempt-binds-after":
+        if peak is None or peak > 7:
+            bad.append(f"peak running {peak}, expected at most the cap of 7")
     elif name == "cpu-preempt-nobind":
         if peak is None or peak > 32:
             bad.append(f"peak running {peak}, expected well under 64")

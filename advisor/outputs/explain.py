@@ -121,7 +121,20 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
     return buf.getvalue()
 
 
+def experiment_line(e: Mapping[str, Any] | None) -> str | None:
+    if not e:
+        return None
+    head = f"Experiment: {e.get('flag') or e.get('knob')} {e.get('old')} -> {e.get('new')}"
+    if e.get("state") == "observing":
+        return f"{head}: observing, {e.get('after_requests', 0):.0f} of ~{e.get('before_requests', 0):.0f} requests seen"
+    reasons = " ".join(e.get("reasons") or [])
+    return f"{head}: {str(e.get('verdict')).upper()}. {reasons}"
+
+
 def _findings(con: Console, d: Diagnosis) -> None:
+    line = experiment_line(d.experiment)
+    if line:
+        con.print(Text(line, style="bold magenta"))
     interesting = [
         f for f in d.findings if f.get("state") in ("firing", "pending", "gated") or f.get("blocked")
     ]
@@ -339,4 +352,5 @@ def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
         context=dict(d.get("context", {})),
         at=float(d.get("at", 0.0)),
         signals=dict(d.get("signals", {})),
+        experiment=d.get("experiment"),
     )

@@ -1,0 +1,214 @@
+"""The experiment the daemon runs by itself: the engine restarted with a different knob, so
+compare the window before the change with the window after it, under comparable load, and
+say keep, revert or inconclusive (the comparison core is :mod:`advisor.experiment`).
+
+vLLM's histograms are not split by request length, so live experiments have one bucket;
+per-bucket results need per-request data (``vllm-advisor compare`` on benchmark files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+from typing import Any
+
+from advisor import experiment as ex
+from advisor import knobs
+from advisor import names as n
+from advisor.window import Window
+
+MIN_REQUESTS = 20
+LOAD_TOLERANCE = 0.15  # request count and mean prompt/output lengths within 15%
+COUNT_TOLERANCE = 0.25
+
+
+@dataclass(frozen=True)
+class Change:
+    knob: str
+    old: Any
+    new: Any
+    source: str | None
+
+
+@dataclass(frozen=True)
+class LiveExperiment:
+    changes: tuple[Change, ...]
+    before: tuple[float, float]
+    after_start: float
+    state: str = "observing"  # observing | done
+    verdict: str | None = None
+    reasons: tuple[str, ...] = ()
+    before_requests: float = 0.0
+    after_requests: float = 0.0
+    comparison: dict[str, Any] | None = None
+    ended_at: float | None = None
+    load: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def knob(self) -> str:
+        return self.changes[0].knob if self.changes else ""
+
+    @property
+    def direction(self) -> str:
+        c = self.changes[0]
+        try:
+            return "increase" if float(c.new) > float(c.old) else "decrease"
+        except (TypeError, ValueError):
+            return "set"
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.changes[0] if self.changes else None
+        return {
+            "knob": c.knob if c else None,
+            "flag": knobs.KNOBS[c.knob].flag if c and c.knob in knobs.KNOBS else None,
+            "old": c.old if c else None,
+            "new": c.new if c else None,
+            "changes": [
+                {"knob": x.knob, "old": x.old, "new": x.new, "source": x.source} for x in self.changes
+            ],
+            "state": self.state,
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "before": list(self.before),
+            "started_at": self.after_start,
+            "ended_at": self.ended_at,
+            "before_requests": self.before_requests,
+            "after_requests": self.after_requests,
+            "load": self.load,
+            "comparison": self.comparison,
+        }
+
+
+def start(
+    window: Window, changes: Sequence[Change], restart_t: float, previous_after: float | None
+) -> LiveExperiment:
+    """A knob change was noticed at ``restart_t`` (the first page after the restart)."""
+    before_pages = [
+        s.t
+        for s in window.snapshots()
+        if s.t < restart_t and (previous_after is None or s.t >= previous_after)
+    ]
+    before = (before_pages[0], before_pages[-1]) if before_pages else (restart_t, restart_t)
+    req = window.slice(*before).counter_delta(n.REQUEST_SUCCESS) or 0.0
+    return LiveExperiment(tuple(changes), before, restart_t, before_requests=req)
+
+
+def _busy_seconds(w: Window) -> float:
+    busy = 0.0
+    for a, b in pairwise(w.snapshots()):
+        if (a.total(n.NUM_RUNNING) or 0) > 0 or (b.total(n.NUM_RUNNING) or 0) > 0:
+            busy += b.t - a.t
+    return busy
+
+
+def samples(w: Window) -> tuple[dict[str, ex.MetricSample], dict[str, Any]]:
+    """The comparison inputs of one window, and its load profile."""
+    out: dict[str, ex.MetricSample] = {}
+    for quantity, fam in (("ttft", n.TTFT), ("itl", n.ITL), ("tpot", n.TPOT), ("e2e", n.E2E)):
+        h = w.histogram_delta(fam)
+        if h is not None and h.count > 0:
+            out[quantity] = ex.HistogramSample(h)
+    requests = w.counter_delta(n.REQUEST_SUCCESS) or 0.0
+    gen = w.counter_delta(n.GENERATION_TOKENS)
+    busy = _busy_seconds(w)
+    if gen is not None and busy > 0:
+        out["output_throughput"] = ex.ScalarSample(gen / busy)
+    pre = w.counter_delta(n.NUM_PREEMPTIONS)
+    if pre is not None and requests > 0:
+        out["preemptions"] = ex.CountSample(pre, requests)
+    prompt = w.histogram_delta(n.REQUEST_PROMPT_TOKENS)
+    output = w.histogram_delta(n.REQUEST_GENERATION_TOKENS)
+    profile = {
+        "requests": requests,
+        "busy_seconds": round(busy, 1),
+        "prompt_tokens_mean": prompt.mean() if prompt else None,
+        "generation_tokens_mean": output.mean() if output else None,
+        "preemptions": pre,
+    }
+    return out, profile
+
+
+def _load_check(a: dict[str, Any], b: dict[str, Any]) -> ex.LoadCheck:
+    diffs = []
+    ra, rb = a["requests"], b["requests"]
+    if ra and abs(rb - ra) / ra > COUNT_TOLERANCE:
+        diffs.append(f"requests {ra:.0f} before vs {rb:.0f} after")
+    for key, what in (
+        ("prompt_tokens_mean", "mean prompt length"),
+        ("generation_tokens_mean", "mean output length"),
+    ):
+        x, y = a.get(key), b.get(key)
+        if x and y and abs(y - x) / x > LOAD_TOLERANCE:
+            diffs.append(f"{what} {x:.0f} before vs {y:.0f} after tokens")
+    return ex.LoadCheck(not diffs, tuple(diffs), a, b)
+
+
+def advance(exp: LiveExperiment, window: Window, now: float, max_wait_s: float) -> LiveExperiment:
+    """Count the after-window; judge it once it has seen as many requests as the before-window
+    (or the server went idle after enough of them, or ``max_wait_s`` passed)."""
+    if exp.state == "done":
+        return exp
+    after = window.slice(exp.after_start, now)
+    after_req = after.counter_delta(n.REQUEST_SUCCESS) or 0.0
+    latest = after.latest
+    idle = (
+        latest is not None
+        and not (latest.total(n.NUM_RUNNING) or 0)
+        and not (latest.total(n.NUM_WAITING) or 0)
+    )
+    enough = after_req >= exp.before_requests or (
+        idle and after_req >= max(MIN_REQUESTS, 0.75 * exp.before_requests)
+    )
+    timed_out = now - exp.after_start >= max_wait_s
+    exp = replace(exp, after_requests=after_req)
+    if not (enough or timed_out):
+        return exp
+    return judge(exp, window, now)
+
+
+def judge(exp: LiveExperiment, window: Window, now: float) -> LiveExperiment:
+    before_s, before_p = samples(window.slice(*exp.before))
+    after_s, after_p = samples(window.slice(exp.after_start, now))
+    if exp.before_requests < MIN_REQUESTS:
+        return replace(
+            exp,
+            state="done",
+            verdict="inconclusive",
+            ended_at=now,
+            load={"before": before_p, "after": after_p},
+            reasons=(
+                f"No baseline: only {exp.before_requests:.0f} requests finished before the change "
+                f"(at least {MIN_REQUESTS} are needed).",
+            ),
+        )
+    knob, direction = exp.knob, exp.direction
+    comp = ex.compare_windows(
+        before_s,
+        after_s,
+        target=ex.targets_for_knob(knob, direction) or None,
+        load=_load_check(before_p, after_p),
+        requests=(int(before_p["requests"]), int(after_p["requests"])),
+        guards=ex.guards_for_knob(knob, direction),
+    )
+    reasons = list(comp.reasons)
+    if len(exp.changes) > 1:
+        reasons.append(
+            "Several knobs changed at once ("
+            + ", ".join(c.knob for c in exp.changes)
+            + "): the effect cannot be told apart; change one at a time."
+        )
+    verdict = comp.verdict
+    if verdict == "revert":
+        c = exp.changes[0]
+        flag = knobs.KNOBS[c.knob].flag if c.knob in knobs.KNOBS else c.knob
+        reasons.append(f"Restore {flag} {knobs.format_value(c.old)}.")
+    return replace(
+        exp,
+        state="done",
+        verdict=verdict,
+        reasons=tuple(reasons),
+        ended_at=now,
+        comparison=comp.to_json(),
+        load={"before": before_p, "after": after_p},
+    )

@@ -1,0 +1,108 @@
+"""Closed loop on a REAL vLLM CPU server: advice, restart with the proposed value under the
+same load, and the daemon's own before/after verdict in the ledger.
+
+KV cache 3,072 tokens (8 requests of 384 fit), max_num_seqs 10, 64 requests of 128 in /
+256 out at concurrency 32: the batch sits at the cap while vLLM preempts. The advice lowers
+max_num_seqs; the same load after the restart preempts no more: keep. Then the opposite: the
+cap goes back up to 10 and preemption (and TPOT) come back: revert.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from advisor.config import Config
+from advisor.daemon import Daemon
+from advisor.ledger import Ledger
+from advisor.ruleset import load_rules
+from tests import realvllm
+
+KV_BYTES = 25165824
+
+
+def _load(server: realvllm.VllmServer) -> None:
+    realvllm.run_load(
+        server.url, input_len=128, output_len=256, num_prompts=64, concurrency=32, timeout_s=300
+    )
+
+
+def _wait(what: str, fn, timeout: float) -> object:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.realvllm
+def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
+    server = realvllm.VllmServer(
+        max_num_seqs=10, kv_cache_memory_bytes=KV_BYTES, log_path=tmp_path / "vllm.log"
+    )
+    server.start()
+    ledger = tmp_path / "ledger.sqlite"
+    cfg = Config(
+        vllm_url=server.url,
+        listen="127.0.0.1:0",
+        interval_s=1.0,
+        log_file=str(server.log_path),
+        state_dir=str(tmp_path / "state"),
+        ledger_path=str(ledger),
+        window_s=60.0,
+    )
+    daemon = Daemon(cfg, load_rules())
+    try:
+        daemon.start()
+        _load(server)
+        d = _wait(
+            "advice to lower max_num_seqs",
+            lambda: (
+                (st := daemon.state().diagnosis) is not None
+                and st.recommendation is not None
+                and st.recommendation.knob == "max_num_seqs"
+                and st
+            ),
+            60,
+        )
+        proposed = d.recommendation.proposed  # type: ignore[union-attr]
+        assert proposed <= 8
+
+        # follow the advice: restart with the proposed value, replay the same load
+        server.restart(max_num_seqs=proposed)
+        _wait("the knob change noticed", lambda: daemon.advisor.experiment is not None, 60)
+        assert daemon.state().diagnosis.status == "insufficient-data"  # type: ignore[union-attr]
+        _load(server)
+        rows = _wait(
+            "the first verdict in the ledger", lambda: ledger.exists() and Ledger(str(ledger)).list(), 90
+        )
+        first = rows[0]  # type: ignore[index]
+        assert (first["knob"], first["old_value"], first["new_value"]) == ("max_num_seqs", 10, proposed)
+        assert first["verdict"] == "keep", first["reasons"]
+        assert first["source"] == "daemon"
+        assert any("Preemptions" in r for r in first["reasons"])
+
+        # the opposite: back to 10 under the same load makes things worse
+        server.restart(max_num_seqs=10)
+        _wait(
+            "the second change noticed",
+            lambda: daemon.advisor.experiment is not None and daemon.advisor.experiment.changes[0].new == 10,
+            60,
+        )
+        _load(server)
+        rows = _wait(
+            "the second verdict",
+            lambda: len(Ledger(str(ledger)).list()) >= 2 and Ledger(str(ledger)).list(),
+            90,
+        )
+        second = rows[0]  # type: ignore[index]
+        assert (second["old_value"], second["new_value"]) == (proposed, 10)
+        assert second["verdict"] == "revert", second["reasons"]
+        assert any(f"--max-num-seqs {proposed}" in r for r in second["reasons"])
+    finally:
+        daemon.stop()
+        server.stop()

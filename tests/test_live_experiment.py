@@ -1,0 +1,114 @@
+"""The daemon's own experiment, replayed from two real recordings of the same load: vLLM 0.32
+(CPU) with max_num_seqs 10 (preempting, cpu-preempt-binds), then restarted with the advised 7
+(cpu-preempt-binds-after). The replay feeds one advisor both sessions in time order, as the
+daemon would have lived them; the recordings were made minutes apart, so the second is moved
+to start 60 s after the first ends (a restart's worth of downtime)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from advisor.config import Config
+from advisor.ruleset import load_rules
+from advisor.runner import Advisor, ReplayClock, base_from_session_engine, year_of
+from advisor.session import Session
+
+SESSIONS = Path(__file__).parent / "fixtures" / "sessions"
+
+
+def play(*names: str) -> Advisor:
+    sessions = [Session.load(SESSIONS / n) for n in names]
+    current: list[list[str] | None] = [None]
+    clock = ReplayClock()
+    adv = Advisor(
+        Config(),
+        load_rules(),
+        base=base_from_session_engine(sessions[0].engine, has_argv=True),
+        argv_provider=lambda: current[0],
+        clock=clock,
+        year=year_of(sessions[0].meta["started_at"]),
+    )
+    for s, t in zip(sessions, shifted(sessions), strict=True):
+        current[0] = s.meta.get("serve_args")
+        for item in s.replay():
+            if item.kind == "scrape" and item.t is not None:
+                clock.t = item.t + t
+                adv.on_page(item.text, clock.t)
+                adv.diagnose(clock.t)
+            else:
+                adv.on_log_line(item.text)
+    return adv
+
+
+def shifted(sessions: list[Session]) -> list[float]:
+    """Offsets that put each session 60 s after the end of the one before."""
+    offsets, end = [], None
+    for s in sessions:
+        times = [t for t, _ in s.scrapes]
+        off = 0.0 if end is None else end + 60.0 - times[0]
+        offsets.append(off)
+        end = times[-1] + off
+    return offsets
+
+
+def test_following_the_advice_is_judged_keep() -> None:
+    adv = play("cpu-preempt-binds", "cpu-preempt-binds-after")
+    assert [(c.knob, c.old, c.new) for c in adv.changes] == [("max_num_seqs", 10, 7)]
+    exp = adv.experiment
+    assert exp is not None and exp.state == "done", exp
+    assert exp.before_requests == 64 and exp.after_requests == 64
+    assert exp.verdict == "keep", exp.reasons
+    assert any("Preemptions" in r for r in exp.reasons)
+    assert adv.finished_experiments and adv.finished_experiments[-1].verdict == "keep"
+    d = adv.diagnose()
+    assert d.experiment is not None and d.experiment["verdict"] == "keep"
+
+
+def test_going_back_is_judged_revert() -> None:
+    adv = play("cpu-preempt-binds-after", "cpu-preempt-binds")
+    assert [(c.knob, c.old, c.new) for c in adv.changes] == [("max_num_seqs", 7, 10)]
+    exp = adv.experiment
+    assert exp is not None and exp.state == "done"
+    assert exp.verdict == "revert", exp.reasons
+    assert any("--max-num-seqs 7" in r for r in exp.reasons)
+
+
+def test_load_changed_is_inconclusive() -> None:
+    """cpu-healthy (48 requests of 256/128 at concurrency 8) after cpu-preempt-binds-after
+    (64 of 128/256 at 32): a knob changed (max_num_seqs 7 -> 128, KV size) but so did the load."""
+    adv = play("cpu-preempt-binds-after", "cpu-healthy")
+    exp = adv.experiment
+    assert exp is not None and exp.state == "done"
+    assert exp.verdict == "inconclusive"
+    assert any("comparable load" in r for r in exp.reasons), exp.reasons
+
+
+def test_too_few_requests_before_is_inconclusive() -> None:
+    """cpu-idle (no requests) then a restart with other knobs: there is no baseline."""
+    adv = play("cpu-idle", "cpu-preempt-binds")
+    exp = adv.experiment
+    assert exp is not None and exp.state == "done"
+    assert exp.verdict == "inconclusive"
+    assert any("No baseline" in r for r in exp.reasons)
+
+
+def test_no_new_advice_while_the_experiment_runs() -> None:
+    sessions = [Session.load(SESSIONS / n) for n in ("cpu-preempt-binds", "cpu-preempt-binds-after")]
+    current: list[list[str] | None] = [None]
+    clock = ReplayClock()
+    adv = Advisor(Config(), load_rules(), argv_provider=lambda: current[0], clock=clock, year=2026)
+    statuses = []
+    for s, t in zip(sessions, shifted(sessions), strict=True):
+        current[0] = s.meta.get("serve_args")
+        for item in s.replay():
+            if item.kind == "scrape" and item.t is not None:
+                clock.t = item.t + t
+                adv.on_page(item.text, clock.t)
+                d = adv.diagnose(clock.t)
+                if adv.experiment is not None and adv.experiment.state == "observing":
+                    statuses.append((d.status, d.reason))
+            else:
+                adv.on_log_line(item.text)
+    assert statuses, "the experiment never observed"
+    assert all(st == "insufficient-data" for st, _ in statuses)
+    assert any("experiment running" in r for _, r in statuses)
