@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import builtins
 import json
-import re
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from advisor.redact import redact_obj
 
 SCHEMA_VERSION = 1
 SOURCES = ("daemon", "compare")
@@ -43,8 +44,6 @@ CREATE INDEX IF NOT EXISTS experiments_started ON experiments (started_at);
 """
 
 _JSON_COLUMNS = ("old_value", "new_value", "load_profile", "buckets", "reasons")
-_SECRET_KEY = re.compile(r"(api[_-]?key|token|password|passwd|secret|authorization)", re.IGNORECASE)
-_SECRET_ARG = re.compile(r"(--?(?:api[_-]?key|[\w-]*token|password|secret)[= ])(\S+)", re.IGNORECASE)
 
 
 class LedgerError(RuntimeError):
@@ -72,19 +71,7 @@ class ExperimentRecord:
     reasons: list[str] = field(default_factory=list)
 
 
-def redact(value: Any) -> Any:
-    """Blank secret-looking values in nested JSON-able data (keys like ``api_key``, ``token``,
-    and ``--api-key X`` inside strings) before they are stored."""
-    if isinstance(value, Mapping):
-        return {
-            k: ("<redacted>" if isinstance(k, str) and _SECRET_KEY.search(k) and v else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    if isinstance(value, str):
-        return _SECRET_ARG.sub(lambda m: m.group(1) + "<redacted>", value)
-    return value
+redact = redact_obj
 
 
 def record_from_comparison(

@@ -202,7 +202,8 @@ def judge(exp: LiveExperiment, window: Window, now: float) -> LiveExperiment:
     if verdict == "revert":
         c = exp.changes[0]
         flag = knobs.KNOBS[c.knob].flag if c.knob in knobs.KNOBS else c.knob
-        reasons.append(f"Restore {flag} {knobs.format_value(c.old)}.")
+        reasons = [r for r in reasons if not r.startswith("Restore the previous value")]
+        reasons.append(f"Restore the previous value: {flag} {knobs.format_value(c.old)}.")
     return replace(
         exp,
         state="done",

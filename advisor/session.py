@@ -33,100 +33,24 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from queue import Empty, Queue
 from typing import Any, NamedTuple, Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import requests
 
 from advisor import __version__
+from advisor.redact import redact_obj, redact_text, redact_url
 
 FORMAT_VERSION = 1
 METRICS_DIR = "metrics"
 LOG_FILE = "vllm.log"
 ENGINE_FILE = "engine.json"
 META_FILE = "meta.json"
-REDACTED = "<redacted>"
 
 _SCRAPE_NAME = re.compile(r"^(\d{1,16})\.prom(\.gz)?$")
 
 
 class SessionError(ValueError):
     """A session directory that cannot be read or written; the message names the path."""
-
-
-# ---------------------------------------------------------------------- redaction
-
-_SECRET_KEY = (
-    r"(?:api[_-]?key|hf[_-]token|access[_-]token|auth[_-]token|token|password|passwd|secret(?:[_-]key)?)"
-)
-_SECRET_KEY_RE = re.compile(rf"^{_SECRET_KEY}$", re.IGNORECASE)
-_TEXT_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    # --api-key VALUE / --api-key=VALUE (command lines)
-    (re.compile(rf"(--{_SECRET_KEY}(?:=|\s+))(?!<redacted>)(\S+)", re.IGNORECASE), rf"\g<1>{REDACTED}"),
-    # 'api_key': 'VALUE' (logged dicts), api_key=VALUE (query strings, env), "token": "VALUE" (JSON)
-    (
-        re.compile(
-            rf"""((?<![\w-]){_SECRET_KEY}['"]?\s*[:=]\s*['"]?)(?!<redacted>)([^\s'",}}&)\]]+)""",
-            re.IGNORECASE,
-        ),
-        rf"\g<1>{REDACTED}",
-    ),
-    # VLLM_API_KEY=VALUE, HF_TOKEN=VALUE (environment dumps; upper case only, so that
-    # bos_token=... or max_tokens=... are left alone)
-    (
-        re.compile(
-            r"(\b[A-Z][A-Z0-9_]*_(?:API_KEY|TOKEN|PASSWORD|SECRET(?:_KEY)?)\s*[:=]\s*['\"]?)(?!<redacted>)([^\s'\",}&)\]]+)"
-        ),
-        rf"\g<1>{REDACTED}",
-    ),
-    # Authorization: Bearer VALUE
-    (re.compile(r"(\bBearer\s+)(?!<redacted>)(\S+)", re.IGNORECASE), rf"\g<1>{REDACTED}"),
-    # scheme://user:password@host
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://)[^/\s@]+@", re.IGNORECASE), r"\g<1>"),
-)
-
-
-def redact_text(text: str) -> str:
-    """Replace secret values in free text (log lines, command lines); a no-op on clean text."""
-    for pattern, repl in _TEXT_RULES:
-        text = pattern.sub(repl, text)
-    return text
-
-
-def redact_url(url: str) -> str:
-    """Drop userinfo and redact secret query parameters (``api_key=...``, ``token=...``)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return redact_text(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, REDACTED if _SECRET_KEY_RE.match(k) else v) for k, v in pairs], safe="<>")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def redact_obj(obj: Any) -> Any:
-    """Redact a JSON-like value: values under secret-looking keys, and secrets inside strings."""
-    if isinstance(obj, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in obj.items():
-            key = str(k)
-            if _SECRET_KEY_RE.match(key.lstrip("-")) and v not in (None, "", False):
-                out[key] = REDACTED
-            else:
-                out[key] = redact_obj(v)
-        return out
-    if isinstance(obj, list | tuple):  # an argv: the value after --api-key is secret too
-        out_list: list[Any] = []
-        for i, v in enumerate(obj):
-            prev = obj[i - 1] if i else None
-            secret_flag = isinstance(prev, str) and prev.startswith("--") and _SECRET_KEY_RE.match(prev[2:])
-            out_list.append(REDACTED if secret_flag and isinstance(v, str) else redact_obj(v))
-        return out_list
-    if isinstance(obj, str):
-        return redact_text(obj)
-    return obj
 
 
 # ---------------------------------------------------------------------- writing

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from advisor.model import EngineInfo, LogEvent
+from advisor.redact import REDACTED
 from advisor.sources import engine, logs, metrics
-from advisor.sources.engine import REDACTED, EngineSourceError
+from advisor.sources.engine import EngineSourceError
 
 FIX = Path(__file__).parent / "fixtures"
 ENGINE_FIX = FIX / "engine"

@@ -70,7 +70,7 @@ def test_going_back_is_judged_revert() -> None:
     exp = adv.experiment
     assert exp is not None and exp.state == "done"
     assert exp.verdict == "revert", exp.reasons
-    assert any("--max-num-seqs 7" in r for r in exp.reasons)
+    assert exp.reasons[-1] == "Restore the previous value: --max-num-seqs 7."
 
 
 def test_load_changed_is_inconclusive() -> None:

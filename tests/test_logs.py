@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from advisor.model import EVENT_KINDS, LogEvent
+from advisor.redact import REDACTED, redact_text
 from advisor.sources import logs
 from advisor.sources.logs import (
     MAX_LINE_CHARS,
@@ -36,7 +37,6 @@ from advisor.sources.logs import (
     join_lines,
     parse_line,
     parse_lines,
-    redact_text,
     strip_prefixes,
 )
 
@@ -434,8 +434,8 @@ def test_non_default_args_redacts_secrets_in_value_and_line() -> None:
     e = parse_line(line, year=YEAR)
     assert e.kind == "startup" and e.fields["fact"] == "non_default_args"
     v = e.fields["value"]
-    assert v["api_key"] == "***" and v["hf_token"] == "***"
-    assert v["ssl_keyfile_password"] == "***" and v["client_secret"] == "***"
+    assert v["api_key"] == REDACTED and v["hf_token"] == REDACTED
+    assert v["ssl_keyfile_password"] == REDACTED and v["client_secret"] == REDACTED
     assert v["max_num_batched_tokens"] == 8192 and v["tokenizer"] == "/tok" and v["model"] == "/m"
     for secret in ("sk-abc", "sk-def", "hf_SECRETVALUE", "pw1", "s3"):
         assert secret not in e.line
@@ -449,14 +449,14 @@ def test_redact_text_cli_and_headers() -> None:
     for secret in ("sk-1", "hf_2", "abc.def"):
         assert secret not in out
     assert "--max-num-batched-tokens 8192" in out
-    assert "--api-key ***" in out
+    assert f"--api-key {REDACTED}" in out
 
 
 def test_engine_config_secrets_redacted() -> None:
     e = parse_line(
         "INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.9.0) with config: model='m', hf_token='tok123', seed=0"
     )
-    assert e.fields["value"]["hf_token"] == "***"
+    assert e.fields["value"]["hf_token"] == REDACTED
     assert "tok123" not in e.line
 
 

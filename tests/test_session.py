@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import requests
 
+from advisor.redact import redact_obj, redact_text, redact_url
 from advisor.session import (
     FileTail,
     Session,
@@ -22,9 +23,6 @@ from advisor.session import (
     SessionWriter,
     parse_log_time,
     record,
-    redact_obj,
-    redact_text,
-    redact_url,
     update_meta,
 )
 

@@ -33,8 +33,7 @@ import yaml
 
 from advisor import knobs, names
 from advisor.model import EngineInfo, LogEvent, Provenanced, Snapshot
-
-REDACTED = "<redacted>"
+from advisor.redact import REDACTED, is_secret_name, redact_argv, redact_obj
 
 
 class EngineSourceError(ValueError):
@@ -43,83 +42,6 @@ class EngineSourceError(ValueError):
 
 # --------------------------------------------------------------------------------------
 # secrets
-
-
-def is_secret_name(name: str) -> bool:
-    """Whether a flag, config key or environment variable name holds a secret.
-
-    ``--api-key``, ``api_key``, ``--hf-token``, ``--auth-token``, ``HF_TOKEN``,
-    ``OPENAI_API_KEY``, ``*password*``, ``*secret*``, ``*credential*`` are; engine arguments that
-    merely mention tokens or keys (``--max-num-batched-tokens``, ``--tokenizer``,
-    ``--kv-cache-memory-bytes``, ``--ssl-keyfile``) are not."""
-    n = name.strip().lstrip("-").lower().replace("_", "-")
-    if not n:
-        return False
-    if any(w in n for w in ("password", "passwd", "secret", "credential")):
-        return True
-    parts = n.split("-")
-    if parts[-1] in ("token", "key", "apikey") or "apikey" in parts:
-        return True
-    return "api-key" in n or "access-key" in n or "private-key" in n
-
-
-_ENV_ARG_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_LITERAL_SECRET_RE = re.compile(r"^(hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})$")
-_URL_CREDS_RE = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/@:\s]*):(?P<pw>[^/@\s]+)@")
-_MULTI_VALUE_SECRETS = ("api-key",)  # vLLM's --api-key takes one or more values
-
-
-def _redact_token(tok: str) -> str:
-    if _LITERAL_SECRET_RE.match(tok):
-        return REDACTED
-    return _URL_CREDS_RE.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", tok)
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A copy of ``argv`` with every secret value replaced by ``<redacted>``.
-
-    Handles ``--api-key X``, ``--api-key=X``, ``--api-key X Y`` (several keys),
-    ``--hf-token X``, any ``--*-token``/``*password*``/``*secret*`` flag, env-like
-    ``HF_TOKEN=X`` arguments, and literal tokens (``hf_...``, ``sk-...``) or URL passwords
-    wherever they appear. Idempotent."""
-    out: list[str] = []
-    i = 0
-    items = [str(a) for a in argv]
-    while i < len(items):
-        tok = items[i]
-        if tok.startswith("-") and not _is_number(tok):
-            flag, eq, _val = tok.partition("=")
-            if is_secret_name(flag):
-                if eq:
-                    out.append(f"{flag}={REDACTED}")
-                    i += 1
-                    continue
-                out.append(flag)
-                i += 1
-                multi = flag.lstrip("-").lower().replace("_", "-") in _MULTI_VALUE_SECRETS
-                while i < len(items) and not (items[i].startswith("-") and not _is_number(items[i])):
-                    out.append(REDACTED)
-                    i += 1
-                    if not multi:
-                        break
-                continue
-            out.append(_redact_token(tok))
-            i += 1
-            continue
-        m = _ENV_ARG_RE.match(tok)
-        if m and is_secret_name(m.group(1)):
-            out.append(f"{m.group(1)}={REDACTED}")
-        else:
-            out.append(_redact_token(tok))
-        i += 1
-    return out
-
-
-def redact_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a config / non-default-args mapping with secret keys' values redacted."""
-    return {
-        k: (REDACTED if is_secret_name(str(k)) and v not in (None, "", []) else v) for k, v in values.items()
-    }
 
 
 def _is_number(tok: str) -> bool:
@@ -195,7 +117,7 @@ def _read_yaml_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _config_values(data: Mapping[str, Any], source: str, detail: str) -> dict[str, Provenanced]:
     out: dict[str, Provenanced] = {}
-    for raw_key, raw_val in redact_mapping({str(k): v for k, v in data.items()}).items():
+    for raw_key, raw_val in redact_obj({str(k): v for k, v in data.items()}).items():
         key = normalize_key(raw_key)
         key = _FACT_ALIASES.get(key, key)
         val = raw_val if raw_val == REDACTED else _coerce_value(key, raw_val)
@@ -470,7 +392,7 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
                 d = _parse_dict(value)
                 if d is None:
                     continue
-                for k, v in redact_mapping(d).items():
+                for k, v in redact_obj(d).items():
                     key = _FACT_ALIASES.get(normalize_key(str(k)), normalize_key(str(k)))
                     val = v if v == REDACTED else _coerce_value(key, _flatten_scalar(v))
                     if val is not None:
@@ -479,7 +401,7 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
                 d = _parse_dict(value)
                 if d is None:
                     continue
-                for k, v in redact_mapping(d).items():
+                for k, v in redact_obj(d).items():
                     key = _FACT_ALIASES.get(str(k), str(k))
                     if key == "device_config":
                         key = "device_type"
@@ -777,7 +699,6 @@ __all__ = [
     "looks_like_vllm",
     "parse_nvidia_smi",
     "redact_argv",
-    "redact_mapping",
     "resolve",
     "serve_args",
     "split_at_restarts",

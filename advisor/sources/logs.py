@@ -25,7 +25,7 @@ Design choices worth knowing:
   --timestamps``, CRI log files) wins because it carries the year and the zone; otherwise
   vLLM's ``MM-DD hh:mm:ss`` read as UTC in ``year``; otherwise journald's ``Mon DD hh:mm:ss``.
 * Secrets: ``LogEvent.line`` is stored ANSI-free, capped at :data:`MAX_LINE_CHARS` and
-  passed through :func:`redact_text`; parsed dicts go through :func:`redact_mapping`.
+  passed through :func:`advisor.redact.redact_text`; parsed dicts go through :func:`advisor.redact.redact_obj`.
 * Nothing here raises on bad input: unrecognised, binary or oversized lines become
   ``kind="unknown"`` events.
 """
@@ -49,6 +49,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from advisor.model import EVENT_KINDS, LogEvent
+from advisor.redact import redact_obj, redact_text
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -67,12 +68,9 @@ __all__ = [
     "follow_command",
     "follow_file",
     "follow_stdin",
-    "is_secret_key",
     "join_lines",
     "parse_line",
     "parse_lines",
-    "redact_mapping",
-    "redact_text",
     "strip_prefixes",
 ]
 
@@ -81,74 +79,12 @@ MAX_LINE_CHARS = 64 * 1024
 MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
 """Byte cap for one raw line in the followers (UTF-8 can take 4 bytes per char)."""
 
-REDACTED = "***"
-
 
 class LogSourceError(Exception):
     """A log source cannot be read (command not found, stdin closed, ...)."""
 
 
 # --------------------------------------------------------------------------- secrets
-
-_SECRET_KEY_RE = re.compile(
-    r"api[_-]?key|(?<![a-z])token(?![a-z])|password|passwd|secret|credential",
-    re.IGNORECASE,
-)
-_SECRET_VALUE = r"""'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|\[[^\]]*+\]|[^\s,})\]]++"""
-# Names are matched whole and possessively, then checked with is_secret_key (linear time
-# even on a 64 KiB line of one identifier).
-_SECRET_KV_RE = re.compile(
-    rf"""(?P<head>(?P<q>['"]?)(?<![A-Za-z0-9_-])(?P<name>[A-Za-z0-9_-]++)(?P=q)\s*[:=]\s*)(?P<val>{_SECRET_VALUE})"""
-)
-_SECRET_FLAG_RE = re.compile(
-    rf"(?P<head>(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z0-9_-]++)(?:=|\s+))(?P<val>{_SECRET_VALUE})"
-)
-_BEARER_RE = re.compile(r"(?P<head>\bBearer\s+)(?P<val>[A-Za-z0-9._~+/=-]+)")
-
-
-def is_secret_key(key: str) -> bool:
-    """True for argument names whose values must never be stored: ``api_key``, ``hf_token``,
-    ``*password*``, ``*secret*``. ``max_num_batched_tokens`` and ``tokenizer`` are not secrets
-    (``token`` must stand as its own word)."""
-    return bool(_SECRET_KEY_RE.search(key))
-
-
-def redact_text(text: str) -> str:
-    """Replace secret values in free text: ``'api_key': 'x'``, ``hf_token=x``,
-    ``--api-key x`` / ``--api-key=x`` and ``Bearer x`` all keep their key, lose their value."""
-    if not text:
-        return text
-
-    def quoted(m: re.Match[str]) -> str:
-        if "name" in m.groupdict() and not is_secret_key(m.group("name")):
-            return m.group(0)
-        val = m.group("val")
-        if val[:1] in ("'", '"'):
-            return f"{m.group('head')}{val[0]}{REDACTED}{val[0]}"
-        return f"{m.group('head')}{REDACTED}"
-
-    out = _SECRET_KV_RE.sub(quoted, text)
-    out = _SECRET_FLAG_RE.sub(quoted, out)
-    return _BEARER_RE.sub(quoted, out)
-
-
-def redact_mapping(value: Any) -> Any:
-    """A copy of ``value`` (dicts and lists, recursively) with every secret key's value
-    replaced by ``"***"`` (see :func:`is_secret_key`). Strings are passed through
-    :func:`redact_text` too, for secrets nested in reprs."""
-    if isinstance(value, Mapping):
-        return {
-            k: (REDACTED if isinstance(k, str) and is_secret_key(k) and v is not None else redact_mapping(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact_mapping(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(redact_mapping(v) for v in value)
-    if isinstance(value, str):
-        return redact_text(value)
-    return value
-
 
 # --------------------------------------------------------------------------- prefixes
 
@@ -580,13 +516,13 @@ def _facts(msg: str) -> list[dict[str, Any]]:
     m = _NON_DEFAULT_RE.search(msg)
     if m:
         args, unparsed = _lenient_dict(m["d"])
-        fact: dict[str, Any] = {"fact": "non_default_args", "value": redact_mapping(args)}
+        fact: dict[str, Any] = {"fact": "non_default_args", "value": redact_obj(args)}
         if unparsed:
             fact["unparsed"] = unparsed
         return [fact]
     m = _ENGINE_CFG_RE.search(msg)
     if m:
-        cfg = redact_mapping(_parse_kv_config(m["cfg"]))
+        cfg = redact_obj(_parse_kv_config(m["cfg"]))
         out.append({"fact": "engine_config", "value": cfg})
         if m["v"]:
             out.append({"fact": "vllm_version", "value": m["v"]})

@@ -1,0 +1,161 @@
+"""Secrets never leave the advisor: one place that redacts them from names, command lines,
+free text (log lines, reprs), JSON-like values and URLs.
+
+Secret names: ``--api-key``, ``api_key``, ``--hf-token``, ``HF_TOKEN``, ``OPENAI_API_KEY``,
+``*password*``, ``*secret*``, ``*credential*``. Engine arguments that merely mention tokens or
+keys (``max_num_batched_tokens``, ``tokenizer``, ``kv_cache_memory_bytes``, ``ssl_keyfile``)
+are not. Literal tokens (``hf_...``, ``sk-...``, ``ghp_...``), bearer tokens and URL passwords
+are redacted wherever they appear. Every function is idempotent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+REDACTED = "<redacted>"
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a flag, config key or environment variable name holds a secret."""
+    n = name.strip().lstrip("-").lower().replace("_", "-")
+    if not n:
+        return False
+    if any(w in n for w in ("password", "passwd", "secret", "credential")):
+        return True
+    parts = n.split("-")
+    if parts[-1] in ("token", "key", "apikey") or "apikey" in parts:
+        return True
+    return "api-key" in n or "access-key" in n or "private-key" in n
+
+
+_LITERAL = r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})"
+_LITERAL_RE = re.compile(rf"(?<![A-Za-z0-9_-]){_LITERAL}(?![A-Za-z0-9_-])")
+_URL_CREDS_RE = re.compile(
+    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P<user>[^/@:\s]*+):(?P<pw>[^/@\s]++)@", re.I
+)
+# a quoted string, a [list], or a bare word that does not open a nested structure (so that in
+# "args: {'api_key': 'x'}" the scan goes on into the braces instead of taking "{'api_key':" as
+# the value of "args")
+_VALUE = r"""'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|\[[^\]]*+\]|[^\s,{}()\[\]&'"][^\s,})\]&]*+"""
+# Names are matched whole and possessively, then checked with is_secret_name (linear time even on
+# a 64 KiB line of one identifier).
+_KV_RE = re.compile(
+    rf"""(?P<head>(?P<q>['"]?)(?<![A-Za-z0-9_-])(?P<name>[A-Za-z0-9_-]++)(?P=q)\s*[:=]\s*)(?P<val>{_VALUE})"""
+)
+_FLAG_RE = re.compile(rf"(?P<head>(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z0-9_-]++)(?:=|\s+))(?P<val>{_VALUE})")
+_BEARER_RE = re.compile(r"(?P<head>\bBearer\s+)(?P<val>[A-Za-z0-9._~+/=-]+)", re.I)
+
+
+def _sub(m: re.Match[str]) -> str:
+    if "name" in m.groupdict() and not is_secret_name(m.group("name")):
+        return m.group(0)
+    val = m.group("val")
+    if val == REDACTED or val.strip("'\"") == REDACTED:
+        return m.group(0)
+    if val[:1] in ("'", '"'):
+        return f"{m.group('head')}{val[0]}{REDACTED}{val[0]}"
+    return f"{m.group('head')}{REDACTED}"
+
+
+def redact_text(text: str) -> str:
+    """Secret values in free text: ``'api_key': 'x'``, ``hf_token=x``, ``HF_TOKEN=x``,
+    ``--api-key x`` / ``--api-key=x``, ``Bearer x``, ``scheme://user:pw@host`` and literal
+    tokens keep their key and lose their value."""
+    if not text:
+        return text
+    out = _KV_RE.sub(_sub, text)
+    out = _FLAG_RE.sub(_sub, out)
+    out = _BEARER_RE.sub(_sub, out)
+    out = _URL_CREDS_RE.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", out)
+    return _LITERAL_RE.sub(REDACTED, out)
+
+
+_ENV_ARG_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_MULTI_VALUE = ("api-key",)  # vLLM's --api-key takes one or more values
+
+
+def _is_number(tok: str) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_flag(tok: str) -> bool:
+    return tok.startswith("-") and not _is_number(tok)
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line with every secret value replaced: ``--api-key X``, ``--api-key=X``,
+    ``--api-key X Y`` (several keys), any secret-named flag, ``HF_TOKEN=X`` arguments, and
+    literal tokens or URL passwords anywhere."""
+    out: list[str] = []
+    items = [str(a) for a in argv]
+    i = 0
+    while i < len(items):
+        tok = items[i]
+        if _is_flag(tok):
+            flag, eq, _ = tok.partition("=")
+            if is_secret_name(flag):
+                i += 1
+                if eq:
+                    out.append(f"{flag}={REDACTED}")
+                    continue
+                out.append(flag)
+                multi = flag.lstrip("-").lower().replace("_", "-") in _MULTI_VALUE
+                while i < len(items) and not _is_flag(items[i]):
+                    out.append(REDACTED)
+                    i += 1
+                    if not multi:
+                        break
+                continue
+        else:
+            m = _ENV_ARG_RE.match(tok)
+            if m and is_secret_name(m.group(1)):
+                out.append(f"{m.group(1)}={REDACTED}")
+                i += 1
+                continue
+        out.append(redact_text(tok))
+        i += 1
+    return out
+
+
+def redact_obj(value: Any) -> Any:
+    """A JSON-like value with secrets gone: values under secret-named keys, lists of strings
+    read as command lines, and secrets inside strings."""
+    if isinstance(value, Mapping):
+        return {
+            k: (
+                REDACTED
+                if is_secret_name(str(k)) and value[k] not in (None, "", [], False)
+                else redact_obj(v)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        if value and all(isinstance(v, str) for v in value):
+            red = redact_argv(value)
+            return red if isinstance(value, list) else tuple(red)
+        items = [redact_obj(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
+
+
+def redact_url(url: str) -> str:
+    """Drop userinfo and redact secret query parameters (``api_key=...``, ``token=...``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, REDACTED if is_secret_name(k) else v) for k, v in pairs], safe="<>")
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
