@@ -27,7 +27,7 @@ from advisor.advise import Diagnosis
 from advisor.config import Config, parse_listen
 from advisor.outputs.exporter import ExportState, make_server
 from advisor.ruleset import Rule
-from advisor.runner import Advisor, ReplayClock, base_from_session_engine, year_of
+from advisor.runner import Advisor
 from advisor.sources import engine as engine_src
 from advisor.sources import logs as log_src
 from advisor.sources import metrics as metrics_src
@@ -372,16 +372,9 @@ def run_replay(
     except SessionError as e:
         log.error("cannot load session", error=str(e))
         return 1
-    clock = ReplayClock()
-    serve_args = s.meta.get("serve_args")
-    adv = Advisor(
-        cfg,
-        rules,
-        base=base_from_session_engine(s.engine, isinstance(serve_args, list)),
-        argv_provider=(lambda: serve_args) if isinstance(serve_args, list) else None,
-        clock=clock,
-        year=year_of(s.meta.get("started_at")),
-    )
+    from advisor.inputs import advisor_for_session
+
+    adv, clock = advisor_for_session(s, cfg, rules)
     daemon = Daemon(cfg, rules, advisor=adv, clock=clock)
     try:
         host, port = daemon.serve()

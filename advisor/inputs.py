@@ -20,15 +20,11 @@ class InputError(Exception):
     """A file or directory the user gave cannot be used (with the path in the message)."""
 
 
-def from_session(
-    directory: str | Path,
-    cfg: Config,
-    rules: Sequence[Rule],
-    on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
-    config_path: str | None = None,
-) -> tuple[Advisor, Diagnosis | None]:
-    """Replay a session as the daemon would have lived it; the last diagnosis is the answer."""
-    s = Session.load(directory)
+def advisor_for_session(
+    s: Session, cfg: Config, rules: Sequence[Rule], config_path: str | None = None
+) -> tuple[Advisor, ReplayClock]:
+    """An advisor set up as the daemon beside the recorded server was: the session's command
+    line and host facts, its year for log timestamps, and a clock the replay moves."""
     clock = ReplayClock()
     serve_args = s.meta.get("serve_args")
     adv = Advisor(
@@ -40,6 +36,19 @@ def from_session(
         clock=clock,
         year=year_of(s.meta.get("started_at")),
     )
+    return adv, clock
+
+
+def from_session(
+    directory: str | Path,
+    cfg: Config,
+    rules: Sequence[Rule],
+    on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
+    config_path: str | None = None,
+) -> tuple[Advisor, Diagnosis | None]:
+    """Replay a session as the daemon would have lived it; the last diagnosis is the answer."""
+    s = Session.load(directory)
+    adv, _ = advisor_for_session(s, cfg, rules, config_path)
     last = replay(adv, ((i.kind, i.t, i.text) for i in s.replay()), on_diagnosis)
     return adv, last
 

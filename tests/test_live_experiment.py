@@ -6,8 +6,10 @@ to start 60 s after the first ends (a restart's worth of downtime)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+from advisor.advise import Diagnosis
 from advisor.config import Config
 from advisor.ruleset import load_rules
 from advisor.runner import Advisor, ReplayClock, base_from_session_engine, year_of
@@ -16,7 +18,7 @@ from advisor.session import Session
 SESSIONS = Path(__file__).parent / "fixtures" / "sessions"
 
 
-def play(*names: str) -> Advisor:
+def play(*names: str, on_diagnosis: Callable[[Advisor, Diagnosis], None] | None = None) -> Advisor:
     sessions = [Session.load(SESSIONS / n) for n in names]
     current: list[list[str] | None] = [None]
     clock = ReplayClock()
@@ -34,7 +36,9 @@ def play(*names: str) -> Advisor:
             if item.kind == "scrape" and item.t is not None:
                 clock.t = item.t + t
                 adv.on_page(item.text, clock.t)
-                adv.diagnose(clock.t)
+                d = adv.diagnose(clock.t)
+                if on_diagnosis is not None:
+                    on_diagnosis(adv, d)
             else:
                 adv.on_log_line(item.text)
     return adv
@@ -93,22 +97,13 @@ def test_too_few_requests_before_is_inconclusive() -> None:
 
 
 def test_no_new_advice_while_the_experiment_runs() -> None:
-    sessions = [Session.load(SESSIONS / n) for n in ("cpu-preempt-binds", "cpu-preempt-binds-after")]
-    current: list[list[str] | None] = [None]
-    clock = ReplayClock()
-    adv = Advisor(Config(), load_rules(), argv_provider=lambda: current[0], clock=clock, year=2026)
-    statuses = []
-    for s, t in zip(sessions, shifted(sessions), strict=True):
-        current[0] = s.meta.get("serve_args")
-        for item in s.replay():
-            if item.kind == "scrape" and item.t is not None:
-                clock.t = item.t + t
-                adv.on_page(item.text, clock.t)
-                d = adv.diagnose(clock.t)
-                if adv.experiment is not None and adv.experiment.state == "observing":
-                    statuses.append((d.status, d.reason))
-            else:
-                adv.on_log_line(item.text)
+    statuses: list[tuple[str, str]] = []
+
+    def watch(adv: Advisor, d: Diagnosis) -> None:
+        if adv.experiment is not None and adv.experiment.state == "observing":
+            statuses.append((d.status, d.reason))
+
+    play("cpu-preempt-binds", "cpu-preempt-binds-after", on_diagnosis=watch)
     assert statuses, "the experiment never observed"
     assert all(st == "insufficient-data" for st, _ in statuses)
     assert any("experiment running" in r for _, r in statuses)
