@@ -9,7 +9,6 @@ little data).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -209,8 +208,7 @@ def arbitrate(
     findings: list[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
 ) -> tuple[str, str, _Candidate | None, list[dict[str, Any]]]:
     """Choose exactly one knob among firing rules: (status, reason, candidate, findings json)."""
-    severity = {r: cfg.severity_overrides.get(r, None) for r in cfg.severity_overrides}
-    firing = [f for f in findings if f.state == "firing"]
+    severity = cfg.severity_overrides
     out_findings: list[dict[str, Any]] = []
     candidates: list[_Candidate] = []
     stuck: list[str] = []
@@ -256,7 +254,6 @@ def arbitrate(
                 None,
                 out_findings,
             )
-    del firing
     return "advice", f"{best.finding.rule.id}: {best.finding.rule.summary}", best, out_findings
 
 
@@ -276,15 +273,22 @@ def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severit
         change = "add a replica (or raise data_parallel_size where GPUs allow)"
     else:
         change = f"{flag} {knobs.format_value(c.current)} -> {knobs.format_value(c.proposed)}"
+        if (
+            k is not None
+            and k.unit == "bytes"
+            and isinstance(c.current, int | float)
+            and c.proposed is not None
+        ):
+            change += f" ({c.current / 2**30:.3g} GiB -> {float(c.proposed) / 2**30:.3g} GiB)"
     ev_names = list(
         dict.fromkeys([*rule.explain.get("evidence", []), *[ch.condition.signal for ch in c.finding.checks]])
     )
     evidence = tuple(
         Evidence(s, values.get(s), CATALOG[s].unit, CATALOG[s].help) for s in ev_names if s in CATALOG
     )
-    note = "; ".join(c.why_not)
-    if c.choice.note:
-        note = f"{c.choice.note}; {note}" if note else c.choice.note
+    note = c.choice.note
+    if c.why_not:
+        note = (note + " " if note else "") + "Skipped: " + "; ".join(c.why_not) + "."
     return Recommendation(
         rule=rule.id,
         summary=rule.summary,
@@ -430,7 +434,3 @@ def diagnose(
 def provenanced_engine(values: Mapping[str, Any], source: str = "config") -> EngineInfo:
     """An EngineInfo from plain values (rule examples and tests)."""
     return EngineInfo({k: Provenanced(v, source) for k, v in values.items() if v is not None})
-
-
-def now_s() -> float:
-    return time.time()

@@ -102,6 +102,18 @@ def _busy_seconds(w: Window) -> float:
     return busy
 
 
+def _busy_rates(w: Window) -> list[float]:
+    """Generation tokens per second over each interval with requests running at both ends."""
+    rates = []
+    for a, b in pairwise(w.snapshots()):
+        ga, gb = a.total(n.GENERATION_TOKENS), b.total(n.GENERATION_TOKENS)
+        if ga is None or gb is None or gb < ga or b.t <= a.t:
+            continue
+        if (a.total(n.NUM_RUNNING) or 0) > 0 and (b.total(n.NUM_RUNNING) or 0) > 0:
+            rates.append((gb - ga) / (b.t - a.t))
+    return rates
+
+
 def samples(w: Window) -> tuple[dict[str, ex.MetricSample], dict[str, Any]]:
     """The comparison inputs of one window, and its load profile."""
     out: dict[str, ex.MetricSample] = {}
@@ -110,10 +122,11 @@ def samples(w: Window) -> tuple[dict[str, ex.MetricSample], dict[str, Any]]:
         if h is not None and h.count > 0:
             out[quantity] = ex.HistogramSample(h)
     requests = w.counter_delta(n.REQUEST_SUCCESS) or 0.0
-    gen = w.counter_delta(n.GENERATION_TOKENS)
     busy = _busy_seconds(w)
-    if gen is not None and busy > 0:
-        out["output_throughput"] = ex.ScalarSample(gen / busy)
+    rates = _busy_rates(w)
+    if len(rates) >= 2:
+        # per-interval throughput while busy: its spread gives the comparison a noise estimate
+        out["output_throughput"] = ex.ValuesSample.of(rates)
     pre = w.counter_delta(n.NUM_PREEMPTIONS)
     if pre is not None and requests > 0:
         out["preemptions"] = ex.CountSample(pre, requests)

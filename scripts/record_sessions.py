@@ -58,6 +58,7 @@ class Spec:
 
 
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
+LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
 
 SPECS: tuple[Spec, ...] = (
     Spec(
@@ -82,12 +83,22 @@ SPECS: tuple[Spec, ...] = (
         load=PREEMPT_LOAD,
     ),
     Spec(
-        "cpu-preempt-binds-after",
-        "cpu-preempt-binds after following the advisor's advice: --max-num-seqs 7 (the advice for "
-        "cpu-preempt-binds), same KV cache and load. For replayed before/after experiments.",
-        max_num_seqs=7,
+        "cpu-long-binds",
+        "KV cache 3,072 tokens (24 blocks of 128), --max-num-seqs 6; 48 requests of 384 in / 384 out at "
+        "concurrency 32. Six prompts fill the cache at admission (4 blocks each), then grow to 6 blocks: "
+        "max_num_seqs binds and vLLM preempts, recomputing long prefills. The KV cache holds 4 such "
+        "requests: the advice is --max-num-seqs 6 -> 4.",
+        max_num_seqs=6,
         kv_cache_memory_bytes=KV_24MIB,
-        load=PREEMPT_LOAD,
+        load=LONG_LOAD,
+    ),
+    Spec(
+        "cpu-long-binds-after",
+        "cpu-long-binds after following the advice: --max-num-seqs 4, same KV cache and load. Measured "
+        "here before recording: preemptions 34 -> 2, throughput +4%, TPOT p95 halved, TTFT and e2e no worse.",
+        max_num_seqs=4,
+        kv_cache_memory_bytes=KV_24MIB,
+        load=LONG_LOAD,
     ),
     Spec(
         "cpu-preempt-nobind",
@@ -146,9 +157,12 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
             bad.append(f"peak running {peak}, expected 10 (the cap)")
         if not pre:
             bad.append("no preemptions")
-    elif name == "cpu-preempt-binds-after":
-        if peak is None or peak > 7:
-            bad.append(f"peak running {peak}, expected at most the cap of 7")
+    elif name == "cpu-long-binds":
+        if peak != 6 or not pre:
+            bad.append(f"peak running {peak} (expected the cap, 6) and {pre} preemptions (expected some)")
+    elif name == "cpu-long-binds-after":
+        if peak is None or peak > 4:
+            bad.append(f"peak running {peak}, expected at most the cap of 4")
     elif name == "cpu-preempt-nobind":
         if peak is None or peak > 32:
             bad.append(f"peak running {peak}, expected well under 64")

@@ -1,10 +1,14 @@
 """Closed loop on a REAL vLLM CPU server: advice, restart with the proposed value under the
 same load, and the daemon's own before/after verdict in the ledger.
 
-KV cache 3,072 tokens (8 requests of 384 fit), max_num_seqs 10, 64 requests of 128 in /
-256 out at concurrency 32: the batch sits at the cap while vLLM preempts. The advice lowers
-max_num_seqs; the same load after the restart preempts no more: keep. Then the opposite: the
-cap goes back up to 10 and preemption (and TPOT) come back: revert.
+KV cache 3,072 tokens (24 blocks of 128), max_num_seqs 6, 48 requests of 384 in / 384 out at
+concurrency 32: six prompts fill the cache at admission and then grow, so the batch sits at the
+cap while vLLM preempts and recomputes long prefills. The cache holds 4 such requests; the advice
+is 6 -> 4; the same load after the restart preempts (almost) no more at no cost in throughput or
+tail latency: keep. Then the opposite: the cap goes back up to 6, preemption and the TPOT tail
+come back: revert. (With short prompts on this CPU, recompute is so cheap that lowering the cap
+costs more throughput than it saves: the lab's 16 -> 8 benchmark pair is judged revert in
+tests/test_experiment.py.)
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def _wait(what: str, fn, timeout: float) -> object:  # type: ignore[no-untyped-d
 @pytest.mark.realvllm
 def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
     server = realvllm.VllmServer(
-        max_num_seqs=10, kv_cache_memory_bytes=KV_BYTES, log_path=tmp_path / "vllm.log"
+        max_num_seqs=6, kv_cache_memory_bytes=KV_BYTES, log_path=tmp_path / "vllm.log"
     )
     server.start()
     ledger = tmp_path / "ledger.sqlite"
@@ -70,7 +74,7 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
             60,
         )
         proposed = d.recommendation.proposed  # type: ignore[union-attr]
-        assert proposed <= 8
+        assert proposed == 4  # what the KV cache holds at 767 tokens a request
 
         # follow the advice: restart with the proposed value, replay the same load
         server.restart(max_num_seqs=proposed)
@@ -81,16 +85,16 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
             "the first verdict in the ledger", lambda: ledger.exists() and Ledger(str(ledger)).list(), 90
         )
         first = rows[0]  # type: ignore[index]
-        assert (first["knob"], first["old_value"], first["new_value"]) == ("max_num_seqs", 10, proposed)
+        assert (first["knob"], first["old_value"], first["new_value"]) == ("max_num_seqs", 6, proposed)
         assert first["verdict"] == "keep", first["reasons"]
         assert first["source"] == "daemon"
         assert any("Preemptions" in r for r in first["reasons"])
 
-        # the opposite: back to 10 under the same load makes things worse
-        server.restart(max_num_seqs=10)
+        # the opposite: back to 6 under the same load makes things worse
+        server.restart(max_num_seqs=6)
         _wait(
             "the second change noticed",
-            lambda: daemon.advisor.experiment is not None and daemon.advisor.experiment.changes[0].new == 10,
+            lambda: daemon.advisor.experiment is not None and daemon.advisor.experiment.changes[0].new == 6,
             60,
         )
         _load(server)
@@ -100,9 +104,9 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
             90,
         )
         second = rows[0]  # type: ignore[index]
-        assert (second["old_value"], second["new_value"]) == (proposed, 10)
+        assert (second["old_value"], second["new_value"]) == (proposed, 6)
         assert second["verdict"] == "revert", second["reasons"]
-        assert any(f"--max-num-seqs {proposed}" in r for r in second["reasons"])
+        assert second["reasons"][-1] == f"Restore the previous value: --max-num-seqs {proposed}."
     finally:
         daemon.stop()
         server.stop()

@@ -1,6 +1,6 @@
 """The daemon's own experiment, replayed from two real recordings of the same load: vLLM 0.32
-(CPU) with max_num_seqs 10 (preempting, cpu-preempt-binds), then restarted with the advised 7
-(cpu-preempt-binds-after). The replay feeds one advisor both sessions in time order, as the
+(CPU), 384-in/384-out requests, max_num_seqs 6 (preempting, cpu-long-binds), then restarted
+with the advised 4 (cpu-long-binds-after). The replay feeds one advisor both sessions in time order, as the
 daemon would have lived them; the recordings were made minutes apart, so the second is moved
 to start 60 s after the first ends (a restart's worth of downtime)."""
 
@@ -56,11 +56,11 @@ def shifted(sessions: list[Session]) -> list[float]:
 
 
 def test_following_the_advice_is_judged_keep() -> None:
-    adv = play("cpu-preempt-binds", "cpu-preempt-binds-after")
-    assert [(c.knob, c.old, c.new) for c in adv.changes] == [("max_num_seqs", 10, 7)]
+    adv = play("cpu-long-binds", "cpu-long-binds-after")
+    assert [(c.knob, c.old, c.new) for c in adv.changes] == [("max_num_seqs", 6, 4)]
     exp = adv.experiment
     assert exp is not None and exp.state == "done", exp
-    assert exp.before_requests == 64 and exp.after_requests == 64
+    assert exp.before_requests == 48 and exp.after_requests == 48
     assert exp.verdict == "keep", exp.reasons
     assert any("Preemptions" in r for r in exp.reasons)
     assert adv.finished_experiments and adv.finished_experiments[-1].verdict == "keep"
@@ -69,18 +69,18 @@ def test_following_the_advice_is_judged_keep() -> None:
 
 
 def test_going_back_is_judged_revert() -> None:
-    adv = play("cpu-preempt-binds-after", "cpu-preempt-binds")
-    assert [(c.knob, c.old, c.new) for c in adv.changes] == [("max_num_seqs", 7, 10)]
+    adv = play("cpu-long-binds-after", "cpu-long-binds")
+    assert [(c.knob, c.old, c.new) for c in adv.changes] == [("max_num_seqs", 4, 6)]
     exp = adv.experiment
     assert exp is not None and exp.state == "done"
     assert exp.verdict == "revert", exp.reasons
-    assert exp.reasons[-1] == "Restore the previous value: --max-num-seqs 7."
+    assert exp.reasons[-1] == "Restore the previous value: --max-num-seqs 4."
 
 
 def test_load_changed_is_inconclusive() -> None:
-    """cpu-healthy (48 requests of 256/128 at concurrency 8) after cpu-preempt-binds-after
-    (64 of 128/256 at 32): a knob changed (max_num_seqs 7 -> 128, KV size) but so did the load."""
-    adv = play("cpu-preempt-binds-after", "cpu-healthy")
+    """cpu-healthy (48 requests of 256/128 at concurrency 8) after cpu-preempt-binds
+    (64 of 128/256 at 32): a knob changed (max_num_seqs 10 -> 128, KV size) but so did the load."""
+    adv = play("cpu-preempt-binds", "cpu-healthy")
     exp = adv.experiment
     assert exp is not None and exp.state == "done"
     assert exp.verdict == "inconclusive"
@@ -103,7 +103,7 @@ def test_no_new_advice_while_the_experiment_runs() -> None:
         if adv.experiment is not None and adv.experiment.state == "observing":
             statuses.append((d.status, d.reason))
 
-    play("cpu-preempt-binds", "cpu-preempt-binds-after", on_diagnosis=watch)
+    play("cpu-long-binds", "cpu-long-binds-after", on_diagnosis=watch)
     assert statuses, "the experiment never observed"
     assert all(st == "insufficient-data" for st, _ in statuses)
     assert any("experiment running" in r for _, r in statuses)
