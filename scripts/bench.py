@@ -76,9 +76,16 @@ def cycle_table(pages: list[str], repeat: int) -> list[tuple[str, int, float, fl
 
 
 def soak(pages: list[str], cycles: int) -> list[tuple[int, float, float, float]]:
-    """Replay the session's pages in a loop (counters shifted so they keep rising) at full speed."""
+    """Replay the session's pages in a loop at full speed, as the daemon lives: scrape, a log
+    line, evaluate, and every third cycle an exporter scrape (Prometheus at 15 s, daemon at 5 s)."""
+    from prometheus_client import generate_latest
+
+    from advisor.outputs.exporter import ExportState, make_registry
+
     proc = psutil.Process(os.getpid())
     adv, clock, _ = warm_advisor(pages[:2])
+    state: list[ExportState] = [ExportState(None, True, tuple(adv.evaluator.rules))]
+    registry = make_registry(lambda: state[0])
     samples = []
     cpu0 = proc.cpu_times()
     t0 = time.perf_counter()
@@ -91,7 +98,10 @@ def soak(pages: list[str], cycles: int) -> list[tuple[int, float, float, float]]
             "tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache "
             "usage: 5.0%, Prefix cache hit rate: 0.0%"
         )
-        adv.diagnose(clock.t)
+        d = adv.diagnose(clock.t)
+        state[0] = ExportState(d, adv.up, tuple(adv.evaluator.rules), dict(adv.stats.scrapes))
+        if i % 3 == 0:
+            generate_latest(registry)
         if (i + 1) % step == 0:
             gc.collect()
             cpu = proc.cpu_times()

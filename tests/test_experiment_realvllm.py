@@ -29,7 +29,7 @@ KV_BYTES = 25165824
 
 def _load(server: realvllm.VllmServer) -> None:
     realvllm.run_load(
-        server.url, input_len=128, output_len=256, num_prompts=64, concurrency=32, timeout_s=300
+        server.url, input_len=384, output_len=384, num_prompts=48, concurrency=32, timeout_s=400
     )
 
 

@@ -489,12 +489,15 @@ and in `vllm-advisor explain` ("Other findings").
 
 ## What to do
 
-1. On the host (or anywhere, with `--prometheus URL`), run `vllm-advisor explain`: it prints
-   the recommendation, the evidence with values, why, and what should move.
+1. Run `vllm-advisor explain --daemon http://HOST:19842` (anywhere that reaches the advisor), or
+   `vllm-advisor explain --url http://127.0.0.1:8000` on the host: it prints the recommendation,
+   the evidence with values, why, and what should move.
 2. Change that one knob, by the proposed step, and restart vLLM under the same load. The
    advisor notices the change (`vllm_advisor_engine_knob` moves; the dashboard marks it).
 3. **Verify** with the signals listed in the rule's section below, before vs after, under
-   comparable load and per request length (`vllm-advisor` compares the windows for you).
+   comparable load: the daemon compares the windows by itself and records keep / revert /
+   inconclusive (`vllm-advisor history`, `vllm_advisor_experiment_info`); for per-request-length
+   buckets, compare two `vllm bench serve` result files with `vllm-advisor compare`.
 4. **Roll back** (restore the previous value) as the rule's section says when the signals
    did not improve, or when vLLM fails to start.
 
