@@ -98,8 +98,10 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
         con.print(Text(f"{d.status.upper()}: {d.reason}", style=style))
         con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
         _findings(con, d)
-        return buf.getvalue()
-    con.print(Text(f"CHANGE  {rec.change}", style="bold cyan"), Text(_current(rec), style="dim"))
+        return _tidy(buf.getvalue())
+    con.print(
+        Text(f"CHANGE  {rec.change}", style="bold cyan"), Text(_current(rec), style="dim"), soft_wrap=True
+    )
     con.print(Text(f"{rec.severity.upper()} {rec.rule}: {rec.summary}", style="bold"))
     if rec.note:
         con.print(Text(f"Note: {rec.note}", style="dim"))
@@ -118,7 +120,7 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
     con.print(Text("Roll back: ", style="bold"), Text(rec.rollback))
     con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
     _findings(con, d)
-    return buf.getvalue()
+    return _tidy(buf.getvalue())
 
 
 def experiment_line(e: Mapping[str, Any] | None) -> str | None:
@@ -129,6 +131,10 @@ def experiment_line(e: Mapping[str, Any] | None) -> str | None:
         return f"{head}: observing, {e.get('after_requests', 0):.0f} of ~{e.get('before_requests', 0):.0f} requests seen"
     reasons = " ".join(e.get("reasons") or [])
     return f"{head}: {str(e.get('verdict')).upper()}. {reasons}"
+
+
+def _tidy(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
 def _findings(con: Console, d: Diagnosis) -> None:
