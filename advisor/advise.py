@@ -208,7 +208,6 @@ def arbitrate(
     findings: list[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
 ) -> tuple[str, str, _Candidate | None, list[dict[str, Any]]]:
     """Choose exactly one knob among firing rules: (status, reason, candidate, findings json)."""
-    severity = cfg.severity_overrides
     out_findings: list[dict[str, Any]] = []
     candidates: list[_Candidate] = []
     stuck: list[str] = []
@@ -238,11 +237,7 @@ def arbitrate(
             return "inconclusive", "; ".join(stuck), None, out_findings
         return "healthy", "no rule fired", None, out_findings
 
-    def rank(c: _Candidate) -> tuple[int, int, str]:
-        sev = severity.get(c.finding.rule.id) or c.finding.rule.severity
-        return (SEVERITY_RANK.get(sev, 9), -c.finding.rule.priority, c.finding.rule.id)
-
-    candidates.sort(key=rank)
+    candidates.sort(key=lambda c: _rank(c.finding.rule, cfg))
     best = candidates[0]
     # contradiction: the same knob pushed both ways
     for other in candidates[1:]:
@@ -255,6 +250,11 @@ def arbitrate(
                 out_findings,
             )
     return "advice", f"{best.finding.rule.id}: {best.finding.rule.summary}", best, out_findings
+
+
+def _rank(rule: Rule, cfg: Config) -> tuple[int, int, str]:
+    sev = cfg.severity_overrides.get(rule.id) or rule.severity
+    return (SEVERITY_RANK.get(sev, 9), -rule.priority, rule.id)
 
 
 def _sign(c: _Candidate) -> int:
@@ -279,7 +279,7 @@ def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severit
             and isinstance(c.current, int | float)
             and c.proposed is not None
         ):
-            change += f" ({c.current / 2**30:.3g} GiB -> {float(c.proposed) / 2**30:.3g} GiB)"
+            change += f" ({_bytes(c.current)} -> {_bytes(float(c.proposed))})"
     ev_names = list(
         dict.fromkeys([*rule.explain.get("evidence", []), *[ch.condition.signal for ch in c.finding.checks]])
     )
@@ -309,6 +309,10 @@ def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severit
         references=tuple(rule.explain.get("references", [])),
         note=note,
     )
+
+
+def _bytes(b: float) -> str:
+    return f"{b / 2**30:.3g} GiB" if b >= 2**30 else f"{b / 2**20:.3g} MiB"
 
 
 def measurement_context(
@@ -426,6 +430,25 @@ def diagnose(
             )
     rec = None
     if best is not None:
+        # a better-ranked rule whose conditions hold, but not yet for long enough, outranks this
+        # advice: say the evidence is building rather than flip to a lesser knob meanwhile
+        waiting = [
+            f for f in findings if f.state == "pending" and _rank(f.rule, cfg) < _rank(best.finding.rule, cfg)
+        ]
+        if waiting:
+            held = ", ".join(
+                f"{f.rule.id} for {now - (f.since or now):.0f}s of {f.rule.for_s:.0f}s" for f in waiting
+            )
+            return Diagnosis(
+                "inconclusive",
+                f"evidence is building; conditions hold: {held}",
+                None,
+                tuple(fjson),
+                eng,
+                ctx,
+                now,
+                values,
+            )
         sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)
         rec = recommendation_of(best, values, sev)
     return Diagnosis(status, reason, rec, tuple(fjson), eng, ctx, now, values)

@@ -56,6 +56,9 @@ def main() -> None:
     A rule's docs:    vllm-advisor explain kv-preemption-seqs-bind
     The daemon:       vllm-advisor run --vllm-url http://127.0.0.1:8000
     """
+    from advisor.log import configure_logging
+
+    configure_logging()
 
 
 # ------------------------------------------------------------------ explain

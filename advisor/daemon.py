@@ -25,6 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from advisor.advise import Diagnosis
 from advisor.config import Config, parse_listen
+from advisor.log import configure_logging
 from advisor.outputs.exporter import ExportState, make_server
 from advisor.ruleset import Rule
 from advisor.runner import Advisor
@@ -33,22 +34,6 @@ from advisor.sources import logs as log_src
 from advisor.sources import metrics as metrics_src
 
 log = structlog.get_logger("vllm-advisor")
-
-
-def configure_logging(json_logs: bool | None = None) -> None:
-    """Structured logs: JSON lines when not on a terminal, readable columns on one."""
-    if json_logs is None:
-        json_logs = not sys.stderr.isatty()
-    renderer: Any = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
-    )
 
 
 def metrics_url(url: str) -> str:
@@ -75,7 +60,7 @@ class Daemon:
         self._stop = threading.Event()
         if advisor is None:
             port = cfg.vllm_port or urlparse(cfg.vllm_url).port
-            host = engine_src.host_facts()
+            host = {**engine_src.host_facts(), **engine_src.from_api(cfg.vllm_url)}
 
             def argv() -> Sequence[str] | None:
                 try:

@@ -55,6 +55,7 @@ def inspect(
         port = urlparse(url).port
         argv = engine_src.find_vllm_process(port)
         base.update(engine_src.host_facts())
+        base.update(engine_src.from_api(url))
     if session_dir:
         try:
             s = Session.load(session_dir)

@@ -91,7 +91,7 @@ def test_explain_daemon_reads_a_running_advisor(tmp_path: Path) -> None:
         finally:
             d.stop()
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["recommendation"]["knob"] == "kv_cache_memory_bytes"
+    assert json.loads(res.stdout)["recommendation"]["knob"] == "kv_cache_memory_bytes"
     assert text.output.startswith("CHANGE  --kv-cache-memory-bytes")
     res = CliRunner().invoke(main, ["explain", "--daemon", "http://127.0.0.1:9"])
     assert res.exit_code == 1 and "cannot read the advisor daemon" in res.output

@@ -72,7 +72,7 @@ def test_h200_small_budget_same_load_needs_no_change() -> None:
 def test_explain_json_schema_on_a_session() -> None:
     res = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION), "--format", "json"])
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["status"] in ("advice", "healthy", "inconclusive", "insufficient-data")
     rec = d["recommendation"]
     for key in (
@@ -142,7 +142,7 @@ def test_explain_on_metrics_files_only(tmp_path: Path) -> None:
         ],
     )
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["status"] == "advice"
     # no command line here: the knobs come from the page and vLLM's defaults; KV size from the page
     assert d["recommendation"]["rule"] == "kv-preemption-capacity"

@@ -57,22 +57,24 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
         log_file=str(server.log_path),
         state_dir=str(tmp_path / "state"),
         ledger_path=str(ledger),
-        window_s=60.0,
     )
     daemon = Daemon(cfg, load_rules())
     try:
         daemon.start()
-        _load(server)
+        load = realvllm.start_load(
+            server.url, input_len=384, output_len=384, num_prompts=48, concurrency=32, timeout_s=400
+        )
         d = _wait(
-            "advice to lower max_num_seqs",
+            "advice to lower max_num_seqs while the load runs",
             lambda: (
                 (st := daemon.state().diagnosis) is not None
                 and st.recommendation is not None
                 and st.recommendation.knob == "max_num_seqs"
                 and st
             ),
-            60,
+            300,
         )
+        load.wait()
         proposed = d.recommendation.proposed  # type: ignore[union-attr]
         assert proposed == 4  # what the KV cache holds at 767 tokens a request
 

@@ -17,7 +17,7 @@ KINDS = ("engine_stats", "preemption", "startup", "error", "unknown")
 def inspect_json(*args: str) -> dict:  # type: ignore[type-arg]
     res = CliRunner().invoke(main, ["inspect", *args, "--format", "json"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.output)
+    return json.loads(res.stdout)
 
 
 @pytest.mark.parametrize(

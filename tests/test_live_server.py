@@ -24,7 +24,7 @@ def test_live_pages_parse_and_inspect_finds_the_process(vllm_server: realvllm.Vl
         time.sleep(0.5)
     res = CliRunner().invoke(main, ["inspect", "--url", vllm_server.url, "--format", "json"])
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["engine"]["vllm_version"].startswith("0.32")
     # the command line of the real process, found by its port (psutil)
     assert d["engine"]["knobs"]["max_model_len"] == {
@@ -41,6 +41,6 @@ def test_explain_url_on_an_idle_real_server_gives_no_advice(vllm_server: realvll
         main, ["explain", "--url", vllm_server.url, "--window", "4s", "--interval", "1s", "--format", "json"]
     )
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["status"] == "insufficient-data" and d["recommendation"] is None
     assert d["engine"]["knobs"]["max_model_len"]["source"] == "cmdline"

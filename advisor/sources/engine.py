@@ -704,3 +704,20 @@ __all__ = [
     "split_at_restarts",
     "to_json",
 ]
+
+
+def from_api(base_url: str, timeout_s: float = 3.0, http: Any = None) -> dict[str, Provenanced]:
+    """The server's own ``GET /version`` (vLLM's OpenAI server has it); ``{}`` when it cannot be
+    read. Only the version: the API says nothing about scheduler knobs."""
+    import requests
+
+    url = base_url.rstrip("/")
+    url = url.removesuffix("/metrics") + "/version"
+    try:
+        r = (http or requests).get(url, timeout=timeout_s)
+        v = r.json().get("version") if r.status_code == 200 else None
+    except (requests.RequestException, ValueError, AttributeError):
+        return {}
+    if not isinstance(v, str) or not v.strip():
+        return {}
+    return {"vllm_version": Provenanced(v.strip().removesuffix("+cpu"), "metrics", "GET /version")}
