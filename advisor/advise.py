@@ -257,6 +257,15 @@ def _rank(rule: Rule, cfg: Config) -> tuple[int, int, str]:
     return (SEVERITY_RANK.get(sev, 9), -rule.priority, rule.id)
 
 
+def building(findings: list[Finding], chosen: Rule | None, cfg: Config) -> list[Finding]:
+    """Pending findings that matter: all of them when nothing was chosen, else those that
+    outrank the chosen rule (they hold its advice back until they fire or fade)."""
+    pending = [f for f in findings if f.state == "pending"]
+    if chosen is None:
+        return pending
+    return [f for f in pending if _rank(f.rule, cfg) < _rank(chosen, cfg)]
+
+
 def _sign(c: _Candidate) -> int:
     try:
         return 1 if float(c.proposed) > float(c.current) else -1
@@ -413,42 +422,25 @@ def diagnose(
                 now,
                 values,
             )
-        pending = [f for f in findings if f.state == "pending"]
-        if pending:
-            held = ", ".join(
-                f"{f.rule.id} for {now - (f.since or now):.0f}s of {f.rule.for_s:.0f}s" for f in pending
-            )
-            return Diagnosis(
-                "inconclusive",
-                f"evidence is building; conditions hold: {held}",
-                None,
-                tuple(fjson),
-                eng,
-                ctx,
-                now,
-                values,
-            )
+    # rules whose conditions hold but not yet for long enough: with no advice, the evidence is
+    # building; with advice, a better-ranked one holds it back rather than flip to a lesser knob
+    pending = building(findings, best.finding.rule if best is not None else None, cfg)
+    if pending and status in ("healthy", "advice"):
+        held = ", ".join(
+            f"{f.rule.id} for {now - (f.since or now):.0f}s of {f.rule.for_s:.0f}s" for f in pending
+        )
+        return Diagnosis(
+            "inconclusive",
+            f"evidence is building; conditions hold: {held}",
+            None,
+            tuple(fjson),
+            eng,
+            ctx,
+            now,
+            values,
+        )
     rec = None
     if best is not None:
-        # a better-ranked rule whose conditions hold, but not yet for long enough, outranks this
-        # advice: say the evidence is building rather than flip to a lesser knob meanwhile
-        waiting = [
-            f for f in findings if f.state == "pending" and _rank(f.rule, cfg) < _rank(best.finding.rule, cfg)
-        ]
-        if waiting:
-            held = ", ".join(
-                f"{f.rule.id} for {now - (f.since or now):.0f}s of {f.rule.for_s:.0f}s" for f in waiting
-            )
-            return Diagnosis(
-                "inconclusive",
-                f"evidence is building; conditions hold: {held}",
-                None,
-                tuple(fjson),
-                eng,
-                ctx,
-                now,
-                values,
-            )
         sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)
         rec = recommendation_of(best, values, sev)
     return Diagnosis(status, reason, rec, tuple(fjson), eng, ctx, now, values)

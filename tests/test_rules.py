@@ -237,3 +237,20 @@ def test_explain_rule_id_prints_the_rules_docs() -> None:
         assert part in res.output
     res = CliRunner().invoke(main, ["explain", "no-such-rule"])
     assert res.exit_code == 1 and "no rule" in res.output
+
+
+def test_a_pending_better_rule_holds_lesser_advice_back() -> None:
+    """While kv-preemption-seqs-bind builds up its hold time, kv-capacity-below-context (info)
+    may not become the advice: the diagnosis waits instead of flipping knobs."""
+    from advisor.advise import building
+    from advisor.evaluate import Finding
+
+    seqs = next(r for r in RULES if r.id == "kv-preemption-seqs-bind")
+    ctx = next(r for r in RULES if r.id == "kv-capacity-below-context")
+    stutter = next(r for r in RULES if r.id == "itl-stutter-prefill-chunks")
+    findings = [Finding(seqs, "pending", (), since=0.0), Finding(ctx, "firing", ())]
+    assert [f.rule.id for f in building(findings, ctx, CFG)] == ["kv-preemption-seqs-bind"]
+    # a lesser pending rule does not hold a better one back
+    findings = [Finding(ctx, "pending", (), since=0.0), Finding(stutter, "firing", ())]
+    assert building(findings, stutter, CFG) == []
+    assert [f.rule.id for f in building(findings, None, CFG)] == ["kv-capacity-below-context"]
