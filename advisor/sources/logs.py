@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import IO, Any
 
 from advisor.model import EVENT_KINDS, LogEvent
@@ -224,12 +225,12 @@ def strip_prefixes(line: str, year: int | None = None) -> Prefixed:
 # --------------------------------------------------------------------------- scanners
 
 
-def _split_top(text: str, sep: str = ",") -> list[str]:
-    """Split on ``sep`` outside quotes and ()[]{} nesting. Tolerates unbalanced input."""
-    parts: list[str] = []
+def _scan(text: str, sep: str | None = None) -> tuple[list[int], int, str]:
+    """Walk ``text`` quote- and bracket-aware: the positions of ``sep`` outside quotes and
+    ()[]{} nesting, the bracket depth at the end, and the quote still open at the end."""
+    cuts: list[int] = []
     depth = 0
     quote = ""
-    start = 0
     i = 0
     n = len(text)
     while i < n:
@@ -247,34 +248,21 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
         elif c in ")]}":
             depth = max(0, depth - 1)
         elif c == sep and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
+            cuts.append(i)
         i += 1
-    parts.append(text[start:])
-    return parts
+    return cuts, depth, quote
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on ``sep`` outside quotes and ()[]{} nesting. Tolerates unbalanced input."""
+    cuts, _, _ = _scan(text, sep)
+    bounds = [-1, *cuts, len(text)]
+    return [text[x + 1 : y] for x, y in pairwise(bounds)]
 
 
 def _open_depth(text: str) -> int:
     """Bracket depth at the end of ``text`` (quote-aware); an open quote counts as 1."""
-    depth = 0
-    quote = ""
-    i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = ""
-        elif c in "'\"":
-            quote = c
-        elif c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth = max(0, depth - 1)
-        i += 1
+    _, depth, quote = _scan(text)
     return depth + (1 if quote else 0)
 
 
