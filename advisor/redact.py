@@ -77,7 +77,8 @@ _ENV_ARG_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _MULTI_VALUE = ("api-key",)  # vLLM's --api-key takes one or more values
 
 
-def _is_number(tok: str) -> bool:
+def is_number_token(tok: str) -> bool:
+    """``-1``, ``0.5``: a command-line token that is a value, not a flag."""
     try:
         float(tok)
         return True
@@ -86,7 +87,7 @@ def _is_number(tok: str) -> bool:
 
 
 def _is_flag(tok: str) -> bool:
-    return tok.startswith("-") and not _is_number(tok)
+    return tok.startswith("-") and not is_number_token(tok)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -33,7 +33,7 @@ import yaml
 
 from advisor import knobs, names
 from advisor.model import EngineInfo, LogEvent, Provenanced, Snapshot
-from advisor.redact import REDACTED, is_secret_name, redact_argv, redact_obj
+from advisor.redact import REDACTED, is_number_token, is_secret_name, redact_argv, redact_obj
 
 
 class EngineSourceError(ValueError):
@@ -42,14 +42,6 @@ class EngineSourceError(ValueError):
 
 # --------------------------------------------------------------------------------------
 # secrets
-
-
-def _is_number(tok: str) -> bool:
-    try:
-        float(tok)
-        return True
-    except ValueError:
-        return False
 
 
 # --------------------------------------------------------------------------------------
@@ -203,7 +195,7 @@ def _tokenize(args: Sequence[str]) -> tuple[list[tuple[str, Any, str]], list[str
     i = 0
     while i < len(args):
         tok = args[i]
-        if not tok.startswith("-") or _is_number(tok) or tok == "-":
+        if not tok.startswith("-") or is_number_token(tok) or tok == "-":
             positionals.append(tok)
             i += 1
             continue
@@ -228,7 +220,7 @@ def _tokenize(args: Sequence[str]) -> tuple[list[tuple[str, Any, str]], list[str
                 flags.append((name, True, spelled))
                 i += 1
             continue
-        if nxt is not None and (not nxt.startswith("-") or _is_number(nxt)):
+        if nxt is not None and (not nxt.startswith("-") or is_number_token(nxt)):
             flags.append((name, nxt, spelled))
             i += 2
         else:
