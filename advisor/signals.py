@@ -249,6 +249,11 @@ _SIZES = [
 ]
 
 
+def _hmean_q(metric: str) -> str:
+    """PromQL: a histogram's mean over the window (sum of observations over their count)."""
+    return f"sum(rate({metric}_sum[{{w}}])) / sum(rate({metric}_count[{{w}}]))"
+
+
 def _hq(metric: str, q: float) -> str:
     return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket[{{w}}])))"
 
@@ -418,7 +423,7 @@ def _build() -> Iterator[Signal]:
             "seconds",
             f"{what.capitalize()}, mean over the window (exact).",
             _hmean(metric),
-            f"sum(rate({raw}_sum[{{w}}])) / sum(rate({raw}_count[{{w}}]))",
+            _hmean_q(raw),
         )
     for base, metric, what, raw in _SIZES:
         for q in (0.5, 0.95):
@@ -435,7 +440,7 @@ def _build() -> Iterator[Signal]:
             "tokens",
             f"{what.capitalize()}, mean (exact).",
             _hmean(metric),
-            f"sum(rate({raw}_sum[{{w}}])) / sum(rate({raw}_count[{{w}}]))",
+            _hmean_q(raw),
         )
     yield S(
         "itl_tail_ratio",
@@ -449,16 +454,14 @@ def _build() -> Iterator[Signal]:
         "ratio",
         "Mean queue time over mean TTFT: TTFT is queue time when near 1.",
         lambda c, v: _div(v["queue_seconds_mean"], v["ttft_seconds_mean"]),
-        "(sum(rate(vllm:request_queue_time_seconds_sum[{w}])) / sum(rate(vllm:request_queue_time_seconds_count[{w}])))"
-        " / (sum(rate(vllm:time_to_first_token_seconds_sum[{w}])) / sum(rate(vllm:time_to_first_token_seconds_count[{w}])))",
+        f"({_hmean_q('vllm:request_queue_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})",
     )
     yield S(
         "prefill_share_of_ttft",
         "ratio",
         "Mean prefill time over mean TTFT: TTFT is prefill when near 1.",
         lambda c, v: _div(v["prefill_seconds_mean"], v["ttft_seconds_mean"]),
-        "(sum(rate(vllm:request_prefill_time_seconds_sum[{w}])) / sum(rate(vllm:request_prefill_time_seconds_count[{w}])))"
-        " / (sum(rate(vllm:time_to_first_token_seconds_sum[{w}])) / sum(rate(vllm:time_to_first_token_seconds_count[{w}])))",
+        f"({_hmean_q('vllm:request_prefill_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})",
     )
     yield S(
         "prompt_tokens_per_generation_token",
@@ -472,7 +475,7 @@ def _build() -> Iterator[Signal]:
         "ratio",
         "Mean prompt length over max_num_batched_tokens: above 1, a prompt needs several steps to prefill.",
         lambda c, v: _div(v["prompt_tokens_mean"], v["max_num_batched_tokens"]),
-        "(sum(rate(vllm:request_prompt_tokens_sum[{w}])) / sum(rate(vllm:request_prompt_tokens_count[{w}])))"
+        f"({_hmean_q('vllm:request_prompt_tokens')})"
         ' / scalar(max(vllm_advisor_engine_knob{{knob="max_num_batched_tokens"}}))',
     )
     yield S(
