@@ -300,6 +300,12 @@ def rules_check(directory: str | None) -> None:
 @click.option("--duration", default="10m", show_default=True)
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="The session directory to write.")
 @click.option("--gzip/--no-gzip", "compress", default=True, show_default=True, help="Gzip each page.")
+@click.option(
+    "--log-from-start",
+    is_flag=True,
+    help="Read --log-file from its first line (start-up facts of a server that is already up).",
+)
+@click.option("--notes", default="", help="Free text kept in the session's meta.json.")
 def record(
     url: str,
     log_file: str | None,
@@ -308,6 +314,8 @@ def record(
     duration: str,
     out_dir: str,
     compress: bool,
+    log_from_start: bool,
+    notes: str,
 ) -> None:
     """Record a session (every /metrics page, the log, the engine's knobs) for replay and bug reports."""
     from advisor import session
@@ -326,6 +334,8 @@ def record(
             log_cmd=log_cmd,
             progress=progress,
             compress=compress,
+            log_from_start=log_from_start,
+            notes=notes,
         )
     except (session.SessionError, ValueError, config_mod.ConfigError) as e:
         _fail(str(e))

