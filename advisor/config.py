@@ -19,6 +19,7 @@ from advisor.ruleset import parse_duration
 # allocations" wiki page), so any port there clashes with some exporter. 19842 lies outside it, below
 # Linux's ephemeral range (32768+), and is not a registered well-known service.
 DEFAULT_PORT = 19842
+DEFAULT_TARGETS = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}
 
 
 class ConfigError(Exception):
@@ -47,9 +48,7 @@ class Config:
     stale_after_s: float = 30.0  # advice older than this (no fresh data) is withdrawn
     experiment_max_wait_s: float = 1800.0  # judge an experiment after this long even if few requests came
     ledger_path: str | None = None  # default: STATE_DIR/ledger.sqlite
-    targets: dict[str, float] = field(
-        default_factory=lambda: {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}
-    )
+    targets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TARGETS))
     severity_overrides: dict[str, str] = field(default_factory=dict)
     host_gpus: int | None = None
 

@@ -190,6 +190,25 @@ def _kv_sustained(c: Context, v: Values) -> Value:
     return float(max(1, math.floor(t / per)))
 
 
+def _budget_for_itl_target(c: Context, v: Values) -> Value:
+    """The largest power-of-two token budget whose predicted ITL p95 meets the ITL target.
+
+    A step's time grows with the prefill tokens it carries: ITL p50 is a step without a prefill
+    chunk, ITL p95 one with a full chunk of min(budget, mean prompt) tokens, so the stall per
+    prefill token is their difference over that chunk. On the H200 (8B, ~6k-token prompts) this
+    fits the measured ITL p95 at 16384, 8192 and 2048 within ~15% (docs/validation.md)."""
+    target = c.targets.get("itl_p95_seconds")
+    p50, p95 = v["itl_seconds_p50"], v["itl_seconds_p95"]
+    budget, prompt = v["max_num_batched_tokens"], v["prompt_tokens_mean"]
+    if target is None or p50 is None or p95 is None or budget is None or prompt is None:
+        return None
+    chunk = min(budget, prompt)
+    if p95 <= p50 or chunk < 1 or target <= p50:
+        return None
+    tokens = (target - p50) * chunk / (p95 - p50)
+    return float(2 ** math.floor(math.log2(tokens))) if tokens >= 1 else 1.0
+
+
 def _recompute_ratio(c: Context, v: Values) -> Value:
     """Recomputed prefill tokens per prompt token. Where preempted prefills show up in
     ``prefix_cache_queries`` (vLLM 0.25 on GPU), that excess is measured; otherwise it is
@@ -504,6 +523,14 @@ def _build() -> Iterator[Signal]:
             c.window.counter_delta(n.MM_CACHE_QUERIES, c.seconds),
         ),
         "sum(rate(vllm:mm_cache_hits_total[{w}])) / sum(rate(vllm:mm_cache_queries_total[{w}]))",
+    )
+    yield S(
+        "prefill_budget_for_itl_target",
+        "tokens",
+        "Largest power-of-two max_num_batched_tokens whose predicted ITL p95 meets the ITL target "
+        "(step time grows linearly with the prefill tokens in it).",
+        _budget_for_itl_target,
+        None,
     )
     yield S(
         "kv_cache_tokens",

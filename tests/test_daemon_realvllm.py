@@ -1,8 +1,9 @@
 """The daemon beside a REAL vLLM CPU server, scraped by a REAL Prometheus.
 
 Forced preemption where max_num_seqs binds (KV 3,072 tokens, max_num_seqs 10,
-128-in/256-out requests at concurrency 32): the recommendation shows up in Prometheus as
-``vllm_advisor_recommendation_info`` with knob max_num_seqs; stopping vLLM makes
+128-in/256-out requests at concurrency 32): the recommendation (more KV memory, since its size
+is fixed in bytes) shows up in Prometheus as ``vllm_advisor_recommendation_info`` with knob
+kv_cache_memory_bytes; stopping vLLM makes
 ``vllm_advisor_up`` 0 and withdraws it; restarting vLLM with the recommended value is
 noticed (the new knob value with its source, a knob change counted).
 """
@@ -49,15 +50,16 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             )
             rec = wait_until(
                 "the recommendation in Prometheus",
-                lambda: query(prom, 'vllm_advisor_recommendation_info{knob="max_num_seqs"} == 1'),
+                lambda: query(prom, 'vllm_advisor_recommendation_info{knob="kv_cache_memory_bytes"} == 1'),
                 180,
                 [proc],
             )
             labels = rec[0]["metric"]
             assert labels["rule"] == "kv-preemption-seqs-bind"
-            assert labels["direction"] == "decrease" and labels["current"] == "10"
+            # the cap (10) binds and the cache (8 requests) is full: more KV memory first
+            assert labels["direction"] == "increase" and labels["current"] == str(KV_BYTES)
             proposed = int(labels["proposed"])
-            assert 1 <= proposed <= 8  # at most what the KV cache holds (8), at least a 25% cut
+            assert proposed == KV_BYTES * 3 // 2
             load.wait(check=False)
 
             server.stop()
@@ -71,11 +73,13 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             status = query(prom, 'vllm_advisor_status{status="insufficient-data"} == 1')
             assert status, "a down server must not look healthy or advised"
 
-            server.restart(max_num_seqs=proposed)
+            server.restart(kv_cache_memory_bytes=proposed)
             wait_until("vllm_advisor_up == 1 again", lambda: query(prom, "vllm_advisor_up == 1"), 60, [proc])
             knob = wait_until(
-                "the new max_num_seqs in Prometheus",
-                lambda: query(prom, f'vllm_advisor_engine_knob{{knob="max_num_seqs"}} == {proposed}'),
+                "the new KV size in Prometheus",
+                lambda: query(
+                    prom, f'vllm_advisor_engine_knob{{knob="kv_cache_memory_bytes"}} == {proposed}'
+                ),
                 60,
                 [proc],
             )
@@ -88,7 +92,7 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             )
             assert changes
         change = daemon.advisor.changes[-1]
-        assert (change.knob, change.old, change.new) == ("max_num_seqs", 10, proposed)
+        assert (change.knob, change.old, change.new) == ("kv_cache_memory_bytes", KV_BYTES, proposed)
     finally:
         if daemon is not None:
             daemon.stop()

@@ -3,12 +3,12 @@ same load, and the daemon's own before/after verdict in the ledger.
 
 KV cache 3,072 tokens (24 blocks of 128), max_num_seqs 6, 48 requests of 384 in / 384 out at
 concurrency 32: six prompts fill the cache at admission and then grow, so the batch sits at the
-cap while vLLM preempts and recomputes long prefills. The cache holds 4 such requests; the advice
-is 6 -> 4; the same load after the restart preempts (almost) no more at no cost in throughput or
-tail latency: keep. Then the opposite: the cap goes back up to 6, preemption and the TPOT tail
-come back: revert. (With short prompts on this CPU, recompute is so cheap that lowering the cap
-costs more throughput than it saves: the lab's 16 -> 8 benchmark pair is judged revert in
-tests/test_experiment.py.)
+cap while vLLM preempts and recomputes long prefills. The cache holds 4 such requests and its
+size is fixed in bytes, so the advice is more KV memory first (24 -> 36 MiB: 6 fit, the whole
+capped batch); the same load after the restart preempts (almost) no more, at no cost in
+throughput or tail latency: keep. Then the opposite: back to 24 MiB, preemption and the TPOT
+tail come back: revert. (Lowering the cap instead, 6 -> 4, was this test's loop before the H200
+showed that a cut cap costs throughput where memory could be given: docs/validation.md.)
 """
 
 from __future__ import annotations
@@ -65,21 +65,21 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
             server.url, input_len=384, output_len=384, num_prompts=48, concurrency=32, timeout_s=400
         )
         d = _wait(
-            "advice to lower max_num_seqs while the load runs",
+            "advice to give the KV cache more memory while the load runs",
             lambda: (
                 (st := daemon.state().diagnosis) is not None
                 and st.recommendation is not None
-                and st.recommendation.knob == "max_num_seqs"
+                and st.recommendation.knob == "kv_cache_memory_bytes"
                 and st
             ),
             300,
         )
         load.wait()
         proposed = d.recommendation.proposed  # type: ignore[union-attr]
-        assert proposed == 4  # what the KV cache holds at 767 tokens a request
+        assert proposed == KV_BYTES * 3 // 2  # +50%: 4,608 tokens hold 6 requests of 767
 
         # follow the advice: restart with the proposed value, replay the same load
-        server.restart(max_num_seqs=proposed)
+        server.restart(kv_cache_memory_bytes=proposed)
         _wait("the knob change noticed", lambda: daemon.advisor.experiment is not None, 60)
         assert daemon.state().diagnosis.status == "insufficient-data"  # type: ignore[union-attr]
         _load(server)
@@ -87,16 +87,22 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
             "the first verdict in the ledger", lambda: ledger.exists() and Ledger(str(ledger)).list(), 90
         )
         first = rows[0]  # type: ignore[index]
-        assert (first["knob"], first["old_value"], first["new_value"]) == ("max_num_seqs", 6, proposed)
+        assert (first["knob"], first["old_value"], first["new_value"]) == (
+            "kv_cache_memory_bytes",
+            KV_BYTES,
+            proposed,
+        )
         assert first["verdict"] == "keep", first["reasons"]
         assert first["source"] == "daemon"
         assert any("Preemptions" in r for r in first["reasons"])
 
-        # the opposite: back to 6 under the same load makes things worse
-        server.restart(max_num_seqs=6)
+        # the opposite: back to the small cache under the same load makes things worse
+        server.restart(kv_cache_memory_bytes=KV_BYTES)
         _wait(
             "the second change noticed",
-            lambda: daemon.advisor.experiment is not None and daemon.advisor.experiment.changes[0].new == 6,
+            lambda: (
+                daemon.advisor.experiment is not None and daemon.advisor.experiment.changes[0].new == KV_BYTES
+            ),
             60,
         )
         _load(server)
@@ -106,9 +112,9 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
             90,
         )
         second = rows[0]  # type: ignore[index]
-        assert (second["old_value"], second["new_value"]) == (proposed, 6)
+        assert (second["old_value"], second["new_value"]) == (proposed, KV_BYTES)
         assert second["verdict"] == "revert", second["reasons"]
-        assert second["reasons"][-1] == f"Restore the previous value: --max-num-seqs {proposed}."
+        assert second["reasons"][-1] == f"Restore the previous value: --kv-cache-memory-bytes {proposed}."
     finally:
         daemon.stop()
         server.stop()

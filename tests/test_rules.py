@@ -153,11 +153,38 @@ def test_arbitration_never_raises_max_num_seqs_while_preempting() -> None:
     # force the increase rule to "fire" too: the prerequisite suppresses it
     seqs_up = next(r for r in RULES if r.id == "queue-seqs-cap-binds")
     forced = [*firing, type(firing[0])(seqs_up, "firing", ())]
-    engine = provenanced_engine({"max_num_seqs": 256})
+    engine = provenanced_engine({"max_num_seqs": 256, "gpu_memory_utilization": 0.95})
     status, _, best, fjson = arbitrate(forced, values, engine, CFG)
     assert status == "advice" and best is not None
+    # no memory left to give (0.95): the cap comes down, to what the KV cache holds
     assert (best.choice.name, best.choice.direction, best.proposed) == ("max_num_seqs", "decrease", 100)
     assert any(f.get("suppressed") for f in fjson if f["rule"] == "queue-seqs-cap-binds")
+
+
+def test_cap_binding_with_a_full_cache_asks_for_memory_before_a_lower_cap() -> None:
+    """H200 ground truth (docs/validation.md): cutting max_num_seqs 48 -> 36 to stop preemption
+    cost 30% of the throughput; more KV memory under the same load gained 21%."""
+    values = {
+        **BASE,
+        "preemptions_per_second": 1.0,
+        "kv_cache_usage_ratio_max": 1.0,
+        "running_to_max_num_seqs_ratio": 1.0,
+        "preemption_recompute_ratio": 0.5,
+        "kv_sustained_concurrency": 42.0,
+    }
+    firing = _firing(values)
+    engine = provenanced_engine({"max_num_seqs": 48, "gpu_memory_utilization": 0.9})
+    _, _, best, _ = arbitrate(firing, values, engine, CFG)
+    assert best is not None
+    assert (best.choice.name, best.choice.direction, best.proposed) == (
+        "gpu_memory_utilization",
+        "increase",
+        0.95,
+    )
+    engine = provenanced_engine({"max_num_seqs": 48, "gpu_memory_utilization": 0.95})
+    _, _, best, _ = arbitrate(firing, values, engine, CFG)
+    assert best is not None  # never below what the cache holds (42), unlike the old 25% cut (36)
+    assert (best.choice.name, best.choice.direction, best.proposed) == ("max_num_seqs", "decrease", 42)
 
 
 def test_arbitration_prefers_severity_then_priority_then_id() -> None:

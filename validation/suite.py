@@ -32,6 +32,7 @@ Results: OUT/<run>.tgz per finished run and OUT/suite.json (every run's state an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,7 +45,7 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 GiB = 1 << 30
 REPO = Path(__file__).resolve().parent.parent
@@ -339,18 +340,14 @@ def start(run: Run) -> None:
 def stop(run: Run) -> None:
     if alive(run.pid):
         assert run.pid is not None
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(run.pid, signal.SIGINT)
-        except OSError:
-            pass
         for _ in range(25):
             if not alive(run.pid):
                 break
             time.sleep(1)
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(run.pid, signal.SIGKILL)
-        except OSError:
-            pass
     run.pid = None
 
 
@@ -358,7 +355,7 @@ def http_get(url: str, timeout: float = 3.0) -> bytes | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return bytes(r.read())
-    except Exception:  # noqa: BLE001 - any failure means "not (yet) answering"
+    except Exception:
         return None
 
 
@@ -410,16 +407,8 @@ def bench(run: Run, runs: list[Run]) -> None:
     adv = advisor_cmd()
     notes = json.dumps({"scenario": s.name, "phase": run.phase, "purpose": s.purpose,
                         "load": asdict(s.load), "serve": run.serve})  # fmt: skip
-    rec = subprocess.Popen(
-        [*adv, "record", "--url", url, "--log-file", str(d / "server.log"), "--log-from-start",
-         "--interval", "2s", "--duration", "30m", "--out", str(d / "session"), "--notes", notes],
-        stdout=open(d / "record.log", "wb"), stderr=subprocess.STDOUT, env=advisor_env(),
-    )  # fmt: skip
-    dae = subprocess.Popen(
-        [*adv, "run", "--vllm-url", url, "--log-file", str(d / "server.log"), "--listen", listen,
-         "--interval", "2s", "--state-dir", str(d / "advisor-state")],
-        stdout=open(d / "advisor.log", "wb"), stderr=subprocess.STDOUT, env=advisor_env(),
-    )  # fmt: skip
+    with open(d / "record.log", "wb") as rec_log, open(d / "advisor.log", "wb") as dae_log:
+        rec, dae = _start_advisor(adv, url, listen, d, notes, rec_log, dae_log)
     diag_url = f"http://{listen}/api/v1/diagnosis"
     for _ in range(30):
         if http_get(f"http://{listen}/healthz") is not None:
@@ -449,10 +438,11 @@ def bench(run: Run, runs: list[Run]) -> None:
     log(f"bench {run.id} (at most {budget:.0f}s): {' '.join(s.load.args())}")
     t = time.monotonic()
     try:
-        rc = subprocess.run(
-            bench_argv, stdout=open(d / "bench.log", "wb"), stderr=subprocess.STDOUT,
-            env=vllm_env(), timeout=budget, check=False,
-        ).returncode  # fmt: skip
+        with open(d / "bench.log", "wb") as bench_log:
+            rc = subprocess.run(
+                bench_argv, stdout=bench_log, stderr=subprocess.STDOUT,
+                env=vllm_env(), timeout=budget, check=False,
+            ).returncode  # fmt: skip
     except subprocess.TimeoutExpired:
         rc = 124
     bench_s = time.monotonic() - t
@@ -485,6 +475,23 @@ def bench(run: Run, runs: list[Run]) -> None:
     )  # fmt: skip
     (d / "explain.json").write_text(explain.stdout or explain.stderr)
     pack(run)
+
+
+def _start_advisor(
+    adv: list[str], url: str, listen: str, d: Path, notes: str, rec_log: IO[bytes], dae_log: IO[bytes]
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+    """`vllm-advisor record` (the session) and `vllm-advisor run` (the daemon) beside one server."""
+    rec = subprocess.Popen(
+        [*adv, "record", "--url", url, "--log-file", str(d / "server.log"), "--log-from-start",
+         "--interval", "2s", "--duration", "30m", "--out", str(d / "session"), "--notes", notes],
+        stdout=rec_log, stderr=subprocess.STDOUT, env=advisor_env(),
+    )  # fmt: skip
+    dae = subprocess.Popen(
+        [*adv, "run", "--vllm-url", url, "--log-file", str(d / "server.log"), "--listen", listen,
+         "--interval", "2s", "--state-dir", str(d / "advisor-state")],
+        stdout=dae_log, stderr=subprocess.STDOUT, env=advisor_env(),
+    )  # fmt: skip
+    return rec, dae
 
 
 def _loads(body: bytes | None) -> Any:
@@ -601,6 +608,20 @@ def step_reset(name: str) -> None:
     save_state(runs)
 
 
+def step_try(arg: str) -> None:
+    """try:SCENARIO:FLAG=VALUE - one more run of a scenario with one knob set (after a fix)."""
+    name, _, setting = arg.partition(":")
+    flag, _, value = setting.partition("=")
+    runs = load_state()
+    base = next(r for r in runs if r.id == f"{name}.before")
+    serve = dict(base.serve)
+    serve[flag] = int(value)
+    run = Run(f"{name}.{flag}-{value}", name, "after", serve, base.port + 40)
+    run.change = f"--{flag} {base.serve.get(flag)} -> {value}"
+    runs[:] = [r for r in runs if r.id != run.id] + [run]
+    save_state(runs)
+
+
 def step_env() -> None:
     sh("nvidia-smi; python3 -V; nproc; free -g; df -h /tmp | tail -1; "
        "python3 -c 'import torch;print(torch.__version__,torch.cuda.is_available())'")  # fmt: skip
@@ -656,6 +677,8 @@ def main(argv: list[str]) -> int:
         log(f"== {a} ({left():.0f}s left)")
         if name == "reset":
             step_reset(arg)
+        elif name == "try":
+            step_try(arg)
         elif name in steps:
             steps[name]()
         else:

