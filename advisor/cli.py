@@ -474,6 +474,20 @@ def generate(out: Path, check: bool) -> None:
 @click.option("--target", help="The metric(s) the change was meant to move, e.g. itl_p95 (default: all).")
 @click.option("--preemptions", help="A:B counts of vllm:num_preemptions_total during each run.")
 @click.option("--ledger", "ledger_path", type=click.Path(), help="Also record the verdict in this ledger.")
+@click.option(
+    "--ttft-p95-target",
+    type=float,
+    default=config_mod.DEFAULT_TARGETS["ttft_p95_seconds"],
+    show_default=True,
+    help="TTFT p95 target in seconds: a TTFT p95 that got worse but stays under it is a trade-off.",
+)
+@click.option(
+    "--itl-p95-target",
+    type=float,
+    default=config_mod.DEFAULT_TARGETS["itl_p95_seconds"],
+    show_default=True,
+    help="ITL p95 target in seconds (also bounds TPOT p95), likewise.",
+)
 def compare(
     a: str,
     b: str,
@@ -482,6 +496,8 @@ def compare(
     target: str | None,
     preemptions: str | None,
     ledger_path: str | None,
+    ttft_p95_target: float,
+    itl_p95_target: float,
 ) -> None:
     """Compare two `vllm bench serve --save-result --save-detailed` files: keep, revert or inconclusive.
 
@@ -495,7 +511,10 @@ def compare(
         pre = tuple(float(x) for x in preemptions.split(":")) if preemptions else None
         if pre is not None and len(pre) != 2:
             raise ValueError("--preemptions must be A:B")
-        c = ex.compare_bench_files(a, b, buckets=buckets, target=target, preemptions=pre)
+        slo = ex.slo_from_targets({"ttft_p95_seconds": ttft_p95_target, "itl_p95_seconds": itl_p95_target})
+        c = ex.compare_bench_files(
+            a, b, buckets=buckets, target=target, preemptions=pre, settings=ex.Settings(slo=slo)
+        )
     except (ex.ExperimentError, ValueError) as e:
         _fail(str(e))
         return

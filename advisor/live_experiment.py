@@ -8,7 +8,7 @@ per-bucket results need per-request data (``vllm-advisor compare`` on benchmark 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from advisor import experiment as ex
 from advisor import knobs
 from advisor import names as n
+from advisor.config import DEFAULT_TARGETS
 from advisor.window import Window
 
 MIN_REQUESTS = 20
@@ -157,9 +158,16 @@ def _load_check(a: dict[str, Any], b: dict[str, Any]) -> ex.LoadCheck:
     return ex.LoadCheck(not diffs, tuple(diffs), a, b)
 
 
-def advance(exp: LiveExperiment, window: Window, now: float, max_wait_s: float) -> LiveExperiment:
+def advance(
+    exp: LiveExperiment,
+    window: Window,
+    now: float,
+    max_wait_s: float,
+    targets: Mapping[str, float] | None = None,
+) -> LiveExperiment:
     """Count the after-window; judge it once it has seen as many requests as the before-window
-    (or the server went idle after enough of them, or ``max_wait_s`` passed)."""
+    (or the server went idle after enough of them, or ``max_wait_s`` passed). ``targets``: the
+    advisor's latency targets (guards within them are trade-offs; default: the config's)."""
     if exp.state == "done":
         return exp
     after = window.slice(exp.after_start, now)
@@ -177,10 +185,12 @@ def advance(exp: LiveExperiment, window: Window, now: float, max_wait_s: float) 
     exp = replace(exp, after_requests=after_req)
     if not (enough or timed_out):
         return exp
-    return judge(exp, window, now)
+    return judge(exp, window, now, targets)
 
 
-def judge(exp: LiveExperiment, window: Window, now: float) -> LiveExperiment:
+def judge(
+    exp: LiveExperiment, window: Window, now: float, targets: Mapping[str, float] | None = None
+) -> LiveExperiment:
     before_s, before_p = samples(window.slice(*exp.before))
     after_s, after_p = samples(window.slice(exp.after_start, now))
     if exp.before_requests < MIN_REQUESTS:
@@ -203,6 +213,7 @@ def judge(exp: LiveExperiment, window: Window, now: float) -> LiveExperiment:
         load=_load_check(before_p, after_p),
         requests=(int(before_p["requests"]), int(after_p["requests"])),
         guards=ex.guards_for_knob(knob, direction),
+        settings=ex.Settings(slo=ex.slo_from_targets(targets if targets is not None else DEFAULT_TARGETS)),
     )
     reasons = list(comp.reasons)
     if len(exp.changes) > 1:

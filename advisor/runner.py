@@ -201,7 +201,9 @@ class Advisor:
         exp = self.experiment
         if exp is None or exp.state == "done":
             return
-        exp = lx.advance(exp, self.window, now, max_wait_s=self.cfg.experiment_max_wait_s)
+        exp = lx.advance(
+            exp, self.window, now, max_wait_s=self.cfg.experiment_max_wait_s, targets=self.cfg.targets
+        )
         self.experiment = exp
         if exp.state == "done":
             self.finished_experiments.append(exp)

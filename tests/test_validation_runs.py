@@ -182,3 +182,26 @@ def _gunzip(path: Path) -> str:
 
     with gzip.open(path, "rt") as f:
         return f.read()
+
+
+def test_compare_cli_takes_the_latency_targets() -> None:
+    """The same H200 pair: with the default 100 ms ITL target the +51% ITL p95 (to 11.7 ms) is a
+    trade-off and the change is kept; with a 5 ms target it is a breach and the change reverted."""
+    from click.testing import CliRunner
+
+    from advisor.cli import main
+
+    args = [
+        "compare",
+        str(RUNS / "queue-headroom.before" / "bench.json.gz"),
+        str(RUNS / "queue-headroom.after" / "bench.json.gz"),
+        "--target",
+        "output_throughput,ttft_p50",
+        "--format",
+        "json",
+    ]
+    default = CliRunner().invoke(main, args)
+    strict = CliRunner().invoke(main, [*args, "--itl-p95-target", "0.005"])
+    assert default.exit_code == 0 and strict.exit_code == 0, (default.output, strict.output)
+    assert json.loads(default.stdout)["verdict"] == "keep"
+    assert json.loads(strict.stdout)["verdict"] == "revert"
