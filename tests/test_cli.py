@@ -95,3 +95,17 @@ def test_explain_daemon_reads_a_running_advisor(tmp_path: Path) -> None:
     assert text.output.startswith("CHANGE  --kv-cache-memory-bytes")
     res = CliRunner().invoke(main, ["explain", "--daemon", "http://127.0.0.1:9"])
     assert res.exit_code == 1 and "cannot read the advisor daemon" in res.output
+
+
+def test_explain_lists_other_findings_with_their_state_and_never_an_empty_list() -> None:
+    """Real CPU session: the chosen rule is not repeated under "Other findings", the others carry
+    their state ("[firing]" is printed, not eaten as terminal markup); with no other finding
+    (the H200 demo session) the heading is not printed at all."""
+    sessions = Path(__file__).parent / "fixtures" / "sessions"
+    res = CliRunner().invoke(main, ["explain", "--session", str(sessions / "cpu-preempt-binds")])
+    assert res.exit_code == 0, res.output
+    other = res.output.split("Other findings:", 1)[1]
+    assert "  - kv-capacity-below-context [firing]" in other
+    assert "kv-preemption-seqs-bind" not in other
+    demo = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION)])
+    assert demo.exit_code == 0 and "Other findings" not in demo.output

@@ -141,22 +141,22 @@ def _findings(con: Console, d: Diagnosis) -> None:
     line = experiment_line(d.experiment)
     if line:
         con.print(Text(line, style="bold magenta"))
+    chosen = d.recommendation.rule if d.recommendation is not None else None
     interesting = [
-        f for f in d.findings if f.get("state") in ("firing", "pending", "gated") or f.get("blocked")
+        f
+        for f in d.findings
+        if (f.get("state") in ("firing", "pending", "gated") or f.get("blocked")) and f["rule"] != chosen
     ]
     if not interesting:
         return
     con.print(Text("Other findings:", style="bold"))
     for f in interesting:
-        chosen = d.recommendation is not None and f["rule"] == d.recommendation.rule
-        if chosen:
-            continue
         extra = ""
         if f.get("suppressed"):
             extra = f" (suppressed: {f['suppressed']})"
         elif f.get("blocked"):
             extra = f" (no knob can move: {'; '.join(f['blocked'])})"
-        con.print(f"  - {f['rule']} [{f['state']}]{extra}")
+        con.print(f"  - {f['rule']} [{f['state']}]{extra}", markup=False)  # "[firing]" is not markup
 
 
 # ------------------------------------------------------------------ JSON
