@@ -714,7 +714,8 @@ def judge(
             and overall[g].worse_by() > tol
         ]
         within = [d for d in worse_guards if _within_slo(d, settings.slo)]
-        breaches = [d for d in worse_guards if d not in within]
+        traded_names = {d.spec.name for d in within}
+        breaches = [d for d in worse_guards if d.spec.name not in traded_names]
         traded = [
             f"Within its target: {d.describe(conf)}, under {_fmt_value(settings.slo[d.spec.name], d.spec.unit)}"
             " (a trade-off, not a breach)."
@@ -755,10 +756,7 @@ def judge(
             checked = [
                 overall[g]
                 for g in guards
-                if g in overall
-                and g not in targets
-                and overall[g].status == "ok"
-                and overall[g] not in within
+                if g in overall and g not in targets and overall[g].status == "ok" and g not in traded_names
             ]
             if checked:
                 reasons.append(

@@ -18,6 +18,8 @@ replays every recorded session with the rules as they are now.
 
 from __future__ import annotations
 
+import functools
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -54,6 +56,7 @@ def verdict_word(verdict: str, reasons: list[str]) -> str:
     return "hurt" if any(r.startswith("Guard got worse") for r in reasons) else "did nothing"
 
 
+@functools.cache
 def preemptions(run_dir: Path) -> float | None:
     """vllm:num_preemptions_total at the last scrape minus at the first."""
     s = Session.load(run_dir)
@@ -63,8 +66,6 @@ def preemptions(run_dir: Path) -> float | None:
 
 
 def bench(run_dir: Path) -> dict[str, Any]:
-    import gzip
-
     with gzip.open(run_dir / "bench.json.gz", "rt") as f:
         return dict(json.load(f))
 
