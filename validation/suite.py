@@ -24,6 +24,9 @@ steps:
   status        the runs and their state
   down          stop every server
   reset:NAME    forget a scenario's runs (to rerun it after a fix)
+  try:NAME:FLAG=VALUE[,FLAG=VALUE]
+                one more run of scenario NAME with these flags (its own flags otherwise); on a
+                fresh machine only the tried runs are planned
 Environment: PROFILE (h200|cpu), G (state dir, ~/gpulab), OUT (where packed runs go), LIMIT
 (seconds this call may take, default 560), ONLY (comma-separated scenario names).
 Results: OUT/<run>.tgz per finished run and OUT/suite.json (every run's state and numbers);
@@ -609,17 +612,29 @@ def step_reset(name: str) -> None:
 
 
 def step_try(arg: str) -> None:
-    """try:SCENARIO:FLAG=VALUE - one more run of a scenario with one knob set (after a fix)."""
-    name, _, setting = arg.partition(":")
-    flag, _, value = setting.partition("=")
-    runs = load_state()
-    base = next(r for r in runs if r.id == f"{name}.before")
-    serve = dict(base.serve)
-    serve[flag] = int(value)
-    run = Run(f"{name}.{flag}-{value}", name, "after", serve, base.port + 40)
-    run.change = f"--{flag} {base.serve.get(flag)} -> {value}"
+    """try:SCENARIO:FLAG=VALUE[,FLAG=VALUE...] - one more run of a scenario with knobs set (after a
+    fix, or to follow the advice a step further). The scenario's own flags are the base; on a
+    machine with no state yet only the tried runs are planned (no "before" run again)."""
+    name, _, settings = arg.partition(":")
+    s = scenario(name)
+    runs = load_state() if STATE.exists() else []
+    serve = dict(s.serve)
+    parts = []
+    for setting in filter(None, settings.split(",")):
+        flag, _, value = setting.partition("=")
+        if flag not in s.serve and f"--{flag}" not in APPLICABLE:
+            raise SystemExit(f"try: --{flag} is not a flag this rig sets")
+        serve[flag] = int(value)
+        parts.append(f"{flag}-{value}")
+    if not parts:
+        raise SystemExit("try: no FLAG=VALUE given")
+    run_id = f"{name}.{'_'.join(parts)}"
+    port = max([8140, *(r.port + 1 for r in runs if r.id != run_id)])
+    run = Run(run_id, name, "after", serve, port)
+    run.change = ", ".join(f"--{f} {s.serve.get(f)} -> {v}" for f, v in serve.items() if s.serve.get(f) != v)
     runs[:] = [r for r in runs if r.id != run.id] + [run]
     save_state(runs)
+    log(f"planned {run.id} on port {port}: {run.change}")
 
 
 def step_env() -> None:
