@@ -288,7 +288,7 @@ def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severit
             and isinstance(c.current, int | float)
             and c.proposed is not None
         ):
-            change += f" ({_bytes(c.current)} -> {_bytes(float(c.proposed))})"
+            change += f" ({knobs.format_bytes(c.current)} -> {knobs.format_bytes(float(c.proposed))})"
     ev_names = list(
         dict.fromkeys([*rule.explain.get("evidence", []), *[ch.condition.signal for ch in c.finding.checks]])
     )
@@ -318,10 +318,6 @@ def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severit
         references=tuple(rule.explain.get("references", [])),
         note=note,
     )
-
-
-def _bytes(b: float) -> str:
-    return f"{b / 2**30:.3g} GiB" if b >= 2**30 else f"{b / 2**20:.3g} MiB"
 
 
 def measurement_context(

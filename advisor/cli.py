@@ -471,7 +471,15 @@ def generate(out: Path, check: bool) -> None:
 @click.option(
     "--buckets", help="Prompt-length bucket edges, e.g. 512,2048 (default: from the prompt lengths)."
 )
-@click.option("--target", help="The metric(s) the change was meant to move, e.g. itl_p95 (default: all).")
+@click.option(
+    "--knob",
+    help="The change B made, as KNOB:increase|decrease (e.g. max_num_seqs:increase): its targets "
+    "and its guards (less the costs it is known to trade) judge the runs.",
+)
+@click.option(
+    "--target",
+    help="The metric(s) the change was meant to move, e.g. itl_p95 (default: the --knob's, else all).",
+)
 @click.option("--preemptions", help="A:B counts of vllm:num_preemptions_total during each run.")
 @click.option("--ledger", "ledger_path", type=click.Path(), help="Also record the verdict in this ledger.")
 @click.option(
@@ -493,6 +501,7 @@ def compare(
     b: str,
     fmt: str,
     buckets: str | None,
+    knob: str | None,
     target: str | None,
     preemptions: str | None,
     ledger_path: str | None,
@@ -512,8 +521,28 @@ def compare(
         if pre is not None and len(pre) != 2:
             raise ValueError("--preemptions must be A:B")
         slo = ex.slo_from_targets({"ttft_p95_seconds": ttft_p95_target, "itl_p95_seconds": itl_p95_target})
+        targets: str | tuple[str, ...] | None = target
+        guards = ex.GUARDS
+        if knob:
+            name, _, direction = knob.partition(":")
+            if direction not in ("increase", "decrease"):
+                raise ValueError(f"--knob must be KNOB:increase or KNOB:decrease, got {knob!r}")
+            from advisor.knobs import get_knob
+
+            try:
+                name = get_knob(name.lstrip("-").replace("-", "_")).name
+            except KeyError as e:
+                raise ValueError(str(e.args[0])) from None
+            targets = target or ex.targets_for_knob(name, direction) or None
+            guards = ex.guards_for_knob(name, direction)
         c = ex.compare_bench_files(
-            a, b, buckets=buckets, target=target, preemptions=pre, settings=ex.Settings(slo=slo)
+            a,
+            b,
+            buckets=buckets,
+            target=targets,
+            preemptions=pre,
+            settings=ex.Settings(slo=slo),
+            guards=guards,
         )
     except (ex.ExperimentError, ValueError) as e:
         _fail(str(e))

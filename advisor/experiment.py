@@ -32,7 +32,7 @@ import math
 import random
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Literal
@@ -164,6 +164,10 @@ KNOB_TRADEOFFS: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("max_num_seqs", "decrease"): ("ttft_p50",),
     # smaller prefill chunks: the median ITL rises as decodes share more, shorter steps
     ("max_num_batched_tokens", "decrease"): ("itl_p50",),
+    # a higher cap fills the KV cache and may preempt: what that costs shows in TPOT/ITL, TTFT
+    # and throughput, which still guard the change (H200, 8B: 48 -> 72 with KV for ~63 preempted
+    # 60 requests and gave +15% throughput, -17% TTFT p95; validation/runs/kv-seqs-bind-r2.*)
+    ("max_num_seqs", "increase"): ("preemptions",),
 }
 """Metrics a knob change is documented to cost: not guards for that change."""
 
@@ -181,6 +185,20 @@ KNOB_TARGETS: Mapping[tuple[str, str], tuple[str, ...]] = {
 """What a knob change is meant to move (from vLLM's tuning guide); see :func:`targets_for_knob`."""
 
 
+NOISE_FLOORS: Mapping[str, float] = {
+    # Four runs of one configuration on H200s (validation/runs/kv-seqs-bind{,-r2}.before,
+    # kv-seqs-bind-aa.{1,2}; docs/validation.md "Run-to-run noise"): ITL p95 sits on the edge
+    # between decode-only steps (~7 ms) and steps that carry a prefill (20-30 ms), so it moved by
+    # a factor of up to 1.34 (20.2 vs 27.0 ms) between device leases, where the bootstrap interval
+    # of one run spans about +-10%; two servers on one GPU differed by 3%. Every other metric
+    # stayed within 5%. The floor is the largest A/A ratio with a margin; a real fix moves it
+    # more (2048-token chunks: 153 -> 64 ms, a factor of 2.4).
+    "itl_p95": 0.40,
+}
+"""Run-to-run noise floors: a metric that moved by less than this factor (B/A and A/B both under
+1 + floor) is within noise whatever its interval."""
+
+
 @dataclass(frozen=True)
 class Settings:
     """Noise and decision thresholds. ``min_requests``: below it a bucket is insufficient;
@@ -188,7 +206,9 @@ class Settings:
     a guard metric may get before a change is reverted; ``slo``: latency targets (seconds) per
     guard metric: a guard that got worse but ends within its target is a trade-off, not a
     breach (see :func:`slo_from_targets`); ``bootstrap``: replicates;
-    ``itl_resample``: the m of the m-out-of-n bootstrap for pooled per-token ITLs."""
+    ``itl_resample``: the m of the m-out-of-n bootstrap for pooled per-token ITLs;
+    ``noise_floor``: per metric, the run-to-run variation the intervals of one run cannot see
+    (see NOISE_FLOORS)."""
 
     min_requests: int = 20
     min_effect: float = 0.05
@@ -198,6 +218,13 @@ class Settings:
     seed: int = 0
     itl_resample: int = 2000
     slo: Mapping[str, float] = field(default_factory=lambda: slo_from_targets(DEFAULT_TARGETS))
+    noise_floor: Mapping[str, float] = field(default_factory=lambda: dict(NOISE_FLOORS))
+
+    def under_noise_floor(self, metric: str, change: float) -> bool:
+        """Whether ``change`` (B/A - 1) of ``metric`` is within its run-to-run noise floor,
+        either way (a factor, so +40% and -29% are the same distance)."""
+        floor = self.noise_floor.get(metric)
+        return floor is not None and change > -1 and abs(math.log1p(change)) < math.log1p(floor)
 
 
 def slo_from_targets(targets: Mapping[str, float]) -> dict[str, float]:
@@ -247,6 +274,7 @@ class MetricDelta:
     n_a: float | None = None
     n_b: float | None = None
     note: str = ""
+    under_floor: float | None = None  # beyond its interval but within this run-to-run noise floor
 
     @property
     def name(self) -> str:
@@ -282,6 +310,8 @@ class MetricDelta:
             parts.append(f"{label} {_fmt_pct(self.ci_low)}..{_fmt_pct(self.ci_high)}")
         elif self.method == "run-total":
             parts.append("run total, no CI")
+        if self.under_floor is not None:
+            parts.append(f"within its run-to-run noise, a factor of {1 + self.under_floor:g}")
         return text + (f" ({', '.join(parts)})" if parts else "")
 
     def to_json(self) -> dict[str, Any]:
@@ -300,6 +330,7 @@ class MetricDelta:
             "n_a": _round(self.n_a),
             "n_b": _round(self.n_b),
             "note": self.note,
+            "under_noise_floor_pct": _pct(self.under_floor),
         }
 
 
@@ -640,7 +671,10 @@ def compare_samples(
     for spec in metrics:
         if spec.quantity not in a and spec.quantity not in b:
             continue
-        out[spec.name] = compare_metric(spec, a.get(spec.quantity), b.get(spec.quantity), settings, key)
+        d = compare_metric(spec, a.get(spec.quantity), b.get(spec.quantity), settings, key)
+        if d.significant and d.change is not None and settings.under_noise_floor(spec.name, d.change):
+            d = replace(d, significant=False, under_floor=settings.noise_floor[spec.name])
+        out[spec.name] = d
     return out
 
 
@@ -720,6 +754,11 @@ def judge(
             f"Within its target: {d.describe(conf)}, under {_fmt_value(settings.slo[d.spec.name], d.spec.unit)}"
             " (a trade-off, not a breach)."
             for d in within
+        ]
+        traded += [  # the costs this knob change is known to trade (see KNOB_TRADEOFFS): shown, not judged
+            f"A known cost of this change, not a guard: {overall[g].describe(conf)}."
+            for g in GUARDS
+            if g not in guards and g not in targets and g in overall and overall[g].direction == "worse"
         ]
         for t in missing:
             reasons.append(
@@ -1140,6 +1179,7 @@ class Comparison:
             "settings": {
                 "min_requests": s.min_requests,
                 "min_effect_pct": s.min_effect * 100,
+                "noise_floor_pct": {k: v * 100 for k, v in s.noise_floor.items()},
                 "guard_tolerance_pct": s.guard_tolerance * 100,
                 "confidence": s.confidence,
                 "bootstrap": s.bootstrap,
@@ -1250,10 +1290,12 @@ def compare_runs(
     extra: Mapping[str, tuple[MetricSample, MetricSample]] | None = None,
     settings: Settings | None = None,
     tol: LoadTolerance | None = None,
+    guards: Sequence[str] = GUARDS,
 ) -> Comparison:
     """Compare two benchmark runs (pure). ``extra`` adds run-level samples keyed by quantity,
     such as ``{"preemptions": (CountSample(48, 64), CountSample(1, 64))}`` from the server's
-    counters. Refuses (verdict inconclusive, no metrics) when the load differs."""
+    counters; ``guards``: see :func:`guards_for_knob`. Refuses (verdict inconclusive, no
+    metrics) when the load differs."""
     settings = settings or Settings()
     targets = parse_targets(target)
     same, diffs = same_load(a, b, tol)
@@ -1332,7 +1374,7 @@ def compare_runs(
             f"{settings.min_requests} are needed in each run."
         ]
     else:
-        verdict, reasons = judge(overall_metrics, targets, settings, results if edges else ())
+        verdict, reasons = judge(overall_metrics, targets, settings, results if edges else (), guards)
     return Comparison(
         verdict, tuple(reasons), load, overall, tuple(results), note, targets, settings, a.source, b.source
     )
@@ -1345,6 +1387,7 @@ def compare_bench_files(
     target: str | Sequence[str] | None = None,
     preemptions: tuple[float, float] | None = None,
     settings: Settings | None = None,
+    guards: Sequence[str] = GUARDS,
 ) -> Comparison:
     """Load and compare two ``vllm bench serve --save-result --save-detailed`` files.
     ``preemptions``: (count during A, count during B) from ``vllm:num_preemptions_total``, since
@@ -1356,9 +1399,8 @@ def compare_bench_files(
             CountSample(preemptions[0], float(a.completed or a.num_prompts or 1)),
             CountSample(preemptions[1], float(b.completed or b.num_prompts or 1)),
         )
-    return compare_runs(
-        a, b, parse_buckets(buckets) if isinstance(buckets, str) else buckets, target, extra, settings
-    )
+    edges = parse_buckets(buckets) if isinstance(buckets, str) else buckets
+    return compare_runs(a, b, edges, target, extra, settings, guards=guards)
 
 
 def compare_windows(

@@ -831,6 +831,11 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def format_bytes(b: float) -> str:
+    """A byte size for people: 12 GiB, 36 MiB."""
+    return f"{b / 2**30:.3g} GiB" if b >= 2**30 else f"{b / 2**20:.3g} MiB"
+
+
 def format_flag(knob: str | Knob, value: Any) -> str:
     """``--max-num-seqs 128``; booleans as ``--enable-prefix-caching`` /
     ``--no-enable-prefix-caching``; the pseudo-knob replicas as a sentence."""

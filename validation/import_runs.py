@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Import what ``validation/suite.py`` brought back into the committed validation record.
 
-usage: .venv/bin/python validation/import_runs.py DIR [DIR ...]
+usage: .venv/bin/python validation/import_runs.py [--as OLD=NEW ...] DIR [DIR ...]
 
 Each DIR holds ``<run>.tgz`` files and ``suite.json`` (one device call's ``$OUT``). Every run
 becomes ``validation/runs/<run>/``: a replayable session (``metrics/*.prom.gz``, ``vllm.log.gz``,
@@ -10,6 +10,11 @@ generated texts), ``itls_ms.json.gz`` (per-request inter-token latencies, ms), t
 diagnosis timeline ``diagnosis.jsonl.gz``, its diagnosis when the load ended (``advice.json``) and
 the exact ``serve_argv.json``. ``validation/results.json`` keeps every run's state from the suite.
 Then run ``validation/report.py`` to refresh docs/validation.md.
+
+A run already imported under the same id is replaced. ``--as kv-seqs-bind=kv-seqs-bind-r2``
+imports a later round of a scenario under a new name (run ids and the ``scenario`` field), so
+the earlier round's runs stay as they are; ``--as kv-seqs-bind.max-num-seqs-48=kv-seqs-bind-aa.1``
+renames one run (its scenario becomes the new id's part before the dot).
 """
 
 from __future__ import annotations
@@ -88,29 +93,60 @@ def _compact_timeline(path: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def parse_args(argv: list[str]) -> tuple[dict[str, str], list[Path]]:
+    renames: dict[str, str] = {}
+    dirs: list[Path] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--as" or a.startswith("--as="):
+            spec = a.partition("=")[2] if a.startswith("--as=") else next(it, "")
+            old, _, new = spec.partition("=")
+            if not old or not new or ("." in old) != ("." in new):
+                raise SystemExit(f"--as wants SCENARIO=NAME or RUN=NEW_RUN, got {spec!r}")
+            renames[old] = new
+        else:
+            dirs.append(Path(a))
+    if not dirs:
+        raise SystemExit("no DIR given; see --help")
+    return renames, dirs
+
+
+def renamed(run_id: str, renames: dict[str, str]) -> str:
+    if run_id in renames:
+        return renames[run_id]
+    scenario, dot, rest = run_id.partition(".")
+    return renames.get(scenario, scenario) + dot + rest
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
+    renames, dirs = parse_args(argv)
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": {}}
     RUNS.mkdir(parents=True, exist_ok=True)
-    for d in map(Path, argv):
+    for d in dirs:
         suite = json.loads((d / "suite.json").read_text()) if (d / "suite.json").exists() else None
         state = {r["id"]: r for r in suite["runs"]} if suite else {}
         for tgz in sorted(d.glob("*.tgz")):
             run_id = tgz.name.removesuffix(".tgz")
+            new_id = renamed(run_id, renames)
             with tempfile.TemporaryDirectory() as tmp, tarfile.open(tgz) as tf:
                 tf.extractall(tmp, filter="data")
-                import_run(Path(tmp) / run_id, RUNS / run_id)
+                import_run(Path(tmp) / run_id, RUNS / new_id)
             if run_id in state:
                 r = dict(state[run_id])
                 for k in ("pid", "started", "status"):
                     r.pop(k, None)
-                results["runs"][run_id] = r
-            print(f"imported {run_id}")
+                r["id"], r["scenario"] = new_id, new_id.partition(".")[0]
+                results["runs"][new_id] = r
+            print(f"imported {run_id}" + (f" as {new_id}" if new_id != run_id else ""))
         for run_id, r in state.items():  # runs that ended without a bench (e.g. failed start-ups)
-            if r.get("status") == "failed" and run_id not in results["runs"]:
-                results["runs"][run_id] = {k: v for k, v in r.items() if k not in ("pid", "started")}
+            new_id = renamed(run_id, renames)
+            if r.get("status") == "failed" and new_id not in results["runs"]:
+                kept = {k: v for k, v in r.items() if k not in ("pid", "started")}
+                kept["id"], kept["scenario"] = new_id, new_id.partition(".")[0]
+                results["runs"][new_id] = kept
     results["runs"] = dict(sorted(results["runs"].items()))
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     return 0

