@@ -624,6 +624,8 @@ def step_try(arg: str) -> None:
         flag, _, value = setting.partition("=")
         if flag not in s.serve and f"--{flag}" not in APPLICABLE:
             raise SystemExit(f"try: --{flag} is not a flag this rig sets")
+        if not value.isdigit():
+            raise SystemExit(f"try: --{flag} wants a whole number, got {value!r}")
         serve[flag] = int(value)
         parts.append(f"{flag}-{value}")
     if not parts:
