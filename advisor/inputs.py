@@ -11,7 +11,7 @@ from pathlib import Path
 from advisor.advise import Diagnosis
 from advisor.config import Config
 from advisor.ruleset import Rule
-from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay, year_of
+from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.session import Session
 from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError
 
@@ -24,7 +24,7 @@ def advisor_for_session(
     s: Session, cfg: Config, rules: Sequence[Rule], config_path: str | None = None
 ) -> tuple[Advisor, ReplayClock]:
     """An advisor set up as the daemon beside the recorded server was: the session's command
-    line and host facts, its year for log timestamps, and a clock the replay moves."""
+    line and host facts, its start for year-less log timestamps, and a clock the replay moves."""
     clock = ReplayClock()
     serve_args = s.meta.get("serve_args")
     adv = Advisor(
@@ -34,7 +34,7 @@ def advisor_for_session(
         config_path=config_path,
         argv_provider=(lambda: serve_args) if isinstance(serve_args, list) else None,
         clock=clock,
-        year=year_of(s.meta.get("started_at")),
+        log_near=s.started.timestamp(),
     )
     return adv, clock
 
@@ -68,7 +68,9 @@ def from_files(
     not applied and the minimum window is the pages' span."""
     clock = ReplayClock()
     cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=float("inf"), window_s=float("inf"))
-    adv = Advisor(cfg1, rules, config_path=config_path, clock=clock)
+    # a log's year-less stamps are read near when it was last written (not near today)
+    near = _mtime(log_file) if log_file else None
+    adv = Advisor(cfg1, rules, config_path=config_path, clock=clock, log_near=near)
     adv.evaluator.honor_for = False
     if log_file:
         try:
@@ -87,6 +89,13 @@ def from_files(
     if not metric_files:
         return adv, None
     return adv, adv.diagnose(times[-1])
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None  # reading it says why
 
 
 def _times(paths: Sequence[str], interval_s: float) -> list[float]:

@@ -7,7 +7,9 @@ JSON keys: ``engine`` (``vllm_version``, ``knobs.<name>.value/.source/.detail``,
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from advisor.model import EVENT_KINDS, LogEvent, Snapshot
-from advisor.runner import base_from_session_engine, year_of
+from advisor.runner import base_from_session_engine
 from advisor.session import Session, SessionError
 from advisor.sources import engine as engine_src
 from advisor.sources import logs as log_src
@@ -45,7 +47,7 @@ def inspect(
     lines: list[str] = []
     argv: Sequence[str] | None = None
     base: dict[str, Any] = {}
-    year = None
+    near: float | None = None  # year-less log stamps: nearest now, or a session's start
     if url:
         try:
             page = metrics_src.fetch(_metrics_url(url))
@@ -65,7 +67,7 @@ def inspect(
         base.update(base_from_session_engine(s.engine, isinstance(serve_args, list)))
         serve_args = s.meta.get("serve_args")
         argv = serve_args if isinstance(serve_args, list) else argv
-        year = year_of(s.meta.get("started_at"))
+        near = s.started.timestamp()
         for t, text in s.iter_scrapes():
             try:
                 pages.append(metrics_src.parse_page(text, t))
@@ -80,12 +82,15 @@ def inspect(
         except OSError as e:
             raise InspectError(f"{path}: cannot read: {e.strerror or e}") from None
     if log_file:
+        if near is None:  # read near when the log was last written
+            with contextlib.suppress(OSError):
+                near = os.stat(log_file).st_mtime
         try:
             with open(log_file, encoding="utf-8", errors="replace") as fh:
                 lines.extend(fh)
         except OSError as e:
             raise InspectError(f"{log_file}: cannot read: {e.strerror or e}") from None
-    events = list(log_src.parse_lines(lines, year=year))
+    events = list(log_src.parse_lines(lines, near=near))
     try:
         info = engine_src.resolve(
             config_path=engine_config,

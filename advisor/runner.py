@@ -64,7 +64,7 @@ class Advisor:
         config_path: str | None = None,
         argv_provider: Callable[[], Sequence[str] | None] | None = None,
         clock: Callable[[], float] = time.time,
-        year: int | None = None,
+        log_near: float | None = None,
     ) -> None:
         self.cfg = cfg
         self.clock = clock
@@ -74,7 +74,7 @@ class Advisor:
         self.config_path = config_path
         self.argv_provider = argv_provider
         self.argv: Sequence[str] | None = argv_provider() if argv_provider else None
-        self.year = year
+        self.log_near = log_near  # year-less log stamps take the year nearest this (default: now)
         self.joiner = log_src.LineJoiner()
         self.startup_events: list[LogEvent] = []
         self.stats = Stats()
@@ -127,7 +127,7 @@ class Advisor:
             self._on_joined(joined)
 
     def _on_joined(self, line: str) -> None:
-        ev = log_src.parse_line(line, self.year)
+        ev = log_src.parse_line(line, near=self.log_near)
         self.stats.log_lines[ev.kind] = self.stats.log_lines.get(ev.kind, 0) + 1
         if ev.kind == "unknown":
             return
@@ -282,10 +282,3 @@ def base_from_session_engine(data: Mapping[str, Any], has_argv: bool = False) ->
     info = engine_src.from_json(data)
     keep = ("config",) if has_argv else ("config", "cmdline")
     return {k: v for k, v in info.values.items() if v.source in keep or "host" in (v.detail or "")}
-
-
-def year_of(started_at: Any) -> int | None:
-    try:
-        return int(str(started_at)[:4])
-    except (TypeError, ValueError):
-        return None

@@ -279,7 +279,7 @@ def resolve_engine(
     log_lines: Sequence[str],
     first_page: str | None,
     *,
-    year: int | None = None,
+    near: float | None = None,
     argv: Sequence[str] | None = None,
     t: float = 0.0,
 ) -> tuple[dict[str, Any], str]:
@@ -296,7 +296,7 @@ def resolve_engine(
     except ImportError as e:
         return {}, f"advisor.sources.engine is not available ({e}): engine.json left empty"
     try:
-        events = list(lg.parse_lines(list(log_lines), year))
+        events = list(lg.parse_lines(list(log_lines), near=near))
         snapshot = mt.parse_page(first_page, t, strict=False) if first_page else None
         info = eng.resolve(argv=list(argv) if argv else None, events=events, snapshot=snapshot)
         data = eng.to_json(info)
@@ -325,7 +325,9 @@ def reresolve_engine(directory: Path | str, argv: Sequence[str] | None = None) -
     sessions recorded before the engine resolver existed, or after it improved)."""
     s = Session.load(directory)
     lines = list(s.log_lines())
-    data, note = resolve_engine(lines, s.read_scrape(0), year=s.started.year, argv=argv, t=s.scrapes[0][0])
+    data, note = resolve_engine(
+        lines, s.read_scrape(0), near=s.started.timestamp(), argv=argv, t=s.scrapes[0][0]
+    )
     _dump_json(s.dir / ENGINE_FILE, redact_obj(data))
     meta = dict(s.meta)
     meta.pop("engine_note", None)
@@ -457,7 +459,7 @@ def record(
     engine, engine_note = resolve_engine(
         head_lines,
         first_page,
-        year=started_at.year,
+        near=started_at.timestamp(),
         argv=server_argv if server_argv is not None else _local_server_argv(base_url),
         t=start,
     )

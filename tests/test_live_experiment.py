@@ -12,7 +12,7 @@ from pathlib import Path
 from advisor.advise import Diagnosis
 from advisor.config import Config
 from advisor.ruleset import load_rules
-from advisor.runner import Advisor, ReplayClock, base_from_session_engine, year_of
+from advisor.runner import Advisor, ReplayClock, base_from_session_engine
 from advisor.session import Session
 
 SESSIONS = Path(__file__).parent / "fixtures" / "sessions"
@@ -28,7 +28,7 @@ def play(*names: str, on_diagnosis: Callable[[Advisor, Diagnosis], None] | None 
         base=base_from_session_engine(sessions[0].engine, has_argv=True),
         argv_provider=lambda: current[0],
         clock=clock,
-        year=year_of(sessions[0].meta["started_at"]),
+        log_near=sessions[0].started.timestamp(),
     )
     for s, t in zip(sessions, shifted(sessions), strict=True):
         current[0] = s.meta.get("serve_args")

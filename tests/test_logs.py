@@ -414,12 +414,43 @@ def test_process_prefixes(name: str) -> None:
     assert (p.process, p.pid, p.level, p.location, p.message) == (name, 3, "WARNING", "vllm.py:725", "hello")
 
 
-def test_year_defaults_to_current_and_bad_dates_give_no_time() -> None:
+def test_year_less_stamps_take_the_year_nearest_now_and_bad_dates_give_no_time() -> None:
     e = parse_line(VLLM)
     assert e.t is not None
-    assert time.gmtime(e.t).tm_year == time.gmtime().tm_year
+    assert abs(e.t - time.time()) <= 183 * 86400
     bad = parse_line(VLLM.replace("11-29", "02-30"), year=2025)
     assert bad.kind == "engine_stats" and bad.t is None
+
+
+@pytest.mark.parametrize(
+    ("line", "near", "expected"),
+    [
+        # a November line read in January (a log read from its start after New Year): last year
+        (VLLM, utc(2027, 1, 5, 9, 0, 0), utc(2026, 11, 29, 23, 26, 3)),
+        # read the next day: this year
+        (VLLM, utc(2026, 11, 30, 8, 0, 0), utc(2026, 11, 29, 23, 26, 3)),
+        # a recording that started on New Year's Eve and ran past midnight: the next year
+        (
+            VLLM.replace("11-29 23:26:03", "01-01 00:00:04"),
+            utc(2026, 12, 31, 23, 59, 0),
+            utc(2027, 1, 1, 0, 0, 4),
+        ),
+        # journald's stamp carries no year either (its vLLM stamp wins when present)
+        (
+            f"Dec 31 23:59:59 gpu-host-1 vllm[123]: {STATS}",
+            utc(2027, 1, 1, 0, 0, 30),
+            utc(2026, 12, 31, 23, 59, 59),
+        ),
+        # an explicit RFC 3339 stamp carries its own year, whatever `near` says
+        (f"2025-06-01T10:00:00Z {VLLM}", utc(2027, 1, 5, 9, 0, 0), utc(2025, 6, 1, 10, 0, 0)),
+    ],
+)
+def test_year_less_stamps_are_read_near_the_given_time(line: str, near: float, expected: float) -> None:
+    assert parse_line(line, near=near).t == expected
+    # a caller that knows the year gives it, and it wins over `near` for year-less stamps
+    in_2020 = parse_line(line, year=2020, near=near).t
+    assert in_2020 is not None
+    assert time.gmtime(in_2020).tm_year == (2025 if line.startswith("2025") else 2020)
 
 
 # --------------------------------------------------------------------------- secrets
@@ -882,3 +913,19 @@ def test_followers_feed_the_parser_end_to_end(tmp_path: Path, readers: list[Read
     got = r.take(n)
     assert count_events(parse_lines(got, year=YEAR)) == count_events(events_of(src))
     r.stop()
+
+
+def test_a_log_file_is_read_near_when_it_was_last_written(tmp_path: Path) -> None:
+    """`explain --log-file` on a log last written in early January: its 12-31 lines are from
+    the December before, not from the December to come."""
+    from advisor.config import Config
+    from advisor.inputs import from_files
+    from advisor.ruleset import load_rules
+
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM.replace("11-29 23:26:03", "12-31 23:59:58") + "\n")
+    written = utc(2025, 1, 2, 8, 0, 0)  # years from now, so "near now" would give another year
+    os.utime(log, (written, written))
+    adv, _ = from_files([], str(log), Config(), load_rules())
+    (stats,) = adv.window.events("engine_stats")
+    assert stats.t == utc(2024, 12, 31, 23, 59, 58)

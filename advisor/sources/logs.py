@@ -23,7 +23,10 @@ Design choices worth knowing:
   throughputs stay tokens/s; ``iteration`` elapsed time is in seconds.
 * Timestamps: an outer RFC3339 timestamp (``docker logs --timestamps``, ``kubectl
   --timestamps``, CRI log files) wins because it carries the year and the zone; otherwise
-  vLLM's ``MM-DD hh:mm:ss`` read as UTC in ``year``; otherwise journald's ``Mon DD hh:mm:ss``.
+  vLLM's ``MM-DD hh:mm:ss`` read as UTC, otherwise journald's ``Mon DD hh:mm:ss``. Those two
+  carry no year: it is ``year`` when the caller knows it, else the year that puts the line
+  nearest to ``near`` (a time the lines were written around: a recording's start; default
+  now), so a December line read in January lands in December of the year before.
 * Secrets: ``LogEvent.line`` is stored ANSI-free, capped at :data:`MAX_LINE_CHARS` and
   passed through :func:`advisor.redact.redact_text`; parsed dicts go through :func:`advisor.redact.redact_obj`.
 * Nothing here raises on bad input: unrecognised, binary or oversized lines become
@@ -42,10 +45,11 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import pairwise
 from typing import IO, Any
 
@@ -152,7 +156,29 @@ def _clean(line: str) -> str:
     return line.rstrip("\r\n")
 
 
-def _strip_outer(text: str, year: int) -> tuple[str, float | None, float | None]:
+HALF_YEAR_S = 183 * 86400
+
+
+def _yearless_epoch(
+    year: int | None, near: float | None, month: int, day: int, h: int, mi: int, s: int, frac: str | None
+) -> float | None:
+    """A year-less stamp as Unix time: in ``year`` when given, else in the year (of the three
+    around ``near``, default now) that puts it nearest to ``near``."""
+    if year is not None:
+        return _epoch(year, month, day, h, mi, s, frac)
+    ref = time.time() if near is None else near
+    y = time.gmtime(ref).tm_year
+    best: float | None = None
+    for cand in (y, y - 1, y + 1):
+        t = _epoch(cand, month, day, h, mi, s, frac)
+        if t is not None and (best is None or abs(t - ref) < abs(best - ref)):
+            best = t
+        if best is not None and abs(best - ref) <= HALF_YEAR_S:
+            break  # the common case: this year, one conversion
+    return best
+
+
+def _strip_outer(text: str, year: int | None, near: float | None) -> tuple[str, float | None, float | None]:
     """Strip docker/kubectl/CRI timestamps, journald and compose prefixes (any order, any
     combination). Returns (rest, exact_t, journald_t)."""
     exact_t: float | None = None
@@ -168,8 +194,8 @@ def _strip_outer(text: str, year: int) -> tuple[str, float | None, float | None]
         m = _JOURNALD_RE.match(text)
         if m:
             if journal_t is None:
-                journal_t = _epoch(
-                    year, _MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), None
+                journal_t = _yearless_epoch(
+                    year, near, _MONTHS[m["mon"]], int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), None
                 )
             text = text[m.end() :]
             continue
@@ -181,7 +207,7 @@ def _strip_outer(text: str, year: int) -> tuple[str, float | None, float | None]
     return text, exact_t, journal_t
 
 
-def strip_prefixes(line: str, year: int | None = None) -> Prefixed:
+def strip_prefixes(line: str, year: int | None = None, near: float | None = None) -> Prefixed:
     """Split ``line`` into its prefixes and the vLLM message (pure).
 
     Handles ANSI colours, docker/kubectl ``--timestamps``, CRI ``<ts> stdout F``, journald
@@ -189,11 +215,11 @@ def strip_prefixes(line: str, year: int | None = None) -> Prefixed:
     process prefix ``(EngineCore_DP0 pid=2)`` and the level prefix in both its V1 form
     (``INFO 11-29 23:26:03 [loggers.py:335]``) and its V0 form (``INFO 06-16 21:24:15
     metrics.py:341]``). A level prefix that follows other text on the line (a tqdm bar
-    without a newline) is found too.
+    without a newline) is found too. ``year``/``near``: how year-less stamps get their year
+    (see the module's notes).
     """
-    yr = year if year is not None else datetime.now(UTC).year
     text = _clean(line)
-    text, exact_t, journal_t = _strip_outer(text, yr)
+    text, exact_t, journal_t = _strip_outer(text, year, near)
     process: str | None = None
     pid: int | None = None
     m = _PROCESS_RE.match(text)
@@ -208,7 +234,9 @@ def strip_prefixes(line: str, year: int | None = None) -> Prefixed:
     if lm is not None:
         level = "WARNING" if lm["level"] == "WARN" else lm["level"]
         loc = lm["loc"] if lm["loc"] is not None else lm["loc0"]
-        vllm_t = _epoch(yr, int(lm["mo"]), int(lm["d"]), int(lm["h"]), int(lm["mi"]), int(lm["s"]), lm["f"])
+        vllm_t = _yearless_epoch(
+            year, near, int(lm["mo"]), int(lm["d"]), int(lm["h"]), int(lm["mi"]), int(lm["s"]), lm["f"]
+        )
         text = text[lm.end() :]
     t = exact_t if exact_t is not None else (vllm_t if vllm_t is not None else journal_t)
     return Prefixed(
@@ -596,10 +624,11 @@ def _error(msg: str) -> dict[str, Any] | None:
     return None
 
 
-def parse_line(line: str, year: int | None = None) -> LogEvent:
+def parse_line(line: str, year: int | None = None, near: float | None = None) -> LogEvent:
     """Turn one logical log line into a :class:`LogEvent` (pure; never raises).
 
-    ``year`` completes vLLM's year-less timestamps (default: the current UTC year).
+    ``year`` completes vLLM's year-less timestamps; without it, the year nearest to ``near``
+    (a Unix time the line was written around, default now) does.
     Kinds and fields:
 
     * ``engine_stats``: ``engine`` (str), ``prompt_throughput``, ``generation_throughput``
@@ -621,19 +650,19 @@ def parse_line(line: str, year: int | None = None) -> LogEvent:
     Every event also carries ``level`` and ``pid`` in ``fields`` when the line had them.
     """
     try:
-        return _parse_line(line, year)
+        return _parse_line(line, year, near)
     except Exception as exc:  # defensive: a parser bug must not stop a follower
         return LogEvent("unknown", None, {"parse_error": type(exc).__name__}, None, redact_text(_clean(line)))
 
 
-def _parse_line(line: str, year: int | None) -> LogEvent:
+def _parse_line(line: str, year: int | None, near: float | None) -> LogEvent:
     if not isinstance(line, str):
         line = (
             bytes(line).decode("utf-8", errors="replace")
             if isinstance(line, bytes | bytearray)
             else str(line)
         )
-    p = strip_prefixes(line, year)
+    p = strip_prefixes(line, year, near)
     msg = p.message.strip()
     base: dict[str, Any] = {}
     if p.level:
@@ -776,7 +805,7 @@ class LineJoiner:
         clean = _clean(line)
         if not clean.strip():
             return None
-        rest, _, _ = _strip_outer(clean, 1970)
+        rest, _, _ = _strip_outer(clean, 1970, None)  # only the text matters here
         if _PROCESS_RE.match(rest) or _LEVEL_RE.match(rest) or _CONT_PREFIX_RE.match(rest):
             return None
         return rest
@@ -823,12 +852,14 @@ def join_lines(lines: Iterable[str], max_continuations: int = 200) -> Iterator[s
     yield from joiner.flush()
 
 
-def parse_lines(lines: Iterable[str], year: int | None = None, join: bool = True) -> Iterator[LogEvent]:
+def parse_lines(
+    lines: Iterable[str], year: int | None = None, join: bool = True, near: float | None = None
+) -> Iterator[LogEvent]:
     """Events from raw lines: rejoin wrapped lines (unless ``join=False``), then
-    :func:`parse_line` each."""
+    :func:`parse_line` each (``year``/``near`` as there)."""
     src = join_lines(lines) if join else lines
     for line in src:
-        yield parse_line(line, year)
+        yield parse_line(line, year, near)
 
 
 # --------------------------------------------------------------------------- counting
