@@ -404,19 +404,16 @@ def diagnose(
             values,
         )
     status, reason, best, fjson = arbitrate(findings, values, engine, cfg)
+
+    def without_advice(status: str, reason: str) -> Diagnosis:
+        return Diagnosis(status, reason, None, tuple(fjson), eng, ctx, now, values)
+
     if status == "healthy":
         unknown = [f for f in findings if f.state == "unknown"]
         if unknown and len(unknown) == len(findings):
             missing = sorted({m for f in unknown for m in f.missing})
-            return Diagnosis(
-                "insufficient-data",
-                f"no rule could be checked: missing {', '.join(missing)}",
-                None,
-                tuple(fjson),
-                eng,
-                ctx,
-                now,
-                values,
+            return without_advice(
+                "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
             )
     # rules whose conditions hold but not yet for long enough: with no advice, the evidence is
     # building; with advice, a better-ranked one holds it back rather than flip to a lesser knob
@@ -425,16 +422,7 @@ def diagnose(
         held = ", ".join(
             f"{f.rule.id} for {now - (f.since or now):.0f}s of {f.rule.for_s:.0f}s" for f in pending
         )
-        return Diagnosis(
-            "inconclusive",
-            f"evidence is building; conditions hold: {held}",
-            None,
-            tuple(fjson),
-            eng,
-            ctx,
-            now,
-            values,
-        )
+        return without_advice("inconclusive", f"evidence is building; conditions hold: {held}")
     rec = None
     if best is not None:
         sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)

@@ -527,12 +527,12 @@ def compare(
             name, _, direction = knob.partition(":")
             if direction not in ("increase", "decrease"):
                 raise ValueError(f"--knob must be KNOB:increase or KNOB:decrease, got {knob!r}")
-            from advisor.knobs import get_knob
+            from advisor.knobs import KNOBS, knob_for_flag
 
-            try:
-                name = get_knob(name.lstrip("-").replace("-", "_")).name
-            except KeyError as e:
-                raise ValueError(str(e.args[0])) from None
+            k = knob_for_flag(name)  # any spelling vLLM has used: max_num_seqs, --max-num-seqs
+            if k is None:
+                raise ValueError(f"unknown knob {name!r}; known: {', '.join(sorted(KNOBS))}")
+            name = k.name
             targets = target or ex.targets_for_knob(name, direction) or None
             guards = ex.guards_for_knob(name, direction)
         c = ex.compare_bench_files(

@@ -19,6 +19,7 @@ renames one run (its scenario becomes the new id's part before the dot).
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import shutil
@@ -94,21 +95,17 @@ def _compact_timeline(path: Path) -> str:
 
 
 def parse_args(argv: list[str]) -> tuple[dict[str, str], list[Path]]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="a device call's $OUT")
+    ap.add_argument("--as", dest="renames", action="append", default=[], metavar="OLD=NEW")
+    args = ap.parse_args(argv)
     renames: dict[str, str] = {}
-    dirs: list[Path] = []
-    it = iter(argv)
-    for a in it:
-        if a == "--as" or a.startswith("--as="):
-            spec = a.partition("=")[2] if a.startswith("--as=") else next(it, "")
-            old, _, new = spec.partition("=")
-            if not old or not new or ("." in old) != ("." in new):
-                raise SystemExit(f"--as wants SCENARIO=NAME or RUN=NEW_RUN, got {spec!r}")
-            renames[old] = new
-        else:
-            dirs.append(Path(a))
-    if not dirs:
-        raise SystemExit("no DIR given; see --help")
-    return renames, dirs
+    for spec in args.renames:
+        old, _, new = spec.partition("=")
+        if not old or not new or ("." in old) != ("." in new):
+            ap.error(f"--as wants SCENARIO=NAME or RUN=NEW_RUN, got {spec!r}")
+        renames[old] = new
+    return renames, args.dirs
 
 
 def renamed(run_id: str, renames: dict[str, str]) -> str:
@@ -119,9 +116,6 @@ def renamed(run_id: str, renames: dict[str, str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0 if argv else 2
     renames, dirs = parse_args(argv)
     results: dict[str, Any] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": {}}
     RUNS.mkdir(parents=True, exist_ok=True)

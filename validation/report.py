@@ -72,6 +72,7 @@ def preemptions(run_dir: Path) -> float | None:
     return None if first is None or last is None else last - first
 
 
+@functools.cache
 def bench(run_dir: Path) -> dict[str, Any]:
     with gzip.open(run_dir / "bench.json.gz", "rt") as f:
         return dict(json.load(f))
@@ -120,8 +121,20 @@ def live_advice(run: dict[str, Any]) -> dict[str, Any] | None:
     return dict(rec) if rec else None
 
 
+@functools.cache
+def replayed(run_id: str) -> Any:
+    """The diagnosis a run's session gets with the rules as they are now (None: none)."""
+    _, d = from_session(RUNS / run_id, Config(), _rules())
+    return d
+
+
+@functools.cache
+def _rules() -> Any:
+    return load_rules()
+
+
 def replay(run_id: str) -> str:
-    _, d = from_session(RUNS / run_id, Config(), load_rules())
+    d = replayed(run_id)
     if d is None:
         return "no diagnosis"
     if d.recommendation is None:
@@ -241,9 +254,8 @@ def describe(run_id: str, base: str, results: dict[str, Any]) -> tuple[str, str]
     return ("after: " + what if run_id.endswith(".after") else what), change
 
 
-@functools.cache
 def replayed_change(run_id: str) -> tuple[str, Any] | None:
-    _, d = from_session(RUNS / run_id, Config(), load_rules())
+    d = replayed(run_id)
     rec = d.recommendation if d else None
     return (rec.flag, rec.proposed) if rec else None
 
