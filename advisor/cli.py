@@ -1,12 +1,18 @@
 """Command-line interface (thin: parse, call one function, set the exit code).
 
-Exit codes: 0 ok; 1 the input could not be used (clear message on stderr);
-2 usage error (click); ``explain --exit-code`` returns 3 when there is advice.
+Exit codes (every command; ``EXIT_CODES_HELP`` is the text ``--help`` shows):
+0 ok; 1 error: the command could not do its job (a server that cannot be read, an unreadable
+file), one line on stderr; 2 usage: a flag, setting or config file is wrong, one line naming
+it; 3 advice (``explain --exit-code``); 4 no data: the input was read but holds too little to
+diagnose (insufficient data). No user mistake prints a traceback; an unforeseen error prints
+one line too (``VLLM_ADVISOR_DEBUG=1`` shows its traceback).
 """
 
 from __future__ import annotations
 
+import inspect as _inspect
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,17 +25,64 @@ from advisor.ruleset import RuleError, load_rules
 FORMATS = click.Choice(["text", "json", "markdown"])
 DEMO_SESSION = Path(__file__).resolve().parent / "data" / "sessions" / "h200-A_s256"
 
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_ADVICE = 3
+EXIT_NO_DATA = 4
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok, 1 error (the command could not do its job), 2 usage (a wrong flag, "
+    "setting or config file), 3 advice (explain --exit-code), 4 no data (too little to diagnose)."
+)
 
-def _fail(msg: str, code: int = 1) -> None:
+
+def _fail(msg: str, code: int = EXIT_ERROR) -> None:
     click.echo(f"error: {msg}", err=True)
     sys.exit(code)
+
+
+class _Group(click.Group):
+    """Lists every command with its whole summary (click cuts them at ~45 characters), and turns
+    any error that escapes a command into one line and an exit code instead of a traceback."""
+
+    group_class = type  # subgroups are _Group too
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, _summary(cmd)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except config_mod.ConfigError as e:
+            _fail(f"config: {e}", EXIT_USAGE)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # unforeseen: one line; the traceback only on request
+            if os.environ.get("VLLM_ADVISOR_DEBUG"):
+                raise
+            _fail(f"{type(e).__name__}: {e} (set VLLM_ADVISOR_DEBUG=1 for the traceback)")
+        return None
+
+
+def _summary(cmd: click.Command) -> str:
+    if cmd.short_help:
+        return cmd.short_help
+    first = _inspect.cleandoc(cmd.help or "").split("\n\n")[0]
+    return " ".join(first.split())
 
 
 def _cfg(config_file: str | None, **flags: Any) -> config_mod.Config:
     try:
         return config_mod.load(config_file, **flags)
     except config_mod.ConfigError as e:
-        _fail(f"config: {e}")
+        _fail(f"config: {e}", EXIT_USAGE)
         raise  # unreachable
 
 
@@ -45,7 +98,11 @@ def _color() -> bool:
     return sys.stdout.isatty()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EXIT_CODES_HELP,
+)
 @click.version_option(package_name="vllm-advisor")
 def main() -> None:
     """Find which limit hurts a vLLM server and recommend one knob to change.
@@ -55,6 +112,7 @@ def main() -> None:
     From a recording: vllm-advisor explain --session DIR
     A rule's docs:    vllm-advisor explain kv-preemption-seqs-bind
     The daemon:       vllm-advisor run --vllm-url http://127.0.0.1:8000
+    A sample config:  vllm-advisor config sample
     """
     from advisor.log import configure_logging
 
@@ -77,7 +135,7 @@ def main() -> None:
 @click.option("--daemon", "daemon_url", help="Ask a running advisor daemon (its base URL).")
 @click.option("--window", default="60s", show_default=True, help="How long to observe --url.")
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
-@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
 @click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
 @click.option("--config", "config_file", type=click.Path(), help="The advisor's own config file.")
@@ -97,14 +155,17 @@ def explain(
     config_file: str | None,
     exit_code: bool,
 ) -> None:
-    """What should I change, and why? (or: a rule's own docs, with RULE_ID)"""
+    """What should I change, and why? (or: a rule's own docs, with RULE_ID)
+
+    Exits 4 when the input holds too little to diagnose (insufficient data), 1 when it cannot
+    be read at all (a server that is down), 3 with --exit-code when there is advice."""
     from advisor.outputs import explain as out
 
     rules = _rules(rules_dir)
     if rule_id:
         match = [r for r in rules if r.id == rule_id or rule_id in r.aliases]
         if not match:
-            _fail(f"no rule {rule_id!r}; see `vllm-advisor rules list`")
+            _fail(f"no rule {rule_id!r}; see `vllm-advisor rules list`", EXIT_USAGE)
         r = match[0]
         if fmt == "json":
             click.echo(json.dumps(out.rule_json(r), indent=2))
@@ -115,7 +176,10 @@ def explain(
         return
     sources = [bool(url), bool(session_dir), bool(metrics_files or log_file), bool(daemon_url)]
     if sum(sources) != 1:
-        _fail("give exactly one of --url, --session, --metrics-file/--log-file, --daemon, or a RULE_ID", 2)
+        _fail(
+            "give exactly one of --url, --session, --metrics-file/--log-file, --daemon, or a RULE_ID",
+            EXIT_USAGE,
+        )
     cfg = _cfg(config_file, engine_config=engine_config, rules_dir=rules_dir)
     diagnosis = _diagnose(
         cfg, rules, url, session_dir, metrics_files, log_file, daemon_url, window, interval, engine_config
@@ -131,8 +195,10 @@ def explain(
     else:
         status = diagnosis.status
         click.echo(out.render(diagnosis, fmt, _color()))
+    if status == "insufficient-data":
+        sys.exit(EXIT_NO_DATA)
     if exit_code and status == "advice":
-        sys.exit(3)
+        sys.exit(EXIT_ADVICE)
 
 
 def _diagnose(
@@ -180,7 +246,7 @@ def _diagnose(
     except daemon_errors() as e:
         _fail(str(e))
     except config_mod.ConfigError as e:
-        _fail(str(e), 2)
+        _fail(str(e), EXIT_USAGE)
     return None
 
 
@@ -201,7 +267,14 @@ def daemon_errors() -> tuple[type[BaseException], ...]:
 )
 @click.option("--log-file", type=click.Path(), help="vLLM's log file.")
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
 def inspect(
     url: str | None,
     session_dir: str | None,
@@ -214,7 +287,7 @@ def inspect(
     from advisor import inspection
 
     if not (url or session_dir or metrics_files or log_file):
-        _fail("give --url, --session, --metrics-file or --log-file", 2)
+        _fail("give --url, --session, --metrics-file or --log-file", EXIT_USAGE)
     try:
         report = inspection.inspect(
             url=url,
@@ -239,8 +312,15 @@ def rules() -> None:
 
 
 @rules.command("list")
-@click.option("--rules-dir", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
 def rules_list(rules_dir: str | None, fmt: str) -> None:
     """Every rule with its severity and knob."""
     from advisor.outputs import explain as out
@@ -254,8 +334,8 @@ def rules_list(rules_dir: str | None, fmt: str) -> None:
 
 @rules.command("show")
 @click.argument("rule_id")
-@click.option("--rules-dir", type=click.Path())
-@click.option("--format", "fmt", type=FORMATS, default="text")
+@click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
+@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @click.pass_context
 def rules_show(ctx: click.Context, rule_id: str, rules_dir: str | None, fmt: str) -> None:
     """A rule's docs (same as `explain RULE_ID`)."""
@@ -296,8 +376,8 @@ def rules_check(directory: str | None) -> None:
 @click.option("--url", required=True, help="vLLM base URL (or its /metrics URL).")
 @click.option("--log-file", type=click.Path(), help="Follow this log file.")
 @click.option("--log-cmd", help="Follow this command's output, e.g. 'journalctl -u vllm -f -o cat'.")
-@click.option("--interval", default="5s", show_default=True)
-@click.option("--duration", default="10m", show_default=True)
+@click.option("--interval", default="5s", show_default=True, help="Scrape every DURATION.")
+@click.option("--duration", default="10m", show_default=True, help="Record for DURATION (Ctrl-C ends early).")
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="The session directory to write.")
 @click.option("--gzip/--no-gzip", "compress", default=True, show_default=True, help="Gzip each page.")
 @click.option(
@@ -317,11 +397,14 @@ def record(
     log_from_start: bool,
     notes: str,
 ) -> None:
-    """Record a session (every /metrics page, the log, the engine's knobs) for replay and bug reports."""
+    """Record a session (every /metrics page, the log, the engine's knobs) for replay and bug reports.
+
+    Exits 1 when not one /metrics page could be read (the session is still written, with the
+    errors in its meta.json)."""
     from advisor import session
 
     if log_file and log_cmd:
-        _fail("give --log-file or --log-cmd, not both", 2)
+        _fail("give --log-file or --log-cmd, not both", EXIT_USAGE)
     try:
         total = config_mod.parse_duration_s(duration)
         progress = _progress_printer(total) if sys.stderr.isatty() else None
@@ -346,6 +429,9 @@ def record(
         f"recorded {res.scrapes} scrapes and {res.log_lines} log lines into {out_dir}"
         + (f" ({len(res.errors)} failed scrapes)" if res.errors else "")
     )
+    if res.scrapes == 0:
+        last = res.errors[-1]["error"] if res.errors else "no scrape was attempted"
+        _fail(f"not one /metrics page could be read from {url}: {last}")
 
 
 def _progress_printer(total_s: float) -> Any:
@@ -372,7 +458,10 @@ def _progress_printer(total_s: float) -> Any:
 # ------------------------------------------------------------------ run
 @main.command()
 @click.option(
-    "--config", "config_file", type=click.Path(), help="YAML config (see deploy/vllm-advisor.yaml)."
+    "--config",
+    "config_file",
+    type=click.Path(),
+    help="YAML config (`vllm-advisor config sample` prints one).",
 )
 @click.option("--vllm-url", help="vLLM base URL [default: http://127.0.0.1:8000].")
 @click.option(
@@ -415,7 +504,7 @@ def run(
     from advisor import daemon
 
     if log_file and log_cmd:
-        _fail("give --log-file or --log-cmd, not both", 2)
+        _fail("give --log-file or --log-cmd, not both", EXIT_USAGE)
     cfg = _cfg(
         config_file,
         vllm_url=vllm_url,
@@ -433,6 +522,7 @@ def run(
     if itl_p95_target is not None:
         targets["itl_p95_seconds"] = itl_p95_target
     cfg = cfg.with_overrides(targets=targets)
+    config_mod.parse_listen(cfg.listen)  # a bad --listen is a usage error now, not after start-up
     rs = _rules(cfg.rules_dir)
     if replay_dir:
         sys.exit(daemon.run_replay(cfg, rs, replay_dir, speed, run_seconds))
@@ -451,9 +541,18 @@ def run(
 )
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the files under --out differ.")
 def generate(out: Path, check: bool) -> None:
-    """Write the alert and recording rules, dashboards, runbook and deploy bundle from rules/."""
+    """Write the alert and recording rules, dashboards, runbook and deploy bundle from rules/.
+
+    --check compares with a checkout of the repository: run it from the repository root or give
+    --out REPO."""
     from advisor import generate as gen
 
+    if check and not gen.looks_like_checkout(out):
+        _fail(
+            f"--check compares with the generated files of a repository checkout, and {out} has no "
+            "deploy/ or grafana/: run it from the repository root or give --out REPO",
+            EXIT_USAGE,
+        )
     if check:
         problems = gen.diff(out)
         for problem in problems:
@@ -467,7 +566,14 @@ def generate(out: Path, check: bool) -> None:
 @main.command()
 @click.argument("a", type=click.Path())
 @click.argument("b", type=click.Path())
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
 @click.option(
     "--buckets", help="Prompt-length bucket edges, e.g. 512,2048 (default: from the prompt lengths)."
 )
@@ -563,9 +669,18 @@ def compare(
 @click.option(
     "--ledger", "ledger_path", type=click.Path(), help="The ledger [default: STATE_DIR/ledger.sqlite]."
 )
-@click.option("--config", "config_file", type=click.Path())
-@click.option("--limit", default=50, show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--config", "config_file", type=click.Path(), help="The advisor's config file (for its state_dir)."
+)
+@click.option("--limit", default=50, show_default=True, help="Show at most this many, newest first.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
 def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: str) -> None:
     """The experiments the advisor judged: knob, old -> new, verdict and why."""
     from advisor.ledger import Ledger, LedgerError
@@ -606,9 +721,11 @@ def baseline() -> None:
 @click.option("--url", help="vLLM base URL to observe for --window.")
 @click.option("--daemon", "daemon_url", help="Read the current window from a running advisor daemon.")
 @click.option("--session", "session_dir", type=click.Path(), help="Or summarise a recorded session.")
-@click.option("--window", default="60s", show_default=True)
-@click.option("--interval", default="5s", show_default=True)
-@click.option("--out", "out_file", required=True, type=click.Path())
+@click.option("--window", default="60s", show_default=True, help="How long to observe --url.")
+@click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
+@click.option(
+    "--out", "out_file", required=True, type=click.Path(), help="The baseline file (JSON) to write."
+)
 def baseline_save(
     url: str | None,
     daemon_url: str | None,
@@ -621,7 +738,7 @@ def baseline_save(
     from advisor import baseline as bl
 
     if sum(map(bool, (url, daemon_url, session_dir))) != 1:
-        _fail("give exactly one of --url, --daemon, --session", 2)
+        _fail("give exactly one of --url, --daemon, --session", EXIT_USAGE)
     try:
         doc = bl.capture(
             url=url,
@@ -642,7 +759,14 @@ def baseline_save(
 
 # ------------------------------------------------------------------ demo
 @main.command()
-@click.option("--session", "session_dir", type=click.Path(), default=str(DEMO_SESSION), show_default=True)
+@click.option(
+    "--session",
+    "session_dir",
+    type=click.Path(),
+    default=str(DEMO_SESSION),
+    show_default="the bundled H200 session",
+    help="The recorded session to diagnose.",
+)
 @click.option("--listen", default=None, help="Serve the exporter here (default 127.0.0.1:19842).")
 @click.option(
     "--serve-seconds",
@@ -657,13 +781,43 @@ def demo(session_dir: str, listen: str | None, serve_seconds: float | None) -> N
 
     cfg = _cfg(None, listen=listen)
     rs = _rules(None)
-    adv, d = inputs.from_session(session_dir, cfg, rs)
+    from advisor.session import SessionError
+
+    try:
+        adv, d = inputs.from_session(session_dir, cfg, rs)
+    except (inputs.InputError, SessionError) as e:
+        _fail(str(e))
+        return
     if d is None:
         _fail(f"{session_dir}: no pages")
         return
+    config_mod.parse_listen(cfg.listen)
     click.echo(f"Replayed {session_dir} (recorded from a real vLLM server):\n")
     click.echo(out.render(d, "text", _color()))
-    daemon.serve_static(adv, d, cfg, serve_seconds)
+    sys.exit(daemon.serve_static(adv, d, cfg, serve_seconds))
+
+
+# ------------------------------------------------------------------ config
+@main.group("config")
+def config_group() -> None:
+    """The advisor's own configuration: a commented sample, and a check of a file."""
+
+
+@config_group.command("sample")
+def config_sample() -> None:
+    """Print the commented sample config (for `run --config FILE`)."""
+    click.echo(config_mod.sample_text(), nl=False)
+
+
+@config_group.command("check")
+@click.argument("config_file", type=click.Path())
+def config_check(config_file: str) -> None:
+    """Validate a config file (and VLLM_ADVISOR_* variables): one line per problem, exit 2 if any."""
+    cfg = config_mod.load(config_file)
+    config_mod.parse_listen(cfg.listen)
+    click.echo(
+        f"{config_file}: OK (vllm_url {cfg.vllm_url}, listen {cfg.listen}, interval {cfg.interval_s:g}s)"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -96,7 +96,7 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
     if path:
         try:
             raw = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError) as e:
+        except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: {e}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: must be a mapping of settings")
@@ -113,9 +113,12 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    if not port.isdigit():
-        raise ConfigError(f"--listen must be HOST:PORT, got {listen!r}")
+    host, _, port = str(listen).rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(
+            f"listen (--listen, VLLM_ADVISOR_LISTEN or listen: in the config file) must be HOST:PORT "
+            f"with a port from 0 to 65535, got {listen!r}"
+        )
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
@@ -125,3 +128,13 @@ def parse_duration_s(text: str | float) -> float:
         return parse_duration(text)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+SAMPLE_CONFIG = "vllm-advisor.yaml"
+
+
+def sample_text() -> str:
+    """The commented sample config shipped in the package (``vllm-advisor config sample``)."""
+    import importlib.resources
+
+    return (importlib.resources.files("advisor") / "data" / SAMPLE_CONFIG).read_text(encoding="utf-8")

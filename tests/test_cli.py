@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -47,11 +48,33 @@ def test_demo_prints_the_diagnosis_and_serves_the_exporter() -> None:
         ["baseline", "save"],
         ["generate"],
         ["demo"],
+        ["config", "sample"],
+        ["config", "check"],
     ],
 )
 def test_every_command_has_help(cmd: list[str]) -> None:
     res = CliRunner().invoke(main, [*cmd, "--help"])
     assert res.exit_code == 0 and "Usage:" in res.output
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    out: list[tuple[tuple[str, ...], click.Command]] = []
+    for name, cmd in group.commands.items():
+        out.append(((*path, name), cmd))
+        if isinstance(cmd, click.Group):
+            out.extend(_commands(cmd, (*path, name)))
+    return out
+
+
+def test_every_option_of_every_command_says_what_it_is_for() -> None:
+    missing = [
+        f"{' '.join(path)} {param.opts[0]}"
+        for path, cmd in _commands(main)
+        for param in cmd.params
+        if isinstance(param, click.Option) and not param.help
+    ]
+    assert missing == []
+    assert len(_commands(main)) >= 15  # the walk reached the subcommands
 
 
 def test_record_a_session_from_a_server(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Before/after comparison: real vLLM bench files (H200 0.25, CPU 0.32) and hand-made histograms.
 
-The bench fixtures in tests/fixtures/bench/ are copies of /work/shared/fixtures/ (``generated_texts``
-dropped, JSON gzipped; the H200 ``itls`` stay in their sibling ``itls_ms.json.gz``).
+The bench fixtures in tests/fixtures/bench/ are the team's real captures (vLLM 0.25 on an H200, 0.32 on
+CPU; ``generated_texts`` dropped, JSON gzipped; the H200 ``itls`` stay in their sibling ``itls_ms.json.gz``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import gzip
 import json
 import math
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -217,13 +216,11 @@ def _synthetic(seed: int, n: int = 400, tokens: int = 500, lens: tuple[int, int]
     )  # fmt: skip
 
 
-def test_same_distribution_different_draws_is_inconclusive_and_fast() -> None:
+def test_same_distribution_different_draws_is_inconclusive() -> None:
+    """(Its cost, 400 requests x 500 ITLs, is not timed here: timings belong in scripts/bench.py.)"""
     a, b = _synthetic(1), _synthetic(2)
-    t0 = time.perf_counter()
     c = compare_runs(a, b)
-    elapsed = time.perf_counter() - t0
     assert c.verdict == "inconclusive"
-    assert elapsed < 1.0, f"400 requests x 500 ITLs took {elapsed:.2f} s"
     assert len(c.buckets) == 3 and c.bucket_note.startswith("buckets at the pooled prompt-length terciles")
 
 

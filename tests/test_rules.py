@@ -263,7 +263,7 @@ def test_explain_rule_id_prints_the_rules_docs() -> None:
     for part in ("max_num_seqs", "What:", "Why:", "What should move:", "Roll back:", "Verify:"):
         assert part in res.output
     res = CliRunner().invoke(main, ["explain", "no-such-rule"])
-    assert res.exit_code == 1 and "no rule" in res.output
+    assert res.exit_code == 2 and "no rule" in res.output
 
 
 def test_a_pending_better_rule_holds_lesser_advice_back() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from advisor.model import Family, Histogram, Snapshot, label_key
 from advisor.sources.metrics import parse_page
 from advisor.window import Window
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+DEMO_SESSION = Path(__file__).resolve().parents[1] / "advisor" / "data" / "sessions"
 
 
 class Clock:
@@ -112,19 +111,18 @@ def test_gauges_mean_across_engines_over_time() -> None:
 
 
 def _h200_pages(scenario: str) -> list[Snapshot]:
-    raw = gzip.decompress((SHARED / "h200-vllm-0.25" / scenario / "metrics.prom.gz").read_bytes()).decode()
+    """Every page of the bundled H200 session (the whole capture, a page every 2 s)."""
     out = []
-    for part in re.split(r"^# SNAPSHOT ", raw, flags=re.M)[1:]:
-        head, _, body = part.partition("\n")
-        t = float(re.search(r"t=([\d.]+)", head).group(1))  # type: ignore[union-attr]
-        if body.strip():
-            out.append(parse_page(body, t))
+    for f in sorted((DEMO_SESSION / f"h200-{scenario}" / "metrics").glob("*.prom.gz")):
+        t = int(f.name.split(".")[0]) / 1000
+        out.append(parse_page(gzip.decompress(f.read_bytes()).decode(), t))
     return out
 
 
 def test_real_h200_run_window_matches_the_run_totals() -> None:
-    """Over the whole A_s256 capture: 158 preemptions and 400 requests, as the README says."""
+    """Over the whole A_s256 capture (39 pages): 158 preemptions and 400 requests, as the README says."""
     pages = _h200_pages("A_s256")
+    assert len(pages) == 39
     w = Window(max_age_s=10_000, clock=Clock(pages[-1].t))
     for p in pages:
         w.add_snapshot(p)
