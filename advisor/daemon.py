@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from advisor import identity
 from advisor.advise import Diagnosis
 from advisor.config import Config, parse_listen
 from advisor.log import configure_logging
@@ -52,6 +53,7 @@ class Daemon:
         advisor: Advisor | None = None,
         clock: Callable[[], float] = time.time,
         persist: bool = True,
+        http: http_src.Client | None = None,
     ) -> None:
         self.cfg = cfg
         self.persist = persist
@@ -59,8 +61,9 @@ class Daemon:
         self.clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.servers = identity.ServerTracker()  # one engine behind the URL, or several?
         # one client for every fetch of this daemon: stop() aborts whatever is in flight
-        self.http = http_src.Client()
+        self.http = http if http is not None else http_src.Client()
         if advisor is None:
             port = cfg.vllm_port or urlparse(cfg.vllm_url).port
             version = engine_src.from_api(cfg.vllm_url, self.scrape_timeout_s, http=self.http)
@@ -183,6 +186,7 @@ class Daemon:
             last_scrape_duration_s=a.stats.last_scrape_duration_s,
             knob_changes=len(a.changes),
             experiment=diagnosis.experiment if diagnosis is not None else None,
+            several_servers=self.servers.several,
         )
 
     # ---------------------------------------------------------------- the cycle
@@ -203,7 +207,13 @@ class Daemon:
         except metrics_src.MetricsError as e:
             text, t, dur, err = "", self.clock(), time.monotonic() - t0, e
         with self._lock:
-            if err is None:
+            if err is None and not self._same_server(text, t):
+                self._scrape_ok()
+                self.advisor.stats.scrapes["other_server"] = (
+                    self.advisor.stats.scrapes.get("other_server", 0) + 1
+                )
+                self.advisor.stats.last_scrape_t = t  # a scrape completed: vLLM is up
+            elif err is None:
                 ok = self.advisor.on_page(text, t, dur)
                 if ok:
                     self._scrape_ok()
@@ -226,13 +236,42 @@ class Daemon:
                     self.clock(),
                     {},
                 )
+            if self.servers.several:
+                d = Diagnosis(
+                    "insufficient-data",
+                    identity.SEVERAL_SERVERS,
+                    None,
+                    d.findings,
+                    d.engine,
+                    d.context,
+                    d.at,
+                    {},
+                )
             self._state = self._build_state(d)
-            if self.persist:
+            if self.persist and self.servers.settled():  # not while a switch may be a load balancer
                 self._record_experiments()
         self._log_status(d)
         if self.persist:
             self._persist(d)
         return d
+
+    def _same_server(self, text: str, t: float) -> bool:
+        """False for a page from another server than the one followed (a load balancer in
+        front of replicas): it is not fed, and what the switch looked like is undone."""
+        was = self.servers.several
+        same = self.servers.observe(identity.of_page(text), t)
+        if self.servers.several and not was:
+            since = self.servers.switched_at
+            dropped = self.advisor.discard_changes_since(since) if since is not None else 0
+            log.warning(
+                "several servers",
+                error=identity.SEVERAL_SERVERS,
+                url=self.cfg.vllm_url,
+                discarded_changes=dropped,
+            )
+        elif was and not self.servers.several:
+            log.info("one server again", url=self.cfg.vllm_url)
+        return same
 
     def _cycle_failed(self, e: Exception) -> Diagnosis:
         error = f"{type(e).__name__}: {e}"
@@ -401,7 +440,7 @@ class Daemon:
 
     def wait(self, seconds: float | None = None) -> None:
         """Block until SIGINT/SIGTERM (or ``seconds``)."""
-        _install_signals(self._stop)
+        _install_signals(self._stop, self.http.abort)
         self._stop.wait(seconds)
 
 
@@ -411,12 +450,14 @@ def _now_dt() -> Any:
     return dt.datetime.now(dt.UTC)
 
 
-def _install_signals(stop: threading.Event) -> None:
+def _install_signals(stop: threading.Event, abort: Callable[[], None] | None = None) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
     def handler(signum: int, frame: object) -> None:
         stop.set()
+        if abort is not None:
+            abort()  # a fetch in flight ends now, not at its deadline
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
@@ -425,8 +466,9 @@ def _install_signals(stop: threading.Event) -> None:
 def run(cfg: Config, rules: Sequence[Rule], run_seconds: float | None = None) -> int:
     configure_logging()
     stop = threading.Event()
-    _install_signals(stop)  # before anything that talks to vLLM: SIGTERM always works
-    d = Daemon(cfg, rules)
+    client = http_src.Client()
+    _install_signals(stop, client.abort)  # before anything talks to vLLM: SIGTERM always works
+    d = Daemon(cfg, rules, http=client)
     d._stop = stop
     if stop.is_set():
         return 0

@@ -190,6 +190,21 @@ class Advisor:
                 self.window, [lx.Change(c.knob, c.old, c.new, c.source) for c in changed], restart_t, prev
             )
 
+    def discard_changes_since(self, t: float) -> int:
+        """Forget knob changes noticed at ``t`` or later, and the experiments they started: they
+        were another server behind the same URL, not changes (the daemon's several-servers
+        check). Returns how many changes were dropped."""
+        kept = [c for c in self.changes if c.t < t]
+        dropped = len(self.changes) - len(kept)
+        if dropped:
+            self.changes = kept
+            self.last_change_t = max((c.t for c in kept), default=None)
+            self.experiment = None
+        self.finished_experiments = [
+            e for e in self.finished_experiments if e.after_start < t and (e.ended_at or t) < t
+        ]
+        return dropped
+
     def _startup_restarted(self) -> bool:
         """The log shows a new run whose arguments are known (its `non-default args` line):
         only then is a difference in knob values a change, not a half-read start-up."""

@@ -75,7 +75,7 @@ class _Watch:
     def __init__(self) -> None:
         self.sock: socket.socket | None = None
         self.fired: str | None = None  # "deadline" | "abort"
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: abort() may run in a signal handler
 
     def fire(self, why: str) -> None:
         with self._lock:
@@ -94,7 +94,7 @@ class Client:
 
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: abort() may run in a signal handler
         self._watches: set[_Watch] = set()
         self._aborted = False
 
@@ -106,16 +106,22 @@ class Client:
             w.fire("abort")
 
     def get(
-        self, url: str, timeout: float = DEFAULT_TIMEOUT_S, headers: dict[str, str] | None = None
+        self,
+        url: str,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        headers: dict[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Response:
-        """GET ``url``, following a few redirects, all within ``timeout`` seconds in total.
+        """GET ``url``, following a few redirects, all within ``timeout`` seconds in total, the
+        answer at most ``max_bytes`` (default: the client's limit) once decoded.
         Raises :class:`FetchError`."""
+        limit = self.max_bytes if max_bytes is None else min(max_bytes, self.max_bytes)
         if not (timeout > 0):
             raise FetchError("error", f"timeout must be > 0 seconds, got {timeout!r}", url)
         t0 = time.monotonic()
         deadline = t0 + timeout
         for _ in range(MAX_REDIRECTS + 1):
-            resp = self._once(url, deadline, timeout, headers or {})
+            resp = self._once(url, deadline, timeout, headers or {}, limit)
             loc = resp.headers.get("location")
             if resp.status_code in _REDIRECTS and loc:
                 url = urljoin(url, loc)
@@ -131,7 +137,7 @@ class Client:
             )
         raise FetchError("error", f"more than {MAX_REDIRECTS} redirects", url)
 
-    def _once(self, url: str, deadline: float, timeout: float, extra: dict[str, str]) -> Response:
+    def _once(self, url: str, deadline: float, timeout: float, extra: dict[str, str], limit: int) -> Response:
         try:
             parts = urlsplit(url)
             port = parts.port
@@ -158,7 +164,7 @@ class Client:
         timer.daemon = True
         timer.start()
         try:
-            return self._exchange(conn, watch, parts, url, extra, timeout)
+            return self._exchange(conn, watch, parts, url, extra, timeout, limit)
         finally:
             timer.cancel()
             with self._lock:
@@ -173,6 +179,7 @@ class Client:
         url: str,
         extra: dict[str, str],
         timeout: float,
+        limit: int,
     ) -> Response:
         stage = "connecting"
         try:
@@ -193,7 +200,12 @@ class Client:
             resp = conn.getresponse()
             headers = {k.lower(): v for k, v in resp.getheaders()}
             stage = "reading the body"
-            body, raw = self._body(resp, headers.get("content-encoding", "").strip().lower(), url)
+            body, raw = self._body(resp, headers.get("content-encoding", "").strip().lower(), url, limit)
+            if watch.fired is not None:  # the socket was shut under the read: not a whole answer
+                raise OSError(watch.fired)
+            length = headers.get("content-length", "").strip()
+            if length.isdigit() and raw != int(length):
+                raise http.client.IncompleteRead(b"", int(length) - raw)
             return Response(url, resp.status, resp.reason or "", headers, body, 0.0, raw)
         except FetchError:
             raise
@@ -201,8 +213,7 @@ class Client:
             if watch.fired == "abort":
                 raise FetchError("timeout", "cancelled: the advisor is stopping", url) from None
             if watch.fired == "deadline" or isinstance(e, TimeoutError):
-                what = "connecting timed out" if stage == "connecting" else "no complete answer"
-                raise FetchError("timeout", f"{what} within {timeout:g}s ({stage})", url) from None
+                raise FetchError("timeout", f"timed out after {timeout:g}s ({stage})", url) from None
             if stage == "connecting":
                 raise FetchError("refused", f"cannot connect: {_describe(e)}", url) from None
             if isinstance(e, http.client.IncompleteRead | http.client.RemoteDisconnected | ConnectionError):
@@ -213,8 +224,7 @@ class Client:
                 raise FetchError("error", f"not a valid HTTP answer: {_describe(e)}", url) from None
             raise FetchError("error", f"{stage}: {_describe(e)}", url) from None
 
-    def _body(self, resp: http.client.HTTPResponse, encoding: str, url: str) -> tuple[bytes, int]:
-        limit = self.max_bytes
+    def _body(self, resp: http.client.HTTPResponse, encoding: str, url: str, limit: int) -> tuple[bytes, int]:
         dec = zlib.decompressobj(wbits=47) if encoding in ("gzip", "x-gzip", "deflate") else None
         buf = bytearray()
         raw = 0

@@ -56,7 +56,7 @@ def fetch(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, session: http.Client |
     one size limit). Raises :class:`MetricsError` with a distinct kind."""
     client = session or http.Client()
     try:
-        resp = client.get(url, timeout_s, headers={"Accept": "text/plain"})
+        resp = client.get(url, timeout_s, headers={"Accept": "text/plain"}, max_bytes=MAX_PAGE_BYTES)
     except http.FetchError as e:
         raise MetricsError(e.kind, e.message, url) from None
     if resp.status_code != 200:
