@@ -384,6 +384,7 @@ _STATS_PART_RE = re.compile(
     r"^\s*(?P<key>[A-Za-z][A-Za-z /_-]*?)\s*:\s*(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
     r"\s*(?P<unit>%|[A-Za-z/]+)?\s*$"
 )
+_MAX_STATS_PART = 200
 _ENGINE_HEAD_RE = re.compile(r"\bEngine\s+(\d+)\s*:\s*")
 _DEVICE_KV_RE = re.compile(r"^(?:(?P<dev>[A-Z]{2,4}) )?KV cache usage$")
 _V0_PREFIX_HIT_RE = re.compile(r"^Prefix cache hit rate: GPU: (?P<gpu>[\d.]+)%, CPU: (?P<cpu>[\d.]+)%\.?\s*$")
@@ -405,7 +406,10 @@ _STATS_KEYS: dict[str, tuple[str, type]] = {
 }
 
 _ITER_RE = re.compile(r"^Iteration\((?P<i>\d+)\):\s*(?P<rest>.*)$")
-_ITER_PART_RE = re.compile(r"(\d+) (context requests|context tokens|generation requests|generation tokens)")
+# (?<!\d) and a bounded count keep this linear on a long run of digits
+_ITER_PART_RE = re.compile(
+    r"(?<!\d)(\d{1,18}) (context requests|context tokens|generation requests|generation tokens)"
+)
 _ITER_TIME_RE = re.compile(r"elapsed time:\s*([\d.]+)\s*ms")
 
 _PREEMPT_RE = re.compile(
@@ -424,7 +428,7 @@ _MAX_CONC_RE = re.compile(r"Maximum concurrency for (?P<tok>[\d,]+) tokens per r
 _BLOCKS_RE = re.compile(r"# (?P<dev>\w+) blocks: (?P<g>\d+)(?:, # CPU blocks: (?P<c>\d+))?")
 _BANNER_CHARS = frozenset("█▄▀")
 _BANNER_VERSION_RE = re.compile(r"\bversion\s+v?(\d+\.\d+[\w.+-]*)\s*$")
-_BANNER_MODEL_RE = re.compile(r"\bmodel\s+(\S.*?)\s*$")
+_BANNER_MODEL_RE = re.compile(r"\bmodel\s+(\S.*)")  # rstrip()ed: a lazy .*?\s*$ is quadratic on spaces
 _API_VERSION_RE = re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)")
 _STARTING_RE = re.compile(r"Starting vLLM (?:API )?server\b.{0,200}?\bon (?P<url>\S+)")
 _MAX_MODEL_LEN_RE = re.compile(r"^Using max model len (\d+)")
@@ -468,8 +472,8 @@ def _parse_stats(msg: str) -> dict[str, Any] | None:
     v0 = False
     for part in _split_top(body):
         part = part.strip()
-        if not part:
-            continue
+        if not part or len(part) > _MAX_STATS_PART:
+            continue  # a real part is "Running: 3 reqs"; a long one only costs (the pattern backtracks)
         m = _STATS_PART_RE.match(part)
         if not m:
             key, _, rest = part.partition(":")
@@ -549,7 +553,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
             out.append({"fact": "vllm_version", "value": vm.group(1)})
         mm = _BANNER_MODEL_RE.search(msg)
         if mm:
-            out.append({"fact": "model", "value": mm.group(1)})
+            out.append({"fact": "model", "value": mm.group(1).rstrip()})
         return out
     found: list[tuple[int, dict[str, Any]]] = []
     for km in _KV_SIZE_RE.finditer(msg):
