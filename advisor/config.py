@@ -240,8 +240,9 @@ def _coerce(
         key = _key(k)
         if key is None:
             origin = where(k) if where is not None else None
-            prefix = f"{origin}: " if origin else ""
-            raise ConfigError(f"{prefix}unknown setting {_what(k)} (known: {_setting_names()})")
+            shown = f"--{str(k).replace('_', '-')}" if flag_names else _what(k)
+            prefix = f"{origin} " if origin else ""
+            raise ConfigError(f"{prefix}{shown}: unknown setting (known: {_setting_names()})")
         shown = key.removesuffix("_s") if key in _DURATIONS else key
         name = f"--{shown.replace('_', '-')}" if flag_names else shown
         origin = where(k) if where is not None else None

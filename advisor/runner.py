@@ -29,6 +29,7 @@ from advisor.window import Outage, Window
 # Knobs whose change is an experiment (the engine restarted with a different value).
 TRACKED_KNOBS = tuple(k for k in knobs.KNOBS if k != "replicas")
 MAX_STARTUP_EVENTS = 500
+MAX_KEPT_LINE_CHARS = 512  # raw text kept per log event (a 64 KB line x 20,000 events was 1.2 GB)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ class Advisor:
         self.stats.log_lines[ev.kind] = self.stats.log_lines.get(ev.kind, 0) + 1
         if ev.kind == "unknown":
             return
+        if len(ev.line) > MAX_KEPT_LINE_CHARS:  # the parsed fields are kept; the raw text only as provenance
+            ev = dc_replace(ev, line=ev.line[:MAX_KEPT_LINE_CHARS])
         self.window.add_event(ev)
         if ev.kind == "startup":
             self.startup_events.append(ev)

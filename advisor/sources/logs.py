@@ -385,6 +385,7 @@ _STATS_PART_RE = re.compile(
     r"\s*(?P<unit>%|[A-Za-z/]+)?\s*$"
 )
 _MAX_STATS_PART = 200
+_MAX_STATS_BODY = 4096
 _ENGINE_HEAD_RE = re.compile(r"\bEngine\s+(\d+)\s*:\s*")
 _DEVICE_KV_RE = re.compile(r"^(?:(?P<dev>[A-Z]{2,4}) )?KV cache usage$")
 _V0_PREFIX_HIT_RE = re.compile(r"^Prefix cache hit rate: GPU: (?P<gpu>[\d.]+)%, CPU: (?P<cpu>[\d.]+)%\.?\s*$")
@@ -465,7 +466,7 @@ def _parse_stats(msg: str) -> dict[str, Any] | None:
         idx = hm.end()
     else:
         idx = min(marks)
-    body = msg[idx:].rstrip()
+    body = msg[idx : idx + _MAX_STATS_BODY].rstrip()  # a real stats line is < 1 KB
     if body.endswith("."):
         body = body[:-1]
     extra: dict[str, Any] = {}
@@ -982,6 +983,8 @@ class FileFollower(LogFollower):
       beginning.
     * Rotation (rename + new file) and delete + re-create: the old file is read to its end,
       then the new one from its start (``rotations`` counts them).
+    * Two rotations within one poll: the file in between, by then ``PATH.1``, is read whole
+      before the new one (a third rotation within one poll is lost).
     * Truncation (copytruncate): reading restarts at offset 0 (``truncations`` counts them).
       As with ``tail -F``, a file truncated and refilled past the old offset between two
       polls cannot be told from one that grew.
@@ -997,6 +1000,22 @@ class FileFollower(LogFollower):
         self.rotations = 0
         self.truncations = 0
         self.chunk_size = 64 * 1024
+
+    def _middle_file(
+        self, old: tuple[int, int] | None, new: tuple[int, int], old_mtime: float
+    ) -> IO[bytes] | None:
+        """``PATH.1`` (logrotate's and RotatingFileHandler's name) when it is neither the file
+        just finished nor the new one, and was written after the finished one: it was rotated
+        in and out between two polls (a stale ``PATH.1`` from long ago is left alone)."""
+        try:
+            fh = open(self.path + ".1", "rb")  # noqa: SIM115 - the caller closes it
+        except OSError:
+            return None
+        st = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) in (old, new) or st.st_mtime < old_mtime:
+            fh.close()
+            return None
+        return fh
 
     def _stat_path(self) -> os.stat_result | None:
         try:
@@ -1030,6 +1049,7 @@ class FileFollower(LogFollower):
                 # At EOF: has the path moved on, or the file shrunk?
                 st_path = self._stat_path()
                 if st_path is not None and (st_path.st_dev, st_path.st_ino) != ident:
+                    old_mtime = os.fstat(fh.fileno()).st_mtime
                     # Drain what the writer added to the old file since our last read.
                     while data := fh.read(self.chunk_size):
                         yield from splitter.feed(data)
@@ -1039,6 +1059,16 @@ class FileFollower(LogFollower):
                     fh.close()
                     fh = None
                     self.rotations += 1
+                    # rotated twice within one poll: the file between (now PATH.1) is read too
+                    middle = self._middle_file(ident, (st_path.st_dev, st_path.st_ino), old_mtime)
+                    if middle is not None:
+                        with middle:
+                            while data := middle.read(self.chunk_size):
+                                yield from splitter.feed(data)
+                        tail = splitter.flush()
+                        if tail:
+                            yield tail
+                        self.rotations += 1
                     continue
                 try:
                     size = os.fstat(fh.fileno()).st_size
