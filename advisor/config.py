@@ -53,6 +53,7 @@ class Config:
     host_gpus: int | None = None
 
     def with_overrides(self, **kw: Any) -> Config:
+        """These settings replaced (None: kept), each checked like a flag."""
         kw = {k: v for k, v in kw.items() if v is not None}
         return replace(self, **_coerce(kw))
 
@@ -68,57 +69,289 @@ _DURATIONS = {
     "stale_after_s",
     "experiment_max_wait_s",
 }
+# durations that must be > 0 (the others may be 0: "no warm-up", "no wait")
+_POSITIVE = {
+    "interval_s",
+    "scrape_timeout_s",
+    "window_s",
+    "retention_s",
+    "stale_after_s",
+    "experiment_max_wait_s",
+}
+_MIN_INTERVAL_S = 0.1
+_MAX_DURATION_S = 30 * 86400.0
+_OPTIONAL_STR = {"log_file", "log_cmd", "engine_config", "rules_dir", "ledger_path"}
+_INTS = {"min_requests": (0, 10**9), "vllm_port": (1, 65535), "host_gpus": (0, 4096)}
+_OPTIONAL_INT = {"vllm_port", "host_gpus"}
+MAX_CONFIG_BYTES = 1024 * 1024
 
 
-def _coerce(d: dict[str, Any]) -> dict[str, Any]:
-    known = {f.name: f for f in fields(Config)}
+def _what(v: Any) -> str:
+    """A value as the operator wrote it, short."""
+    if v is None:
+        return "null (nothing)"
+    if isinstance(v, bool):
+        return f"the boolean {str(v).lower()}"
+    if isinstance(v, int | float):
+        return f"the number {v!r}"
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list | tuple):
+        return "a list"
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _duration(key: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise ValueError(f"expected a duration (e.g. 5s, 500ms, 2m), got {_what(v)}")
+    if isinstance(v, str) and v.strip().startswith("-"):
+        raise ValueError(f"must be greater than 0 (e.g. 5s), got {_what(v)}")
+    try:
+        x = parse_duration(v)
+    except (ValueError, OverflowError):
+        raise ValueError(f"expected a duration (e.g. 5s, 500ms, 2m), got {_what(v)}") from None
+    if x != x or x in (float("inf"), float("-inf")):
+        raise ValueError(f"expected a finite duration, got {_what(v)}")
+    if key in _POSITIVE and x <= 0:
+        raise ValueError(f"must be greater than 0 (e.g. 5s), got {_what(v)}")
+    if x < 0:
+        raise ValueError(f"must not be negative, got {_what(v)}")
+    if key == "interval_s" and x < _MIN_INTERVAL_S:
+        raise ValueError(f"must be at least {_MIN_INTERVAL_S:g}s, got {_what(v)}")
+    if x > _MAX_DURATION_S:
+        raise ValueError(f"must be at most 30 days, got {_what(v)}")
+    return x
+
+
+def _integer(key: str, v: Any, from_text: bool) -> int | None:
+    lo, hi = _INTS[key]
+    if v is None and key in _OPTIONAL_INT:
+        return None
+    if from_text and isinstance(v, str) and v.strip().lstrip("+-").isdigit() and len(v) < 20:
+        v = int(v.strip())
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"expected a whole number from {lo} to {hi}, got {_what(v)}")
+    if not lo <= v <= hi:
+        raise ValueError(f"expected a whole number from {lo} to {hi}, got {v}")
+    return v
+
+
+def _text(key: str, v: Any, optional: bool) -> str | None:
+    if v is None and optional:
+        return None
+    what = {
+        "state_dir": "a directory path",
+        "rules_dir": "a directory path",
+        "log_file": "a file path",
+        "engine_config": "a file path",
+        "ledger_path": "a file path",
+        "log_cmd": "a command line",
+    }.get(key, "text")
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"expected {what}, got {_what(v) if v != '' else 'an empty value'}")
+    if "\x00" in v:
+        raise ValueError(f"expected {what}, got a value with a NUL byte")
+    return v
+
+
+def _url(v: Any) -> str:
+    from urllib.parse import urlsplit
+
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {_what(v)}")
+    try:
+        parts = urlsplit(v.strip())
+        _ = parts.port
+    except ValueError as e:
+        raise ValueError(
+            f"expected an http(s) URL such as http://127.0.0.1:8000, got {_what(v)} ({e})"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {_what(v)}")
+    return v.strip()
+
+
+def _listen(v: Any) -> str:
+    if not isinstance(v, str):
+        hint = f' (quote it: "127.0.0.1:{v}")' if isinstance(v, int) and not isinstance(v, bool) else ""
+        raise ValueError(f"expected HOST:PORT such as 127.0.0.1:{DEFAULT_PORT}, got {_what(v)}{hint}")
+    parse_listen(v)  # raises ConfigError with the reason
+    return v
+
+
+def _mapping(key: str, v: Any) -> dict[str, Any]:
+    from advisor.ruleset import SEVERITIES
+
+    if not isinstance(v, dict):
+        raise ValueError(f"expected a mapping, got {_what(v)}")
     out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = k.replace("-", "_")
-        if key not in known and key + "_s" in _DURATIONS:
-            key += "_s"
-        if key not in known:
-            raise ConfigError(f"unknown setting {k!r}")
-        if key in _DURATIONS:
-            try:
-                v = parse_duration(v)
-            except ValueError as e:
-                raise ConfigError(f"{k}: {e}") from None
-        elif key in ("min_requests", "vllm_port", "host_gpus") and v is not None:
-            v = int(v)
-        out[key] = v
+    for k, x in v.items():
+        if not isinstance(k, str) or not k:
+            raise ValueError(f"expected names as keys, got {_what(k)}")
+        if key == "targets":
+            if isinstance(x, bool) or not isinstance(x, int | float) or not (0 < float(x) < float("inf")):
+                raise ValueError(f"{k}: expected a number of seconds greater than 0, got {_what(x)}")
+            out[k] = float(x)
+        else:
+            if x not in SEVERITIES:
+                raise ValueError(f"{k}: expected one of {', '.join(SEVERITIES)}, got {_what(x)}")
+            out[k] = x
     return out
 
 
+def _value(key: str, v: Any, from_text: bool) -> Any:
+    """One setting's value, checked; ValueError says what is expected."""
+    if key in _DURATIONS:
+        return _duration(key, v)
+    if key in _INTS:
+        return _integer(key, v, from_text)
+    if key == "vllm_url":
+        return _url(v)
+    if key == "listen":
+        return _listen(v)
+    if key in ("targets", "severity_overrides"):
+        return _mapping(key, v)
+    return _text(key, v, key in _OPTIONAL_STR)
+
+
+def _key(k: Any) -> str | None:
+    """The Config field a setting name means (``interval`` -> ``interval_s``), or None."""
+    if not isinstance(k, str):
+        return None
+    key = k.replace("-", "_")
+    known = {f.name for f in fields(Config)}
+    if key not in known and key + "_s" in _DURATIONS:
+        key += "_s"
+    return key if key in known else None
+
+
+def _setting_names() -> str:
+    return ", ".join(f.name.removesuffix("_s") if f.name in _DURATIONS else f.name for f in fields(Config))
+
+
+def _coerce(
+    d: dict[Any, Any], where: Any = None, from_text: bool = False, flag_names: bool = False
+) -> dict[str, Any]:
+    """Check every setting; ConfigError with one line naming the setting, where it came from
+    and what is expected. ``where(key)`` says where a setting came from."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = _key(k)
+        if key is None:
+            origin = where(k) if where is not None else None
+            shown = f"--{str(k).replace('_', '-')}" if flag_names else _what(k)
+            prefix = f"{origin} " if origin else ""
+            raise ConfigError(f"{prefix}{shown}: unknown setting (known: {_setting_names()})")
+        shown = key.removesuffix("_s") if key in _DURATIONS else key
+        name = f"--{shown.replace('_', '-')}" if flag_names else shown
+        origin = where(k) if where is not None else None
+        prefix = f"{origin} " if origin else ""
+        try:
+            out[key] = _value(key, v, from_text)
+        except ValueError as e:
+            raise ConfigError(f"{prefix}{name}: {e}") from None
+        except ConfigError as e:
+            raise ConfigError(f"{prefix}{name}: {e}") from None
+    return out
+
+
+def _read_yaml(path: str) -> tuple[dict[Any, Any], dict[Any, int]]:
+    """The file's mapping and the line of each top-level key."""
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB: not a config file")
+    if b"\x00" in data:
+        raise ConfigError(f"{path}: a binary file, not YAML")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): not a YAML config") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
+    if node is None:
+        return {}, {}
+    if not isinstance(node, yaml.MappingNode):
+        got = "a list" if isinstance(node, yaml.SequenceNode) else "a single value"
+        raise ConfigError(f"{path}: must be a mapping of settings (setting: value), not {got}")
+    lines: dict[Any, int] = {}
+    raw: dict[Any, Any] = {}
+    loader = yaml.SafeLoader("")
+    try:
+        for knode, vnode in node.value:
+            k = loader.construct_object(knode, deep=True)
+            v = loader.construct_object(vnode, deep=True)
+            try:
+                lines[k] = knode.start_mark.line + 1
+            except TypeError:  # an unhashable key
+                raise ConfigError(
+                    f"{path}:{knode.start_mark.line + 1}: a setting name must be text"
+                ) from None
+            if k in raw:
+                raise ConfigError(f"{path}:{lines[k]}: {k}: given twice")
+            raw[k] = v
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+    return raw, lines
+
+
+def _yaml_error(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
+
+
 def load(path: str | None = None, env: dict[str, str] | None = None, **flags: Any) -> Config:
-    """Defaults, then the YAML file, then ``VLLM_ADVISOR_*`` environment, then flags."""
+    """Defaults, then the YAML file, then ``VLLM_ADVISOR_*`` environment, then flags. Every
+    setting is checked; a bad one raises ConfigError naming it, where it came from and what
+    is expected."""
     cfg = Config()
     if path:
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{path}: {e}") from None
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: must be a mapping of settings")
-        cfg = replace(cfg, **_coerce(raw))
+        raw, lines = _read_yaml(path)
+        cfg = replace(cfg, **_coerce(raw, where=lambda k: f"{path}:{lines.get(k, 1)}:"))
     environ = os.environ if env is None else env
-    from_env = {}
+    from_env: dict[str, str] = {}
+    env_name: dict[str, str] = {}
     for f in fields(Config):
         for key in (f.name, f.name.removesuffix("_s")):
-            v = environ.get("VLLM_ADVISOR_" + key.upper())
+            name = "VLLM_ADVISOR_" + key.upper()
+            v = environ.get(name)
             if v is not None and f.name not in ("targets", "severity_overrides"):
                 from_env[f.name] = v
-    cfg = replace(cfg, **_coerce(from_env))
-    return cfg.with_overrides(**flags)
+                env_name[f.name] = name
+    cfg = replace(
+        cfg, **_coerce(from_env, where=lambda k: f"environment variable {env_name[k]}:", from_text=True)
+    )
+    flags = {k: v for k, v in flags.items() if v is not None}
+    cfg = replace(cfg, **_coerce(flags, where=lambda k: "flag", from_text=True, flag_names=True))
+    return cfg
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    host, _, port = str(listen).rpartition(":")
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(
-            f"listen (--listen, VLLM_ADVISOR_LISTEN or listen: in the config file) must be HOST:PORT "
-            f"with a port from 0 to 65535, got {listen!r}"
-        )
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6); ConfigError when it is not."""
+    if not isinstance(listen, str):
+        raise ConfigError(f"expected HOST:PORT such as 127.0.0.1:{DEFAULT_PORT}, got {_what(listen)}")
+    host, sep, port = listen.strip().rpartition(":")
+    if not sep or not port.isdigit() or len(port) > 5:
+        raise ConfigError(f"expected HOST:PORT such as 127.0.0.1:{DEFAULT_PORT}, got {_what(listen)}")
+    if int(port) > 65535:
+        raise ConfigError(f"port {int(port)} is out of range (0-65535) in {_what(listen)}")
+    host = host.strip()
+    if host.startswith("[") != host.endswith("]") or any(c.isspace() or c in "/?#@" for c in host):
+        raise ConfigError(f"expected HOST:PORT such as 127.0.0.1:{DEFAULT_PORT}, got {_what(listen)}")
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 

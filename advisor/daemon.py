@@ -15,14 +15,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import requests
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from advisor import identity
 from advisor.advise import Diagnosis
 from advisor.config import Config, parse_listen
 from advisor.log import configure_logging
@@ -30,6 +31,7 @@ from advisor.outputs.exporter import ExportState, make_server
 from advisor.ruleset import Rule
 from advisor.runner import Advisor
 from advisor.sources import engine as engine_src
+from advisor.sources import http as http_src
 from advisor.sources import logs as log_src
 from advisor.sources import metrics as metrics_src
 
@@ -51,6 +53,7 @@ class Daemon:
         advisor: Advisor | None = None,
         clock: Callable[[], float] = time.time,
         persist: bool = True,
+        http: http_src.Client | None = None,
     ) -> None:
         self.cfg = cfg
         self.persist = persist
@@ -58,9 +61,13 @@ class Daemon:
         self.clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self.servers = identity.ServerTracker()  # one engine behind the URL, or several?
+        # one client for every fetch of this daemon: stop() aborts whatever is in flight
+        self.http = http if http is not None else http_src.Client()
         if advisor is None:
             port = cfg.vllm_port or urlparse(cfg.vllm_url).port
-            host = {**engine_src.host_facts(), **engine_src.from_api(cfg.vllm_url)}
+            version = engine_src.from_api(cfg.vllm_url, self.scrape_timeout_s, http=self.http)
+            host = {**engine_src.host_facts(), **version}
 
             def argv() -> Sequence[str] | None:
                 try:
@@ -73,45 +80,55 @@ class Daemon:
             )
         self.advisor = advisor
         self._state = self._build_state()
-        self.http = requests.Session()
         self.scheduler: BackgroundScheduler | None = None
         self.follower: log_src.LogFollower | None = None
         self.server: Any = None
         self._threads: list[threading.Thread] = []
         self.last_logged_status: str | None = None
+        self.log_source_up: bool | None = None  # None: no log source configured
+        self.log_source_restarts = 0
+        self._last_failure: str | None = None  # the scrape error last logged (logged once, not per cycle)
+        self._repeats = 0
+
+    @property
+    def scrape_timeout_s(self) -> float:
+        """Every fetch ends before the next one is due: at most 80% of the interval."""
+        return max(0.05, min(self.cfg.scrape_timeout_s, 0.8 * self.cfg.interval_s))
+
+    def fresh_for_s(self) -> float:
+        """A scrape this recent means vLLM is up; older, `up` falls to 0 and advice is withdrawn."""
+        return 2 * self.cfg.interval_s
 
     # ---------------------------------------------------------------- state
     def state(self) -> ExportState:
+        """The state to export now. "up" means a scrape completed within two intervals: a
+        cycle that is stuck or a scheduler that stopped cannot leave a stale ``up`` or stale
+        advice behind."""
         st = self._state
-        # never show stale advice as current: if the cycle stopped, withdraw it here too
+        if st.log_source_up != self.log_source_up or st.log_source_restarts != self.log_source_restarts:
+            st = dc_replace(
+                st, log_source_up=self.log_source_up, log_source_restarts=self.log_source_restarts
+            )
+        now = self.clock()
+        last = st.last_scrape_t
+        fresh = last is not None and now - last <= self.fresh_for_s()
         d = st.diagnosis
-        if (
+        stale_advice = (
             d is not None
             and d.status == "advice"
-            and self.clock() - d.at > max(3 * self.cfg.interval_s, self.cfg.stale_after_s)
-        ):
-            stale = Diagnosis(
-                "insufficient-data",
-                "the advisor's last evaluation is stale",
-                None,
-                d.findings,
-                d.engine,
-                d.context,
-                d.at,
-                {},
+            and (not fresh or now - d.at > max(3 * self.cfg.interval_s, self.cfg.stale_after_s))
+        )
+        if fresh and not stale_advice:
+            return st
+        if stale_advice:
+            assert d is not None
+            reason = (
+                "the advisor's last evaluation is stale"
+                if fresh
+                else f"no scrape of vLLM has completed for {self.fresh_for_s():g}s: advice withdrawn"
             )
-            return ExportState(
-                stale,
-                False,
-                st.rules,
-                st.scrapes,
-                st.log_lines,
-                st.last_scrape_t,
-                st.last_scrape_duration_s,
-                st.knob_changes,
-                st.experiment,
-            )
-        return st
+            d = Diagnosis("insufficient-data", reason, None, d.findings, d.engine, d.context, d.at, {})
+        return dc_replace(st, diagnosis=d, up=st.up and fresh)
 
     def _record_experiments(self) -> None:
         """Write judged experiments to the ledger (SQLite under the state dir)."""
@@ -169,30 +186,46 @@ class Daemon:
             last_scrape_duration_s=a.stats.last_scrape_duration_s,
             knob_changes=len(a.changes),
             experiment=diagnosis.experiment if diagnosis is not None else None,
+            several_servers=self.servers.several,
         )
 
     # ---------------------------------------------------------------- the cycle
     def cycle(self) -> Diagnosis:
-        """Scrape once, evaluate, publish. Never raises on input."""
+        """Scrape once, evaluate, publish. Never raises: whatever goes wrong is one log line
+        with the error, a failed scrape in ``scrapes_total``, and a fresh state."""
+        try:
+            return self._cycle()
+        except Exception as e:
+            return self._cycle_failed(e)
+
+    def _cycle(self) -> Diagnosis:
         t0 = time.monotonic()
         try:
-            page = metrics_src.fetch(metrics_url(self.cfg.vllm_url), self.cfg.scrape_timeout_s, self.http)
+            page = metrics_src.fetch(metrics_url(self.cfg.vllm_url), self.scrape_timeout_s, self.http)
             text, t, dur = page.text, self.clock(), page.duration_s
             err: Exception | None = None
         except metrics_src.MetricsError as e:
             text, t, dur, err = "", self.clock(), time.monotonic() - t0, e
         with self._lock:
-            if err is None:
+            if err is None and not self._same_server(text, t):
+                self._scrape_ok()
+                self.advisor.stats.scrapes["other_server"] = (
+                    self.advisor.stats.scrapes.get("other_server", 0) + 1
+                )
+                self.advisor.stats.last_scrape_t = t  # a scrape completed: vLLM is up
+            elif err is None:
                 ok = self.advisor.on_page(text, t, dur)
-                if not ok:
-                    log.warning("bad page", error=self.advisor.stats.last_error)
+                if ok:
+                    self._scrape_ok()
+                else:
+                    self._scrape_failed("bad page", self.advisor.stats.last_error or "unreadable page")
             else:
                 self.advisor.on_scrape_error(err, t)
-                log.warning("scrape failed", error=str(err))
+                self._scrape_failed("scrape failed", str(err))
             try:
                 d = self.advisor.diagnose()
             except Exception as e:  # a bug must not kill the daemon: report it and withdraw advice
-                log.exception("diagnosis failed")
+                log.error("diagnosis failed", error=f"{type(e).__name__}: {e}")
                 d = Diagnosis(
                     "insufficient-data",
                     f"internal error: {type(e).__name__}: {e}",
@@ -203,13 +236,74 @@ class Daemon:
                     self.clock(),
                     {},
                 )
+            if self.servers.several:
+                d = Diagnosis(
+                    "insufficient-data",
+                    identity.SEVERAL_SERVERS,
+                    None,
+                    d.findings,
+                    d.engine,
+                    d.context,
+                    d.at,
+                    {},
+                )
             self._state = self._build_state(d)
-            if self.persist:
+            if self.persist and self.servers.settled():  # not while a switch may be a load balancer
                 self._record_experiments()
         self._log_status(d)
         if self.persist:
             self._persist(d)
         return d
+
+    def _same_server(self, text: str, t: float) -> bool:
+        """False for a page from another server than the one followed (a load balancer in
+        front of replicas): it is not fed, and what the switch looked like is undone."""
+        was = self.servers.several
+        same = self.servers.observe(identity.of_page(text), t)
+        if self.servers.several and not was:
+            since = self.servers.switched_at
+            dropped = self.advisor.discard_changes_since(since) if since is not None else 0
+            log.warning(
+                "several servers",
+                error=identity.SEVERAL_SERVERS,
+                url=self.cfg.vllm_url,
+                discarded_changes=dropped,
+            )
+        elif was and not self.servers.several:
+            log.info("one server again", url=self.cfg.vllm_url)
+        return same
+
+    def _cycle_failed(self, e: Exception) -> Diagnosis:
+        error = f"{type(e).__name__}: {e}"
+        t = self.clock()
+        try:
+            if self._lock.acquire(timeout=1.0):
+                try:
+                    self.advisor.on_scrape_error(e, t)
+                    self.advisor.stats.last_error = f"internal error: {error}"
+                finally:
+                    self._lock.release()
+        except Exception:
+            pass
+        self._scrape_failed("cycle failed", error, level="error")
+        d = Diagnosis("insufficient-data", f"internal error: {error}", None, (), {}, {}, t, {})
+        self._state = dc_replace(self._build_state(d), up=False)
+        self._log_status(d)
+        return d
+
+    def _scrape_failed(self, event: str, error: str, level: str = "warning") -> None:
+        """One line per distinct failure, not one per cycle (a server down for an hour
+        would otherwise write 720 identical lines)."""
+        if error == self._last_failure:
+            self._repeats += 1
+            return
+        self._last_failure, self._repeats = error, 0
+        getattr(log, level)(event, error=error, url=self.cfg.vllm_url)
+
+    def _scrape_ok(self) -> None:
+        if self._last_failure is not None:
+            log.info("scrape recovered", url=self.cfg.vllm_url, failed_cycles=self._repeats + 1)
+        self._last_failure, self._repeats = None, 0
 
     def _log_status(self, d: Diagnosis) -> None:
         key = d.status + (d.recommendation.change if d.recommendation else "")
@@ -233,29 +327,65 @@ class Daemon:
             log.warning("cannot write state", error=str(e), state_dir=self.cfg.state_dir)
 
     # ---------------------------------------------------------------- logs
-    def _follow_logs(self, follower: log_src.LogFollower) -> None:
+    LOG_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # waits between restarts of a log source
+    LOG_HEALTHY_S = 60.0  # a source that ran this long starts its backoff afresh
+
+    def _open_follower(self) -> log_src.LogFollower | None:
+        if self.cfg.log_file:
+            return log_src.follow_file(self.cfg.log_file, from_start=self.follower is None)
+        if self.cfg.log_cmd:
+            return log_src.follow_command(self.cfg.log_cmd)
+        return None
+
+    def _follow_logs(self) -> None:
+        """Follow the log source; when it ends (``docker logs -f`` after a container restart)
+        or fails, say so once, mark it down and start it again with backoff."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                follower = self._open_follower()
+            except (log_src.LogSourceError, OSError, ValueError) as e:
+                follower, why = None, str(e)
+            if follower is None and not (self.cfg.log_file or self.cfg.log_cmd):
+                return
+            started = time.monotonic()
+            if follower is not None:
+                self.follower = follower
+                if self._stop.is_set():  # stop() ran while this one was being made
+                    follower.close()
+                    return
+                why = self._drain(follower)
+            self.log_source_up = False
+            if self._stop.is_set():
+                return
+            failures = 0 if time.monotonic() - started >= self.LOG_HEALTHY_S else failures + 1
+            backoff = self.LOG_BACKOFF_S[min(max(failures - 1, 0), len(self.LOG_BACKOFF_S) - 1)]
+            self.log_source_restarts += 1
+            log.warning("log source ended; restarting", detail=why, retry_in_s=backoff)
+            self._stop.wait(backoff)
+
+    def _drain(self, follower: log_src.LogFollower) -> str:
+        """Feed the follower's lines until it ends; returns why it ended."""
         try:
             for line in follower.lines():
+                self.log_source_up = True
                 with self._lock:
                     self.advisor.on_log_line(line)
         except log_src.LogSourceError as e:
-            log.error("log source failed", error=str(e))
-        except Exception:
-            log.exception("log follower crashed; logs are no longer read")
-        if isinstance(follower, log_src.CommandFollower) and not self._stop.is_set():
-            log.warning("log command ended", detail=follower.describe_exit())
+            return str(e)
+        except Exception as e:
+            return f"log follower failed: {type(e).__name__}: {e}"
+        if isinstance(follower, log_src.CommandFollower):
+            return follower.describe_exit()
+        return "the log source ended"
 
     def _start_logs(self) -> None:
-        if self.cfg.log_file:
-            self.follower = log_src.follow_file(self.cfg.log_file, from_start=True)
-        elif self.cfg.log_cmd:
-            self.follower = log_src.follow_command(self.cfg.log_cmd)
-        if self.follower is not None:
-            th = threading.Thread(
-                target=self._follow_logs, args=(self.follower,), name="log-follower", daemon=True
-            )
-            th.start()
-            self._threads.append(th)
+        if not (self.cfg.log_file or self.cfg.log_cmd):
+            return
+        self.log_source_up = False
+        th = threading.Thread(target=self._follow_logs, name="log-follower", daemon=True)
+        th.start()
+        self._threads.append(th)
 
     # ---------------------------------------------------------------- lifecycle
     def serve(self) -> tuple[str, int]:
@@ -292,21 +422,25 @@ class Daemon:
         return addr
 
     def stop(self) -> None:
+        """Stop within seconds whatever vLLM does: fetches in flight are aborted, the
+        scheduler is not waited for beyond a short grace."""
         self._stop.set()
+        self.http.abort()
         if self.scheduler is not None:
-            self.scheduler.shutdown(wait=True)
+            self.scheduler.shutdown(wait=False)
         if self.follower is not None:
             self.follower.close()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        deadline = time.monotonic() + 3.0
         for th in self._threads:
-            th.join(timeout=5)
+            th.join(timeout=max(0.0, deadline - time.monotonic()))
         log.info("stopped")
 
     def wait(self, seconds: float | None = None) -> None:
         """Block until SIGINT/SIGTERM (or ``seconds``)."""
-        _install_signals(self._stop)
+        _install_signals(self._stop, self.http.abort)
         self._stop.wait(seconds)
 
 
@@ -316,12 +450,14 @@ def _now_dt() -> Any:
     return dt.datetime.now(dt.UTC)
 
 
-def _install_signals(stop: threading.Event) -> None:
+def _install_signals(stop: threading.Event, abort: Callable[[], None] | None = None) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
     def handler(signum: int, frame: object) -> None:
         stop.set()
+        if abort is not None:
+            abort()  # a fetch in flight ends now, not at its deadline
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
@@ -329,7 +465,13 @@ def _install_signals(stop: threading.Event) -> None:
 
 def run(cfg: Config, rules: Sequence[Rule], run_seconds: float | None = None) -> int:
     configure_logging()
-    d = Daemon(cfg, rules)
+    stop = threading.Event()
+    client = http_src.Client()
+    _install_signals(stop, client.abort)  # before anything talks to vLLM: SIGTERM always works
+    d = Daemon(cfg, rules, http=client)
+    d._stop = stop
+    if stop.is_set():
+        return 0
     try:
         d.start()
     except OSError as e:
@@ -422,10 +564,11 @@ class DaemonError(Exception):
 def fetch_diagnosis(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     u = url.rstrip("/") + "/api/v1/diagnosis"
     try:
-        r = requests.get(u, timeout=timeout_s)
-        r.raise_for_status()
+        r = http_src.Client().get(u, timeout_s)
+        if r.status_code != 200:
+            raise http_src.FetchError("http", f"HTTP {r.status_code} {r.reason}".strip(), u)
         data = r.json()
-    except (requests.RequestException, ValueError) as e:
+    except (http_src.FetchError, ValueError) as e:
         raise DaemonError(f"cannot read the advisor daemon at {u}: {e}") from None
     if not isinstance(data, dict) or "status" not in data:
         raise DaemonError(f"{u}: not an advisor diagnosis")

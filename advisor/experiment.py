@@ -936,6 +936,8 @@ def _read_json(p: Path, what: str) -> Any:
         return json.loads(raw.decode("utf-8"))
     except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ExperimentError(f"{what} {p} is not valid (gzipped) JSON: {e}") from None
+    except RecursionError:
+        raise ExperimentError(f"{what} {p} is not a bench result: JSON nested too deeply") from None
 
 
 def _num(v: Any, key: str, src: str) -> float | None:

@@ -1,12 +1,20 @@
 """The advisor's own structured logs (structlog): always on stderr, so that stdout carries only
-what a command prints; JSON lines when stderr is not a terminal, readable columns when it is."""
+what a command prints; JSON lines when stderr is not a terminal, readable columns when it is.
+
+Exceptions are rendered into the line (``exception``: type, message and frames in JSON), and
+the standard library's loggers (apscheduler's) go through the same renderer, so the log
+stays one JSON object per line."""
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
 import structlog
+
+# loggers of libraries that write through the standard library, and the least level kept
+LIBRARY_LOGGERS = {"apscheduler": logging.WARNING, "urllib3": logging.WARNING}
 
 
 class _Stderr:
@@ -19,16 +27,43 @@ class _Stderr:
         sys.stderr.flush()
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A stream handler on the current sys.stderr (not the one at configuration time)."""
+
+    def __init__(self) -> None:
+        super().__init__(_Stderr())
+
+
 def configure_logging(json_logs: bool | None = None) -> None:
     if json_logs is None:
         json_logs = not sys.stderr.isatty()
     renderer: Any = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
+    shared: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    if json_logs:
+        # the error text and frames, not only exc_info: true; never the frames' locals (secrets)
+        shared.append(
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        )
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
+        processors=[*shared, renderer],
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
+    # the standard library's loggers (apscheduler) through the same processors and renderer
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = _StderrHandler()
+    handler.setFormatter(formatter)
+    handler.set_name("vllm-advisor")
+    for name, level in LIBRARY_LOGGERS.items():
+        lib = logging.getLogger(name)
+        lib.handlers = [h for h in lib.handlers if h.get_name() != "vllm-advisor"] + [handler]
+        lib.setLevel(level)
+        lib.propagate = False

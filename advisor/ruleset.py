@@ -117,6 +117,52 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str,
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
+MAX_RULE_NODES = 20_000  # a rule file is a few hundred nodes; aliases must not multiply them
+MAX_RULE_BYTES = 1024 * 1024
+
+
+def _expanded_nodes(node: yaml.Node, limit: int) -> int:
+    """How many nodes ``node`` stands for once its aliases are expanded (counting stops past
+    ``limit``): a "billion laughs" tree of aliases is a few lines and billions of nodes."""
+    memo: dict[int, int] = {}
+
+    def size(n: yaml.Node, depth: int) -> int:
+        if depth > 100:
+            raise yaml.YAMLError("nested more than 100 levels deep")
+        got = memo.get(id(n))
+        if got is not None:
+            return got
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            children: list[yaml.Node] = list(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            children = [c for pair in n.value for c in pair]
+        else:
+            children = []
+        for c in children:
+            total += size(c, depth + 1)
+            if total > limit:
+                break
+        memo[id(n)] = total
+        return total
+
+    return size(node, 0)
+
+
+def _load_yaml(text: str) -> Any:
+    """The document with line numbers (_LineLoader), refusing alias bombs and deep nesting."""
+    loader = _LineLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_nodes(node, MAX_RULE_NODES) > MAX_RULE_NODES:
+            raise yaml.YAMLError(f"more than {MAX_RULE_NODES} values once aliases are expanded")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def _strip(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _strip(v) for k, v in obj.items() if k not in ("__line__", "__lines__")}
@@ -169,11 +215,21 @@ def load_rules(
 def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) -> Rule | None:
     start = len(errors)
     try:
-        raw = yaml.load(p.read_text(encoding="utf-8"), Loader=_LineLoader)
+        data = p.read_bytes()
+        if len(data) > MAX_RULE_BYTES:
+            errors.append(f"{p}:1: larger than {MAX_RULE_BYTES // 1024} KiB: not a rule file")
+            return None
+        raw = _load_yaml(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        errors.append(f"{p}:1: not UTF-8 text (byte {e.start})")
+        return None
+    except RecursionError:
+        errors.append(f"{p}:1: invalid YAML: nested too deeply")
+        return None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
-        errors.append(f"{p}:{line}: invalid YAML: {getattr(e, 'problem', e)}")
+        errors.append(f"{p}:{line}: invalid YAML: {getattr(e, 'problem', None) or e}")
         return None
     except OSError as e:
         errors.append(f"{p}:1: cannot read: {e}")

@@ -29,6 +29,7 @@ from advisor.window import Outage, Window
 # Knobs whose change is an experiment (the engine restarted with a different value).
 TRACKED_KNOBS = tuple(k for k in knobs.KNOBS if k != "replicas")
 MAX_STARTUP_EVENTS = 500
+MAX_KEPT_LINE_CHARS = 512  # raw text kept per log event (a 64 KB line x 20,000 events was 1.2 GB)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ class Advisor:
         self.stats.log_lines[ev.kind] = self.stats.log_lines.get(ev.kind, 0) + 1
         if ev.kind == "unknown":
             return
+        if len(ev.line) > MAX_KEPT_LINE_CHARS:  # the parsed fields are kept; the raw text only as provenance
+            ev = dc_replace(ev, line=ev.line[:MAX_KEPT_LINE_CHARS])
         self.window.add_event(ev)
         if ev.kind == "startup":
             self.startup_events.append(ev)
@@ -189,6 +192,21 @@ class Advisor:
             self.experiment = lx.start(
                 self.window, [lx.Change(c.knob, c.old, c.new, c.source) for c in changed], restart_t, prev
             )
+
+    def discard_changes_since(self, t: float) -> int:
+        """Forget knob changes noticed at ``t`` or later, and the experiments they started: they
+        were another server behind the same URL, not changes (the daemon's several-servers
+        check). Returns how many changes were dropped."""
+        kept = [c for c in self.changes if c.t < t]
+        dropped = len(self.changes) - len(kept)
+        if dropped:
+            self.changes = kept
+            self.last_change_t = max((c.t for c in kept), default=None)
+            self.experiment = None
+        self.finished_experiments = [
+            e for e in self.finished_experiments if e.after_start < t and (e.ended_at or t) < t
+        ]
+        return dropped
 
     def _startup_restarted(self) -> bool:
         """The log shows a new run whose arguments are known (its `non-default args` line):

@@ -35,10 +35,9 @@ from queue import Empty, Queue
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
-import requests
-
 from advisor import __version__
 from advisor.redact import redact_obj, redact_text, redact_url
+from advisor.sources import http as http_src
 
 FORMAT_VERSION = 1
 METRICS_DIR = "metrics"
@@ -394,7 +393,7 @@ def record(
     if (out / META_FILE).exists() or any((out / METRICS_DIR).glob("*.prom*")):
         raise SessionError(f"{out}: already holds a session; record into a new directory")
     base_url, metrics_url = _metrics_url(url)
-    http = http if http is not None else requests.Session()
+    http = http if http is not None else http_src.Client()  # one deadline and size limit per fetch
     pause: Callable[[float], object]
     default_pause = stop_event.wait if stop_event is not None else time.sleep
     pause = sleep if sleep is not None else default_pause

@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.server
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,8 +23,9 @@ class StandIn:
     def __init__(self, pages: list[str]) -> None:
         self.pages = pages
         self.i = 0
-        self.mode = "ok"  # ok | hang | html | huge | garbage | http503
+        self.mode = "ok"  # ok | hang | html | huge | garbage | http503 | trickle | gzip_bomb
         self.hits = 0
+        self.bomb: bytes | None = None
         self.lock = threading.Lock()
 
     def next_page(self) -> str:
@@ -31,6 +33,15 @@ class StandIn:
             page = self.pages[min(self.i, len(self.pages) - 1)]
             self.i += 1
             return page
+
+
+def gzip_bomb(decoded_mib: int = 64) -> bytes:
+    """A small gzip body (about 0.1% of its size) that decodes to ``decoded_mib`` MiB of zeros."""
+    comp = zlib.compressobj(1, zlib.DEFLATED, 31)
+    zeros = b"\0" * (1 << 20)
+    out = [comp.compress(zeros) for _ in range(decoded_mib)]
+    out.append(comp.flush())
+    return b"".join(out)
 
 
 def session_pages(path: Path) -> list[str]:
@@ -49,6 +60,34 @@ def serve(standin: StandIn) -> Iterator[str]:
             mode = standin.mode
             if mode == "hang":
                 time.sleep(3)
+            if mode == "trickle" and self.path.endswith("/metrics"):  # headers, then a byte every 0.5 s
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                for _ in range(240):
+                    if standin.mode != "trickle":
+                        return
+                    try:
+                        self.wfile.write(b"#")
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    time.sleep(0.5)
+                return
+            if mode == "gzip_bomb":
+                body = standin.bomb or gzip_bomb()
+                standin.bomb = body
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain; version=0.0.4")
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+                return
             if mode == "http503":
                 self.send_response(503)
                 self.end_headers()

@@ -6,9 +6,13 @@ Nothing here decides anything; it renders :class:`ExportState`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import html
 import json
 import math
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -42,6 +46,9 @@ class ExportState:
     knob_changes: int = 0
     experiment: dict[str, Any] | None = None
     built_at: float = field(default_factory=time.time)
+    log_source_up: bool | None = None  # None: no log source configured
+    log_source_restarts: int = 0
+    several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
 
 
 def _num(v: Any) -> float | None:
@@ -82,6 +89,22 @@ class AdvisorCollector(Collector):
                 "Unix time of the last successful scrape of vLLM.",
                 value=st.last_scrape_t,
             )
+        if st.log_source_up is not None:
+            yield GaugeMetricFamily(
+                p + "log_source_up",
+                "1 while the vLLM log source (--log-file, --log-cmd) is being read.",
+                value=1 if st.log_source_up else 0,
+            )
+            yield CounterMetricFamily(
+                p + "log_source_restarts",
+                "Times the log source ended or failed and was started again.",
+                value=st.log_source_restarts,
+            )
+        yield GaugeMetricFamily(
+            p + "several_servers",
+            "1 when the vLLM URL reaches more than one engine (a load balancer): advice is withheld.",
+            value=1 if st.several_servers else 0,
+        )
         c = CounterMetricFamily(p + "scrapes", "Scrapes of vLLM's /metrics by result.", labels=["result"])
         for result in sorted({"success", *st.scrapes}):
             c.add_metric([result], st.scrapes.get(result, 0))
@@ -262,6 +285,7 @@ def make_handler(
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "vllm-advisor"
+        timeout = BoundedHTTPServer.client_timeout_s  # every read on the connection
 
         def log_message(self, *args: object) -> None:  # keep stdout for the advisor's own logs
             pass
@@ -299,6 +323,9 @@ def make_handler(
                     body = {
                         "ok": True,
                         "vllm_up": st.up,
+                        "last_scrape_t": st.last_scrape_t,
+                        "log_source_up": st.log_source_up,
+                        "several_servers": st.several_servers,
                         "status": st.diagnosis.status if st.diagnosis else None,
                     }
                     self._send(200, json.dumps(body).encode(), "application/json")
@@ -306,14 +333,72 @@ def make_handler(
                     self._send(200, landing_page(state()).encode(), "text/html; charset=utf-8")
                 else:
                     self._send(404, b"not found\n", "text/plain")
-            except BrokenPipeError:
+            except (BrokenPipeError, ConnectionResetError, TimeoutError):
                 pass
 
     return Handler
 
 
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A threading server that cannot be taken down by its clients.
+
+    At most ``max_connections`` connections (so threads and file descriptors) at a time:
+    when one more arrives, the oldest is cut (an idle or slow client, never the newcomer,
+    so Prometheus gets in). Every read waits at most ``client_timeout_s``. When the
+    process runs out of file descriptors, the accept loop backs off instead of spinning.
+    """
+
+    daemon_threads = True
+    request_queue_size = 128
+    max_connections = 32
+    client_timeout_s = 5.0
+
+    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        self._conns: dict[socket.socket, float] = {}
+        self._conns_lock = threading.Lock()
+        self.evicted = 0
+        super().__init__(addr, handler)
+
+    def _evict_oldest(self) -> None:
+        with self._conns_lock:
+            if not self._conns:
+                return
+            oldest = min(self._conns, key=self._conns.__getitem__)
+            del self._conns[oldest]
+            self.evicted += 1
+        with contextlib.suppress(OSError):
+            oldest.shutdown(socket.SHUT_RDWR)  # wakes its thread, which closes it
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        try:
+            return super().get_request()
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                self._evict_oldest()
+                time.sleep(0.05)  # out of descriptors: shed a client and back off, never spin
+            raise
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        while True:
+            with self._conns_lock:
+                full = len(self._conns) >= self.max_connections
+                if not full:
+                    self._conns[request] = time.monotonic()
+                    break
+            self._evict_oldest()
+        request.settimeout(self.client_timeout_s)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.pop(request, None)
+        super().shutdown_request(request)
+
+    def connections(self) -> int:
+        with self._conns_lock:
+            return len(self._conns)
+
+
 def make_server(host: str, port: int, state: Callable[[], ExportState]) -> ThreadingHTTPServer:
     registry = make_registry(state)
-    srv = ThreadingHTTPServer((host, port), make_handler(state, registry))
-    srv.daemon_threads = True
-    return srv
+    return BoundedHTTPServer((host, port), make_handler(state, registry))

@@ -701,14 +701,14 @@ __all__ = [
 def from_api(base_url: str, timeout_s: float = 3.0, http: Any = None) -> dict[str, Provenanced]:
     """The server's own ``GET /version`` (vLLM's OpenAI server has it); ``{}`` when it cannot be
     read. Only the version: the API says nothing about scheduler knobs."""
-    import requests
+    from advisor.sources import http as http_src
 
     url = base_url.rstrip("/")
     url = url.removesuffix("/metrics") + "/version"
     try:
-        r = (http or requests).get(url, timeout=timeout_s)
+        r = (http or http_src.Client()).get(url, timeout=timeout_s)
         v = r.json().get("version") if r.status_code == 200 else None
-    except (requests.RequestException, ValueError, AttributeError):
+    except (http_src.FetchError, ValueError, AttributeError):
         return {}
     if not isinstance(v, str) or not v.strip():
         return {}

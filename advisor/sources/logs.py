@@ -384,6 +384,8 @@ _STATS_PART_RE = re.compile(
     r"^\s*(?P<key>[A-Za-z][A-Za-z /_-]*?)\s*:\s*(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
     r"\s*(?P<unit>%|[A-Za-z/]+)?\s*$"
 )
+_MAX_STATS_PART = 200
+_MAX_STATS_BODY = 4096
 _ENGINE_HEAD_RE = re.compile(r"\bEngine\s+(\d+)\s*:\s*")
 _DEVICE_KV_RE = re.compile(r"^(?:(?P<dev>[A-Z]{2,4}) )?KV cache usage$")
 _V0_PREFIX_HIT_RE = re.compile(r"^Prefix cache hit rate: GPU: (?P<gpu>[\d.]+)%, CPU: (?P<cpu>[\d.]+)%\.?\s*$")
@@ -405,7 +407,10 @@ _STATS_KEYS: dict[str, tuple[str, type]] = {
 }
 
 _ITER_RE = re.compile(r"^Iteration\((?P<i>\d+)\):\s*(?P<rest>.*)$")
-_ITER_PART_RE = re.compile(r"(\d+) (context requests|context tokens|generation requests|generation tokens)")
+# (?<!\d) and a bounded count keep this linear on a long run of digits
+_ITER_PART_RE = re.compile(
+    r"(?<!\d)(\d{1,18}) (context requests|context tokens|generation requests|generation tokens)"
+)
 _ITER_TIME_RE = re.compile(r"elapsed time:\s*([\d.]+)\s*ms")
 
 _PREEMPT_RE = re.compile(
@@ -424,7 +429,7 @@ _MAX_CONC_RE = re.compile(r"Maximum concurrency for (?P<tok>[\d,]+) tokens per r
 _BLOCKS_RE = re.compile(r"# (?P<dev>\w+) blocks: (?P<g>\d+)(?:, # CPU blocks: (?P<c>\d+))?")
 _BANNER_CHARS = frozenset("█▄▀")
 _BANNER_VERSION_RE = re.compile(r"\bversion\s+v?(\d+\.\d+[\w.+-]*)\s*$")
-_BANNER_MODEL_RE = re.compile(r"\bmodel\s+(\S.*?)\s*$")
+_BANNER_MODEL_RE = re.compile(r"\bmodel\s+(\S.*)")  # rstrip()ed: a lazy .*?\s*$ is quadratic on spaces
 _API_VERSION_RE = re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)")
 _STARTING_RE = re.compile(r"Starting vLLM (?:API )?server\b.{0,200}?\bon (?P<url>\S+)")
 _MAX_MODEL_LEN_RE = re.compile(r"^Using max model len (\d+)")
@@ -461,15 +466,15 @@ def _parse_stats(msg: str) -> dict[str, Any] | None:
         idx = hm.end()
     else:
         idx = min(marks)
-    body = msg[idx:].rstrip()
+    body = msg[idx : idx + _MAX_STATS_BODY].rstrip()  # a real stats line is < 1 KB
     if body.endswith("."):
         body = body[:-1]
     extra: dict[str, Any] = {}
     v0 = False
     for part in _split_top(body):
         part = part.strip()
-        if not part:
-            continue
+        if not part or len(part) > _MAX_STATS_PART:
+            continue  # a real part is "Running: 3 reqs"; a long one only costs (the pattern backtracks)
         m = _STATS_PART_RE.match(part)
         if not m:
             key, _, rest = part.partition(":")
@@ -549,7 +554,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
             out.append({"fact": "vllm_version", "value": vm.group(1)})
         mm = _BANNER_MODEL_RE.search(msg)
         if mm:
-            out.append({"fact": "model", "value": mm.group(1)})
+            out.append({"fact": "model", "value": mm.group(1).rstrip()})
         return out
     found: list[tuple[int, dict[str, Any]]] = []
     for km in _KV_SIZE_RE.finditer(msg):
@@ -978,6 +983,8 @@ class FileFollower(LogFollower):
       beginning.
     * Rotation (rename + new file) and delete + re-create: the old file is read to its end,
       then the new one from its start (``rotations`` counts them).
+    * Two rotations within one poll: the file in between, by then ``PATH.1``, is read whole
+      before the new one (a third rotation within one poll is lost).
     * Truncation (copytruncate): reading restarts at offset 0 (``truncations`` counts them).
       As with ``tail -F``, a file truncated and refilled past the old offset between two
       polls cannot be told from one that grew.
@@ -993,6 +1000,22 @@ class FileFollower(LogFollower):
         self.rotations = 0
         self.truncations = 0
         self.chunk_size = 64 * 1024
+
+    def _middle_file(
+        self, old: tuple[int, int] | None, new: tuple[int, int], old_mtime: float
+    ) -> IO[bytes] | None:
+        """``PATH.1`` (logrotate's and RotatingFileHandler's name) when it is neither the file
+        just finished nor the new one, and was written after the finished one: it was rotated
+        in and out between two polls (a stale ``PATH.1`` from long ago is left alone)."""
+        try:
+            fh = open(self.path + ".1", "rb")  # noqa: SIM115 - the caller closes it
+        except OSError:
+            return None
+        st = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) in (old, new) or st.st_mtime < old_mtime:
+            fh.close()
+            return None
+        return fh
 
     def _stat_path(self) -> os.stat_result | None:
         try:
@@ -1026,6 +1049,7 @@ class FileFollower(LogFollower):
                 # At EOF: has the path moved on, or the file shrunk?
                 st_path = self._stat_path()
                 if st_path is not None and (st_path.st_dev, st_path.st_ino) != ident:
+                    old_mtime = os.fstat(fh.fileno()).st_mtime
                     # Drain what the writer added to the old file since our last read.
                     while data := fh.read(self.chunk_size):
                         yield from splitter.feed(data)
@@ -1035,6 +1059,16 @@ class FileFollower(LogFollower):
                     fh.close()
                     fh = None
                     self.rotations += 1
+                    # rotated twice within one poll: the file between (now PATH.1) is read too
+                    middle = self._middle_file(ident, (st_path.st_dev, st_path.st_ino), old_mtime)
+                    if middle is not None:
+                        with middle:
+                            while data := middle.read(self.chunk_size):
+                                yield from splitter.feed(data)
+                        tail = splitter.flush()
+                        if tail:
+                            yield tail
+                        self.rotations += 1
                     continue
                 try:
                     size = os.fstat(fh.fileno()).st_size

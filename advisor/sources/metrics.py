@@ -17,17 +17,17 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor import names
 from advisor.model import Family, Histogram, LabelKey, Snapshot, label_key
+from advisor.sources import http
 
 DEFAULT_TIMEOUT_S = 5.0
 # Families the advisor reads; everything else on the page (the API server's HTTP and GC
 # series, often most of it) is dropped before parsing, which keeps a cycle cheap.
 KEEP_PREFIXES = (names.VLLM_PREFIX, names.RAY_PREFIX, "process_")
-MAX_PAGE_BYTES = 32 * 1024 * 1024
+MAX_PAGE_BYTES = http.MAX_BYTES
 
 
 class MetricsError(Exception):
@@ -51,45 +51,21 @@ class Page:
     duration_s: float
 
 
-def fetch(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, session: requests.Session | None = None) -> Page:
-    """GET a ``/metrics`` page. Raises :class:`MetricsError` with a distinct kind."""
-    getter = session or requests
-    t0 = time.monotonic()
+def fetch(url: str, timeout_s: float = DEFAULT_TIMEOUT_S, session: http.Client | None = None) -> Page:
+    """GET a ``/metrics`` page within ``timeout_s`` in all (advisor.sources.http: one deadline,
+    one size limit). Raises :class:`MetricsError` with a distinct kind."""
+    client = session or http.Client()
     try:
-        resp = getter.get(
-            url, timeout=(min(timeout_s, 3.0), timeout_s), stream=True, headers={"Accept": "text/plain"}
-        )
-    except requests.exceptions.ConnectTimeout as e:
-        raise MetricsError("timeout", f"connecting timed out after {timeout_s:g}s", url) from e
-    except requests.exceptions.ReadTimeout as e:
-        raise MetricsError("timeout", f"no answer within {timeout_s:g}s", url) from e
-    except requests.exceptions.ConnectionError as e:
-        raise MetricsError("refused", f"cannot connect: {_root_cause(e)}", url) from e
-    except requests.exceptions.RequestException as e:
-        raise MetricsError("error", str(e), url) from e
-    try:
-        if resp.status_code != 200:
-            raise MetricsError("http", f"HTTP {resp.status_code} {resp.reason or ''}".strip(), url)
-        chunks: list[bytes] = []
-        size = 0
-        deadline = t0 + timeout_s
-        try:
-            for chunk in resp.iter_content(chunk_size=65536):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_PAGE_BYTES:
-                    raise MetricsError("too_large", f"page larger than {MAX_PAGE_BYTES} bytes", url)
-                if time.monotonic() > deadline:
-                    raise MetricsError("timeout", f"page not complete within {timeout_s:g}s", url)
-        except requests.exceptions.RequestException as e:
-            raise MetricsError("truncated", f"connection broke while reading: {_root_cause(e)}", url) from e
-        ctype = resp.headers.get("Content-Type", "")
-    finally:
-        resp.close()
-    text = b"".join(chunks).decode("utf-8", errors="replace")
+        resp = client.get(url, timeout_s, headers={"Accept": "text/plain"}, max_bytes=MAX_PAGE_BYTES)
+    except http.FetchError as e:
+        raise MetricsError(e.kind, e.message, url) from None
+    if resp.status_code != 200:
+        raise MetricsError("http", f"HTTP {resp.status_code} {resp.reason or ''}".strip(), url)
+    ctype = resp.headers.get("content-type", "")
+    text = resp.text
     if "html" in ctype.lower() or text.lstrip()[:15].lower().startswith(("<!doctype", "<html")):
         raise MetricsError("not_prometheus", "got an HTML page, not Prometheus text", url)
-    return Page(text=text, t=time.time(), url=url, duration_s=time.monotonic() - t0)
+    return Page(text=text, t=time.time(), url=url, duration_s=resp.duration_s)
 
 
 def _root_cause(e: BaseException) -> str:
@@ -186,9 +162,10 @@ def read_file(path: str, t: float | None = None) -> Snapshot:
     if len(data) > MAX_PAGE_BYTES:
         raise MetricsError("too_large", f"file larger than {MAX_PAGE_BYTES} bytes", path)
     if path.endswith(".gz"):
-        import gzip
-
-        data = gzip.decompress(data)
+        try:
+            data = http.decompress_bounded(data, MAX_PAGE_BYTES)
+        except ValueError as e:
+            raise MetricsError("too_large" if "larger" in str(e) else "error", str(e), path) from None
     try:
         return parse_page(data.decode("utf-8", errors="replace"), t if t is not None else 0.0)
     except MetricsError as e:

@@ -1,0 +1,244 @@
+"""Fuzzing (hypothesis) over the parsers of outside input: vLLM log lines, rule files, `vllm
+bench` results (compare) and the advisor's own config. Whatever the input, only the project's
+own clear errors come out (RuleError, ExperimentError, ConfigError), never a traceback, and
+nothing hangs (an alias "billion laughs" tree, deeply nested JSON, a long run of spaces).
+
+Inputs are seeded from real files in tests/fixtures (a real vLLM log, a real bench result, the
+bundled rules) and mutated; the examples are derandomized so CI sees the same ones every time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from advisor import config
+from advisor.experiment import ExperimentError, load_bench
+from advisor.ruleset import RuleError, default_rules_dir, load_rules
+from advisor.sources import logs
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LOG_LINES = [
+    ln
+    for ln in (FIXTURES / "logs" / "cpu-0.32-preempt_mns16.log").read_text(errors="replace").splitlines()
+    if ln.strip()
+][:400]
+RULE_TEXTS = [p.read_text() for p in sorted(default_rules_dir().glob("*.yaml"))]
+BENCH = json.loads((FIXTURES / "sessions" / "cpu-healthy" / "bench.json").read_text())
+# FUZZ_EXAMPLES=5000 FUZZ_RANDOM=1 for a deeper local run
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    derandomize=not os.environ.get("FUZZ_RANDOM"),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+# ------------------------------------------------------------------ mutation helpers
+
+
+@st.composite
+def mutated(draw: Any, seeds: list[str]) -> str:
+    """A seed text with a few random cuts, insertions, duplications and character swaps."""
+    text = draw(st.sampled_from(seeds))
+    for _ in range(draw(st.integers(0, 4))):
+        if not text:
+            text = draw(st.text(max_size=20))
+            continue
+        i = draw(st.integers(0, len(text)))
+        j = draw(st.integers(i, min(len(text), i + 40)))
+        op = draw(st.sampled_from(["cut", "insert", "dup", "swap", "spaces"]))
+        if op == "cut":
+            text = text[:i] + text[j:]
+        elif op == "insert":
+            text = text[:i] + draw(st.text(max_size=30)) + text[i:]
+        elif op == "dup":
+            text = text[:j] + text[i:j] * draw(st.integers(1, 50)) + text[j:]
+        elif op == "swap":
+            text = text[:i] + draw(st.sampled_from(list(":{}[],=&*!|>-'\"\n\t #%0.9eE"))) + text[i + 1 :]
+        else:
+            text = text[:i] + " " * draw(st.integers(1, 5000)) + text[i:]
+    return text
+
+
+# ------------------------------------------------------------------ the log line parser
+
+
+@FUZZ
+@given(st.one_of(mutated(LOG_LINES), st.text(max_size=300)))
+def test_log_line_parser_never_raises(line: str) -> None:
+    ev = logs.parse_line(line)
+    assert (
+        ev.kind in ("engine_stats", "startup", "error", "unknown", "request", "iteration", "preemption")
+        or ev.kind
+    )
+    joiner = logs.LineJoiner()
+    for joined in [*joiner.feed(line), *joiner.flush()]:
+        logs.parse_line(joined)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO 11-30 10:00:00 [api_server.py:1] ▄▄ █ model a" + " " * 65000 + "b",
+        "INFO 11-30 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput:" + " " * 65000 + "x",
+        "Iteration(1): " + "1" * 65000,
+        "INFO 11-30 10:00:00 [x.py:1] █ version 1.2" + " " * 65000 + "x",
+    ],
+)
+def test_a_64kb_banner_line_with_long_runs_of_spaces_is_not_a_hang(line: str) -> None:
+    """These took 2-16 s each in a backtracking pattern; linear now (a generous bound: a hang
+    check, not a speed target)."""
+    t0 = time.process_time()
+    logs.parse_line(line)
+    assert time.process_time() - t0 < 1.0
+
+
+# ------------------------------------------------------------------ the rules loader
+
+
+@FUZZ
+@given(st.one_of(mutated(RULE_TEXTS), st.text(max_size=300)))
+def test_rules_loader_only_raises_rule_errors(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
+    d = tmp_path_factory.mktemp("rules")
+    (d / "r.yaml").write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        load_rules(d)
+    except RuleError as e:
+        assert e.errors and all(isinstance(x, str) and x for x in e.errors)
+
+
+def test_rules_loader_refuses_a_billion_laughs_quickly(tmp_path: Path) -> None:
+    levels = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for i in range(1, 10):
+        refs = ", ".join([f"*a{i - 1}"] * 9)
+        levels.append(f"a{i}: &a{i} [{refs}]")
+    (tmp_path / "bomb.yaml").write_text("\n".join(levels) + "\nid: bomb\nwhen: *a9\n")
+    t0 = time.process_time()
+    with pytest.raises(RuleError) as e:
+        load_rules(tmp_path)
+    assert time.process_time() - t0 < 2.0
+    assert "aliases are expanded" in "\n".join(e.value.errors)
+
+
+def test_rules_loader_refuses_binary_and_deep_nesting(tmp_path: Path) -> None:
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00garbage")
+    (tmp_path / "deep.yaml").write_text("id: deep\nwhen: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(RuleError) as e:
+        load_rules(tmp_path)
+    text = "\n".join(e.value.errors)
+    assert "bin.yaml:1: not UTF-8" in text and "deep.yaml" in text
+
+
+# ------------------------------------------------------------------ compare's bench reader
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@st.composite
+def bench_docs(draw: Any) -> Any:
+    """A real bench result with some fields dropped or replaced by arbitrary JSON."""
+    doc = dict(BENCH)
+    for key in draw(st.lists(st.sampled_from(sorted(doc)), max_size=6)):
+        if draw(st.booleans()):
+            doc.pop(key, None)
+        else:
+            doc[key] = draw(json_values)
+    return draw(st.one_of(st.just(doc), json_values))
+
+
+@FUZZ
+@given(bench_docs())
+def test_bench_reader_only_raises_experiment_errors(
+    tmp_path_factory: pytest.TempPathFactory, doc: Any
+) -> None:
+    p = tmp_path_factory.mktemp("bench") / "bench.json"
+    p.write_text(json.dumps(doc))
+    try:
+        load_bench(p)
+    except ExperimentError as e:
+        assert str(e)
+
+
+@pytest.mark.parametrize("depth", [10_000, 200_000])
+def test_bench_reader_refuses_deeply_nested_json(tmp_path: Path, depth: int) -> None:
+    p = tmp_path / "bench.json"
+    p.write_text("[" * depth + "]" * depth)
+    with pytest.raises(ExperimentError):
+        load_bench(p)
+    p.write_text('{"ttfts": ' + "[" * depth + "]" * depth + "}")
+    with pytest.raises(ExperimentError):
+        load_bench(p)
+
+
+# ------------------------------------------------------------------ the config loader
+
+CONFIG_SEED = (Path(__file__).parents[1] / "deploy" / "vllm-advisor.yaml").read_text()
+settings_names = st.sampled_from(
+    [
+        "interval",
+        "scrape_timeout",
+        "listen",
+        "state_dir",
+        "vllm_url",
+        "min_requests",
+        "targets",
+        "window",
+        "severity_overrides",
+        "vllm_port",
+        "log_cmd",
+        "bogus",
+        "host_gpus",
+        "warmup",
+        "interval_s",
+    ]
+)
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@FUZZ
+@given(
+    st.one_of(
+        mutated([CONFIG_SEED]),
+        st.dictionaries(settings_names, yaml_values, max_size=4).map(lambda d: yaml.safe_dump(d)),
+        st.binary(max_size=200).map(lambda b: b.decode("latin-1")),
+    )
+)
+def test_config_loader_only_raises_config_errors(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
+    p = tmp_path_factory.mktemp("cfg") / "c.yaml"
+    p.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        cfg = config.load(str(p), env={})
+    except config.ConfigError as e:
+        msg = str(e)
+        assert msg and "\n" not in msg and "Traceback" not in msg
+        return
+    # what loads is usable: the daemon can start from it
+    assert cfg.interval_s > 0 and cfg.scrape_timeout_s > 0 and cfg.state_dir
+    config.parse_listen(cfg.listen)
+
+
+@FUZZ
+@given(st.dictionaries(settings_names, st.text(max_size=12), max_size=3))
+def test_config_from_environment_and_flags_only_raises_config_errors(values: dict[str, str]) -> None:
+    env = {"VLLM_ADVISOR_" + k.upper(): v for k, v in values.items()}
+    for source in ({"env": env}, {"env": {}, **values}):
+        try:
+            config.load(None, **source)  # type: ignore[arg-type]
+        except config.ConfigError as e:
+            assert str(e) and "\n" not in str(e)

@@ -1,0 +1,509 @@
+"""The daemon under hostile conditions (issue 17): never a stale "up", never stuck, never flooded.
+
+Every vLLM server here is a stand-in (tests/vllm_standin.py, pages recorded from a real vLLM
+0.25 server): a real vLLM cannot be made to trickle its page a byte at a time, answer with a
+gzip bomb, sit behind a load balancer that alternates replicas, or raise on demand. The
+clock of the daemon's state is injected; only the fetches run in real time (they are what
+is being bounded).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from advisor.cli import DEMO_SESSION
+from advisor.config import Config
+from advisor.daemon import Daemon
+from advisor.outputs.exporter import BoundedHTTPServer
+from advisor.ruleset import load_rules
+from advisor.sources import http as http_src
+from tests.vllm_standin import StandIn, serve, session_pages
+
+RULES = load_rules()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(url: str, tmp_path: Path, clock: Clock, **kw: object) -> Daemon:
+    cfg = Config(
+        vllm_url=url,
+        listen="127.0.0.1:0",
+        interval_s=2.0,
+        scrape_timeout_s=1.0,
+        state_dir=str(tmp_path / "state"),
+        **kw,
+    )  # type: ignore[arg-type]
+    return Daemon(cfg, RULES, clock=clock)
+
+
+def run_cycles(d: Daemon, clock: Clock, n: int, step: float = 2.0) -> None:
+    for _ in range(n):
+        clock.t += step
+        d.cycle()
+
+
+def exported(d: Daemon) -> str:
+    host, port = d.server.server_address[:2]
+    return requests.get(f"http://{host}:{port}/metrics", timeout=5).text
+
+
+def value(text: str, series: str) -> float | None:
+    for ln in text.splitlines():
+        if ln.startswith(series + " "):
+            return float(ln.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.fixture()
+def preempting() -> StandIn:
+    return StandIn(session_pages(DEMO_SESSION))
+
+
+@pytest.fixture()
+def advised(tmp_path: Path, preempting: StandIn) -> Iterator[tuple[Daemon, Clock, StandIn]]:
+    """A daemon that has scraped the preemption run up to the point of advice."""
+    clock = Clock()
+    with serve(preempting) as url:
+        d = make(url, tmp_path, clock)
+        d.serve()
+        try:
+            run_cycles(d, clock, len(preempting.pages) - 4)
+            assert d.state().diagnosis.status == "advice"  # type: ignore[union-attr]
+            yield d, clock, preempting
+        finally:
+            preempting.mode = "ok"
+            d.stop()
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+# ------------------------------------------------------------------ 1: the trickling server
+
+
+def test_trickling_server_times_out_and_up_falls_within_two_intervals(
+    advised: tuple[Daemon, Clock, StandIn],
+) -> None:
+    """The stand-in sends its headers, then one byte every 0.5 s: each read succeeds, so only an
+    overall deadline ends the scrape. It ends within the scrape timeout (below the interval),
+    counts as a timeout, and `up`, /healthz and the advice fall together."""
+    d, clock, standin = advised
+    standin.mode = "trickle"
+    t0 = time.monotonic()
+    clock.t += 2.0
+    d.cycle()
+    took = time.monotonic() - t0
+    assert took < 1.0 + 0.5, f"the scrape took {took:.1f}s with a 1s deadline"
+    text = exported(d)
+    assert value(text, 'vllm_advisor_scrapes_total{result="timeout"}') == 1.0
+    assert value(text, "vllm_advisor_up") == 0.0
+    assert "vllm_advisor_recommendation_info{" not in text
+    host, port = d.server.server_address[:2]
+    health = requests.get(f"http://{host}:{port}/healthz", timeout=5).json()
+    assert health["vllm_up"] is False
+
+
+def test_a_stuck_cycle_cannot_leave_up_or_advice_behind(advised: tuple[Daemon, Clock, StandIn]) -> None:
+    """No cycle at all (the scheduler stalled): two intervals after the last good scrape, the
+    exported state says down and withdraws the advice, whatever the last cycle published."""
+    d, clock, _ = advised
+    host, port = d.server.server_address[:2]
+    clock.t += 3.9  # within two intervals (2 s each) of the last good scrape: still up
+    assert value(exported(d), "vllm_advisor_up") == 1.0
+    clock.t += 0.2  # 4.1 s: not any more
+    text = exported(d)
+    assert value(text, "vllm_advisor_up") == 0.0
+    assert "vllm_advisor_recommendation_info{" not in text
+    assert value(text, 'vllm_advisor_status{status="advice"}') == 0.0
+    health = requests.get(f"http://{host}:{port}/healthz", timeout=5).json()
+    assert health["vllm_up"] is False and health["status"] == "insufficient-data"
+    api = requests.get(f"http://{host}:{port}/api/v1/diagnosis", timeout=5).json()
+    assert api["recommendation"] is None and "no scrape of vLLM has completed" in api["reason"]
+
+
+def test_every_fetcher_has_one_deadline(preempting: StandIn, tmp_path: Path) -> None:
+    """`record`, `explain --url`/`inspect --url` (metrics.fetch) and the /version fetch all use
+    advisor.sources.http: against the trickling stand-in each ends at its deadline."""
+    from advisor import session
+    from advisor.sources import engine as engine_src
+    from advisor.sources import metrics as metrics_src
+
+    preempting.mode = "trickle"
+    with serve(preempting) as url:
+        t0 = time.monotonic()
+        with pytest.raises(metrics_src.MetricsError) as e:
+            metrics_src.fetch(url + "/metrics", timeout_s=0.7)
+        assert e.value.kind == "timeout"
+        assert engine_src.from_api(url, timeout_s=0.7) == {}
+        res = session.record(url, tmp_path / "rec", duration_s=0.0, interval_s=1.0, timeout_s=0.7)
+        took = time.monotonic() - t0
+    assert res.scrapes == 0 and "timed out after 0.7s" in res.errors[0]["error"]
+    assert took < 4 * 0.7 + 1.0, took  # three fetches and /version: each cut at 0.7 s
+
+
+# ------------------------------------------------------------------ memory: bomb and huge page
+
+
+def _rss() -> int:
+    gc.collect()
+    return int(psutil.Process().memory_info().rss)
+
+
+@pytest.mark.parametrize("mode", ["gzip_bomb", "huge"])
+def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
+    advised: tuple[Daemon, Clock, StandIn], tmp_path: Path, mode: str
+) -> None:
+    """A 290 KB gzip body decoding to 64 MiB, and a 36 MB page: the scrape stops at the 32 MiB
+    limit (decoded bytes are counted), `record` stores nothing, and the process's memory is
+    back within 40 MiB of where it was once the fault is over."""
+    from advisor import session
+
+    d, clock, standin = advised
+    standin.mode = mode
+    d.cfg = d.cfg.with_overrides(scrape_timeout_s=1.6)  # 36 MB through loopback on a busy 2-core box
+    if mode == "gzip_bomb":
+        from tests.vllm_standin import gzip_bomb
+
+        standin.bomb = gzip_bomb()
+    before = _rss()
+    run_cycles(d, clock, 2)
+    assert d.state().scrapes.get("too_large") == 2
+    url = d.cfg.vllm_url
+    res = session.record(url, tmp_path / "rec", duration_s=0.0, interval_s=1.0, timeout_s=5.0)
+    assert res.scrapes == 0 and "larger than" in res.errors[0]["error"]
+    assert not list((tmp_path / "rec" / "metrics").glob("*.prom*"))
+    standin.mode = "ok"
+    run_cycles(d, clock, 1)
+    assert d.state().up is True
+    after = _rss()
+    assert after - before < 40 * 2**20, f"RSS grew by {(after - before) / 2**20:.0f} MiB"
+
+
+def test_the_limit_counts_decoded_bytes() -> None:
+    """The body limit applies after decompression (a small compressed body, a large answer)."""
+    from tests.vllm_standin import gzip_bomb
+
+    bomb = gzip_bomb(4)
+    with pytest.raises(ValueError, match="larger than"):
+        http_src.decompress_bounded(bomb, 1 << 20)
+    assert len(http_src.decompress_bounded(bomb, 8 << 20)) == 4 << 20
+
+
+# ------------------------------------------------------------------ 2: the cycle never raises
+
+
+def test_any_exception_in_the_cycle_is_one_clear_line_and_a_failed_scrape(
+    advised: tuple[Daemon, Clock, StandIn],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever raises in parsing or evaluation (here: injected), the cycle returns, counts a
+    failed scrape, withdraws the advice, logs the error once (no traceback), and recovers."""
+    from advisor.log import configure_logging
+
+    configure_logging(json_logs=True)
+    d, clock, _ = advised
+    before = d.state().scrapes.get("error", 0)
+
+    def boom(*a: object, **k: object) -> bool:
+        raise ValueError("could not convert string to float: 'abc'")
+
+    monkeypatch.setattr(d.advisor, "on_page", boom)
+    capsys.readouterr()
+    run_cycles(d, clock, 3)
+    text = exported(d)
+    assert value(text, 'vllm_advisor_scrapes_total{result="error"}') == before + 3
+    assert value(text, "vllm_advisor_up") == 0.0
+    assert "vllm_advisor_recommendation_info{" not in text
+    err = capsys.readouterr().err
+    lines = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+    failed = [ln for ln in lines if ln["event"] == "cycle failed"]
+    assert len(failed) == 1, err  # once, not once per cycle
+    assert "ValueError: could not convert string to float: 'abc'" in failed[0]["error"]
+    assert "Traceback" not in err
+    monkeypatch.undo()
+    run_cycles(d, clock, 1)
+    assert d.state().up is True
+    assert any(json.loads(ln)["event"] == "scrape recovered" for ln in capsys.readouterr().err.splitlines())
+
+
+def test_a_failing_diagnosis_is_reported_with_its_error(
+    advised: tuple[Daemon, Clock, StandIn], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d, clock, _ = advised
+
+    def boom(*a: object, **k: object) -> object:
+        raise KeyError("ttft")
+
+    monkeypatch.setattr(d.advisor, "diagnose", boom)
+    run_cycles(d, clock, 1)
+    st = d.state()
+    assert st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+    assert "KeyError" in st.diagnosis.reason and st.diagnosis.recommendation is None
+
+
+# ------------------------------------------------------------------ SIGTERM while a fetch hangs
+
+
+def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(tmp_path: Path, preempting: StandIn) -> None:
+    """`vllm-advisor run` with a 10 s interval and an 8 s scrape timeout against the trickling
+    stand-in: SIGTERM in the middle of the fetch ends the process within 5 s, cleanly."""
+    preempting.mode = "trickle"
+    with serve(preempting) as url:
+        port = free_port()
+        exe = Path(sys.executable).parent / "vllm-advisor"
+        env = {**os.environ, "VLLM_ADVISOR_SCRAPE_TIMEOUT": "8s"}
+        p = subprocess.Popen(
+            [
+                str(exe),
+                "run",
+                "--vllm-url",
+                url,
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--interval",
+                "10s",
+                "--state-dir",
+                str(tmp_path / "state"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and preempting.hits < 2:  # /version, then /metrics
+                time.sleep(0.05)
+            assert preempting.hits >= 2
+            time.sleep(0.5)  # the scrape is now reading the trickle
+            t0 = time.monotonic()
+            p.send_signal(signal.SIGTERM)
+            _out, err = p.communicate(timeout=10)
+            took = time.monotonic() - t0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert took < 5.0, f"exit took {took:.1f}s"
+    assert p.returncode == 0, err
+    events = [json.loads(ln)["event"] for ln in err.splitlines() if ln.startswith("{")]
+    assert "stopped" in events
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ 3: the HTTP server
+
+
+def test_idle_clients_do_not_take_metrics_down(advised: tuple[Daemon, Clock, StandIn]) -> None:
+    """Three times as many idle connections as the server allows: the oldest are cut, /metrics
+    is still served at once, and threads stay bounded."""
+    d, _, _ = advised
+    host, port = d.server.server_address[:2]
+    idle = []
+    try:
+        for _ in range(3 * BoundedHTTPServer.max_connections):
+            s = socket.create_connection((host, port), timeout=5)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the end of the headers
+            idle.append(s)
+        t0 = time.monotonic()
+        text = exported(d)
+        assert time.monotonic() - t0 < 2.0
+        assert "vllm_advisor_up 1.0" in text
+        assert d.server.connections() <= BoundedHTTPServer.max_connections
+        assert threading.active_count() < 2 * BoundedHTTPServer.max_connections + 20
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_out_of_file_descriptors_does_not_spin_the_accept_loop(tmp_path: Path) -> None:
+    """The exporter in a process limited to 64 file descriptors, 200 idle clients: /metrics
+    keeps answering and the process does not burn a core on failing accept() calls."""
+    port = free_port()
+    code = (
+        "import resource, threading; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64));"
+        "from advisor.outputs.exporter import ExportState, make_server;"
+        f"srv = make_server('127.0.0.1', {port}, lambda: ExportState(None, True, ()));"
+        "print('ready', flush=True); srv.serve_forever()"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    socks = []
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        assert soft > 400, "this test needs more descriptors than it gives the server"
+        for _ in range(200):
+            try:
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                break
+        proc = psutil.Process(p.pid)
+        cpu0 = sum(proc.cpu_times()[:2])
+        time.sleep(1.0)
+        cpu = sum(proc.cpu_times()[:2]) - cpu0
+        assert cpu < 0.5, f"the server used {cpu:.2f}s of CPU in 1s while clients sat idle"
+        ok = 0
+        for _ in range(3):
+            try:
+                r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=3)
+                ok += r.status_code == 200 and "vllm_advisor_up 1.0" in r.text
+            except requests.RequestException:
+                pass
+        assert ok >= 2, "/metrics was not served while out of descriptors"
+    finally:
+        for s in socks:
+            s.close()
+        p.terminate()
+        p.wait(timeout=5)
+
+
+# ------------------------------------------------------------------ 4: a load balancer in front
+
+
+def _as_other_server(page: str) -> str:
+    """The same page as another replica shows it: another start time, other cache settings."""
+    out = []
+    for ln in page.splitlines():
+        if ln.startswith("process_start_time_seconds "):
+            ln = "process_start_time_seconds 1.7959926e+09"
+        elif ln.startswith("vllm:cache_config_info{"):
+            ln = ln.replace('num_gpu_blocks="3072"', 'num_gpu_blocks="6144"').replace(
+                'kv_cache_memory_bytes="6442450944"', 'kv_cache_memory_bytes="12884901888"'
+            )
+        out.append(ln)
+    return "\n".join(out) + "\n"
+
+
+def test_a_url_that_alternates_between_two_engines_is_said_and_writes_no_experiments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scrapes alternate between two replicas (a load-balanced Service): the daemon says so in
+    its status, a metric and one warning, and no spurious experiment reaches the ledger."""
+    from advisor.log import configure_logging
+
+    configure_logging(json_logs=True)
+    pages = session_pages(DEMO_SESSION)
+    mixed = [p if i % 2 == 0 else _as_other_server(p) for i, p in enumerate(pages)]
+    standin = StandIn(mixed)
+    clock = Clock()
+    with serve(standin) as url:
+        d = make(url, tmp_path, clock)
+        d.serve()
+        try:
+            capsys.readouterr()
+            run_cycles(d, clock, 20)
+            st = d.state()
+            text = exported(d)
+        finally:
+            d.stop()
+    assert st.several_servers is True
+    assert value(text, "vllm_advisor_several_servers") == 1.0
+    assert st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+    assert "several servers" in st.diagnosis.reason and "fleet mode" in st.diagnosis.reason
+    assert st.up is True  # the scrapes themselves succeed
+    assert not d.advisor.changes and d.advisor.experiment is None
+    assert not (tmp_path / "state" / "ledger.sqlite").exists()
+    logs = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    warned = [ln for ln in logs if ln["event"] == "several servers"]
+    assert len(warned) == 1 and "point the advisor at one" in warned[0]["error"]
+
+
+def test_a_real_restart_is_not_taken_for_several_servers(tmp_path: Path) -> None:
+    """One server, then the same server restarted (a later start time): one switch, no flip."""
+    pages = session_pages(DEMO_SESSION)
+    later = [
+        p.replace("process_start_time_seconds 1.79599261254e+09", "process_start_time_seconds 1.7959928e+09")
+        for p in pages
+    ]
+    standin = StandIn(pages[:6] + later[:6])
+    clock = Clock()
+    with serve(standin) as url:
+        d = make(url, tmp_path, clock)
+        run_cycles(d, clock, 12)
+    assert d.servers.several is False
+    assert d.state().several_servers is False
+
+
+# ------------------------------------------------------------------ 5: a log command that ends
+
+
+def test_a_log_command_that_ends_is_restarted_and_its_state_exported(
+    tmp_path: Path, preempting: StandIn
+) -> None:
+    """`--log-cmd` exits after one line (`kubectl logs -f` after a container restart): it is
+    started again with backoff, every run's lines are read, and /metrics says whether the log
+    source is live."""
+    clock = Clock()
+    with serve(preempting) as url:
+        d = make(url, tmp_path, clock, log_cmd="sh -c 'echo one line; exit 3'")
+        d.LOG_BACKOFF_S = (0.05, 0.1)
+        d.serve()
+        try:
+            d._start_logs()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and d.log_source_restarts < 3:
+                time.sleep(0.02)
+            assert d.log_source_restarts >= 3
+            assert sum(d.advisor.stats.log_lines.values()) >= 3  # a line from every run
+            text = exported(d)
+            assert value(text, "vllm_advisor_log_source_restarts_total") is not None
+            assert value(text, "vllm_advisor_log_source_restarts_total") >= 3  # type: ignore[operator]
+            assert value(text, "vllm_advisor_log_source_up") in (0.0, 1.0)
+        finally:
+            d.stop()
+    # after stop, nothing is restarted any more
+    n = d.log_source_restarts
+    time.sleep(0.3)
+    assert d.log_source_restarts == n
+
+
+def test_a_live_log_command_is_up_and_no_log_source_exports_nothing(
+    tmp_path: Path, preempting: StandIn
+) -> None:
+    clock = Clock()
+    with serve(preempting) as url:
+        d = make(url, tmp_path, clock, log_cmd="sh -c 'echo started; exec sleep 30'")
+        d.serve()
+        try:
+            d._start_logs()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not d.log_source_up:
+                time.sleep(0.02)
+            assert value(exported(d), "vllm_advisor_log_source_up") == 1.0
+        finally:
+            t0 = time.monotonic()
+            d.stop()
+            assert time.monotonic() - t0 < 5.0
+        d2 = make(url, tmp_path, clock)
+        d2.serve()
+        try:
+            assert value(exported(d2), "vllm_advisor_log_source_up") is None
+        finally:
+            d2.stop()
