@@ -511,8 +511,9 @@ def _build() -> Iterator[Signal]:
         "frontend_seconds_mean",
         "seconds",
         "Mean TTFT not spent in the engine's queue or prefill: the API server's rendering, media "
-        "loading, tokenisation and multimodal processing (read from vLLM's histograms, so it "
-        "survives --api-server-count > 1, where process_cpu_seconds_total is gone).",
+        "loading, tokenisation and multimodal processing, and the hand-over to the engine (read "
+        "from vLLM's histograms, so it survives --api-server-count > 1, where "
+        "process_cpu_seconds_total is gone).",
         _frontend_seconds,
         f"clamp_min(({_hmean_q('vllm:time_to_first_token_seconds')})"
         f" - ({_hmean_q('vllm:request_queue_time_seconds')})"

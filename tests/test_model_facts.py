@@ -47,7 +47,7 @@ def test_model_config_facts(
     f = _facts(name)
     assert f["model_is_moe"] is moe
     assert f.get("model_num_experts") == experts
-    assert f.get("model_experts_per_token") == per_token
+    assert f.get("model_active_experts") == per_token
     assert f["model_has_mm_encoder"] is encoder
     assert f["mm_encoder_tp_data_supported"] is encoder_dp
     assert isinstance(f["num_attention_heads"], int)

@@ -587,7 +587,7 @@ def model_facts(
     (a mapping) and/or its architecture name (the "Resolved architecture" log line).
 
     Facts: ``architecture``, ``model_is_moe`` (routed experts > 1, or an MoE family name when
-    no config is readable), ``model_num_experts``, ``model_experts_per_token``,
+    no config is readable), ``model_num_experts``, ``model_active_experts``,
     ``model_has_mm_encoder`` (a vision/audio sub-config, or a family vLLM knows as multimodal
     encoder-DP capable), ``mm_encoder_tp_data_supported`` (the architecture is one of
     :data:`advisor.knobs.ENCODER_TP_DATA_ARCHITECTURES`), and ``num_attention_heads`` /
@@ -615,7 +615,7 @@ def model_facts(
         for key in _EXPERTS_PER_TOKEN_KEYS:
             v = text.get(key, cfg.get(key))
             if isinstance(v, int) and not isinstance(v, bool):
-                out["model_experts_per_token"] = Provenanced(v, source, detail)
+                out["model_active_experts"] = Provenanced(v, source, detail)
                 break
         has_encoder = any(isinstance(cfg.get(k), Mapping) for k in _ENCODER_KEYS)
         if has_encoder or (arch and knobs.supports_encoder_tp_data(arch)):
