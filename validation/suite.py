@@ -168,7 +168,7 @@ SCENARIOS_H200X2 = [
     Scenario(
         "dense-kv-tp",
         "8B-shaped dense model on one GPU with --gpu-memory-utilization 0.95 (the advisor's cap): "
-        "1,024 concurrent chat requests of 1k in / 1k out need ~2M KV tokens, the GPU holds ~1M, "
+        "1,024 concurrent requests of 1k in / 768 out need ~1.8M KV tokens, the GPU holds ~1M, "
         "so vLLM preempts. The host has a second GPU: TP 2 (the advice) vs DP 2 (the alternative).",
         {
             "gpu-memory-utilization": 0.95,
@@ -176,7 +176,7 @@ SCENARIOS_H200X2 = [
             "max-num-batched-tokens": 8192,
             "enforce-eager": True,
         },
-        Load(input_len=1024, output_len=1024, num_prompts=1200, concurrency=1024, est_s=170),
+        Load(input_len=1024, output_len=768, num_prompts=1024, concurrency=1024, est_s=150),
         "kv-preemption-capacity",
     ),
     Scenario(
@@ -192,7 +192,7 @@ SCENARIOS_H200X2 = [
             "max-num-batched-tokens": 8192,
             "enforce-eager": True,
         },
-        Load(**CHAT, num_prompts=640, concurrency=128, est_s=90),
+        Load(**CHAT, num_prompts=384, concurrency=128, est_s=80),
         "moe-expert-parallel",
         model="moe30b",
     ),
