@@ -72,6 +72,8 @@ def test_moe_queue_fires_data_parallel_but_the_binding_cap_comes_first() -> None
     assert d.signals["model_is_moe"] == 1 and d.signals["queue_share_of_ttft"] >= 0.7
     assert d.recommendation is not None
     assert (d.recommendation.rule, d.recommendation.knob) == ("queue-seqs-cap-binds", "max_num_seqs")
+    f = next(f for f in d.findings if f["rule"] == "moe-data-parallel")
+    assert f["knob"] == "replicas"  # no GPU count on this host: the DP step cannot move
 
 
 def test_frontend_time_is_read_from_histograms_on_a_real_engine() -> None:
@@ -88,3 +90,38 @@ def test_frontend_time_is_read_from_histograms_on_a_real_engine() -> None:
     rule = next(r for r in RULES if r.id == "frontend-cpu-bound")
     assert "api_server_cpu_cores" not in rule.explain["verify"]
     assert "frontend_seconds_mean" in rule.explain["verify"]
+
+
+def test_the_gpu_suite_applies_parallelism_advice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """validation/suite.py profile h200x2 (no GPU here: only the planning, no server starts): the
+    advice --enable-expert-parallel becomes a flag without a value, --tensor-parallel-size 2 a
+    valued flag, and the MoE scenario serves the MoE model dir."""
+    import importlib.util
+    import sys
+
+    monkeypatch.setenv("PROFILE", "h200x2")
+    monkeypatch.setenv("G", str(tmp_path))
+    spec = importlib.util.spec_from_file_location(
+        "suite_h200x2", Path(__file__).parent.parent / "validation" / "suite.py"
+    )
+    assert spec is not None and spec.loader is not None
+    suite = importlib.util.module_from_spec(spec)
+    sys.modules["suite_h200x2"] = suite
+    try:
+        spec.loader.exec_module(suite)
+        runs = suite.load_state()
+        assert [r.id for r in runs] == ["dense-kv-tp.before", "moe-ep.before"]
+        runs[1].advice = {
+            "recommendation": {"flag": "--enable-expert-parallel", "proposed": True, "change": "c"}
+        }
+        suite.plan_after(runs[1], runs)
+        runs[0].advice = {"recommendation": {"flag": "--tensor-parallel-size", "proposed": 2, "change": "c"}}
+        suite.plan_after(runs[0], runs)
+        moe_after = suite.serve_argv(runs[2])
+        assert str(tmp_path / "model-moe30b") in moe_after
+        assert moe_after[-1] == "--enable-expert-parallel" and "--enforce-eager" in moe_after
+        dense_after = suite.serve_argv(runs[3])
+        assert dense_after[-2:] == ["--tensor-parallel-size", "2"]
+        assert dense_after.count("--gpu-memory-utilization") == 1
+    finally:
+        del sys.modules["suite_h200x2"]
