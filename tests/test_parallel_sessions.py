@@ -125,3 +125,27 @@ def test_the_gpu_suite_applies_parallelism_advice(tmp_path: Path, monkeypatch: p
         assert dense_after.count("--gpu-memory-utilization") == 1
     finally:
         del sys.modules["suite_h200x2"]
+
+
+def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
+    """The PromQL twins of model_is_moe, model_num_experts and mm_encoder_tp_data read
+    vllm_advisor_engine_fact: the exporter publishes them from a real engine's diagnosis."""
+    from prometheus_client import generate_latest
+
+    from advisor.outputs.exporter import ExportState, make_registry
+    from advisor.signals import CATALOG, promql
+
+    d = diagnose("cpu-moe-tp2")
+    text = generate_latest(
+        make_registry(lambda: ExportState(diagnosis=d, up=True, rules=tuple(RULES)))
+    ).decode()
+    facts = {
+        line.split('fact="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm_advisor_engine_fact{")
+    }
+    assert facts["model_is_moe"] == 1 and facts["model_num_experts"] == 8
+    assert facts["mm_encoder_tp_data"] == 0 and facts["model_has_mm_encoder"] == 0
+    for name in ("model_is_moe", "model_num_experts", "mm_encoder_tp_data"):
+        q = promql(CATALOG[name])
+        assert q is not None and f'fact="{name}"' in q
