@@ -576,6 +576,10 @@ KNOBS: dict[str, Knob] = {
             "DP; only model families that declare supports_encoder_tp_data).",
             choices=("weights", "data"),
             gpu_only=True,
+            # --mm-encoder-tp-mode came in August 2025 (vLLM PRs #23168 / #23327 already use it:
+            # 0.10.2 by our reading, not pinned to a release); before it, from May 2025 (PR
+            # #18368), the boolean --enable-multimodal-encoder-data-parallel did the same for
+            # Llama 4 only.
             since="0.10.2",
         ),
         _k(
