@@ -149,3 +149,26 @@ def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
     for name in ("model_is_moe", "model_num_experts", "mm_encoder_tp_data"):
         q = promql(CATALOG[name])
         assert q is not None and f'fact="{name}"' in q
+
+
+def test_kv_limit_on_one_gpu_with_a_second_gpu_idle_picks_tensor_parallelism() -> None:
+    """GPU scenario dense-kv-tp (not run: see docs/validation.md): the 8B-shaped model with
+    --gpu-memory-utilization at the advisor's cap of 0.95, no fixed KV size, a second GPU idle.
+    kv-preemption-capacity skips the memory knobs and proposes --tensor-parallel-size 2; data
+    parallelism is not among its knobs (DP 2 is the scenario's measured alternative)."""
+    from advisor.advise import provenanced_engine, resolve_choice
+
+    rule = next(r for r in RULES if r.id == "kv-preemption-capacity")
+    values = {
+        "preemptions_per_second": 3.0,
+        "kv_cache_usage_ratio_max": 1.0,
+        "running_to_max_num_seqs_ratio": 0.5,
+        "preemption_recompute_ratio": 1.2,
+    }
+    engine = provenanced_engine(
+        {"gpu_memory_utilization": 0.95, "tensor_parallel_size": 1, "gpu_count": 2, "num_attention_heads": 32}
+    )
+    choice, current, proposed, _, why_not = resolve_choice(rule, values, engine, Config())
+    assert choice is not None and (choice.name, current, proposed) == ("tensor_parallel_size", 1, 2)
+    assert any("gpu_memory_utilization" in w for w in why_not)
+    assert "data_parallel_size" not in {k.name for k in rule.knobs}
