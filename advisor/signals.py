@@ -237,6 +237,31 @@ def _api_cpu(c: Context, v: Values) -> Value:
     return c.window.rate("process_cpu_seconds", c.seconds)
 
 
+def _flag_fact(name: str) -> Callable[[Context, Values], Value]:
+    """A yes/no fact of the engine (model facts from advisor/sources/engine.py) as 1/0."""
+
+    def fn(c: Context, v: Values) -> Value:
+        x = c.engine.get(name)
+        return None if x is None else (1.0 if bool(x) else 0.0)
+
+    return fn
+
+
+def _frontend_seconds(c: Context, v: Values) -> Value:
+    # vLLM stamps a request's arrival when the API server starts rendering it (chat template,
+    # media loading, tokenisation, multimodal processing); the engine's queue and prefill
+    # histograms start when the engine has it. TTFT minus both is the front end's share.
+    ttft, queue, prefill = v["ttft_seconds_mean"], v["queue_seconds_mean"], v["prefill_seconds_mean"]
+    if ttft is None or queue is None or prefill is None:
+        return None
+    return max(0.0, ttft - queue - prefill)
+
+
+def _tp_x_dp(c: Context, v: Values) -> Value:
+    tp, dp = v["tensor_parallel_size"], v["data_parallel_size"]
+    return None if tp is None or dp is None else tp * dp
+
+
 # ------------------------------------------------------------------ the catalog
 _LATENCIES = [
     ("ttft_seconds", n.TTFT, "time to first token", "vllm:time_to_first_token_seconds"),
@@ -483,6 +508,28 @@ def _build() -> Iterator[Signal]:
         f"({_hmean_q('vllm:request_prefill_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})",
     )
     yield S(
+        "frontend_seconds_mean",
+        "seconds",
+        "Mean TTFT not spent in the engine's queue or prefill: the API server's rendering, media "
+        "loading, tokenisation and multimodal processing, and the hand-over to the engine (read "
+        "from vLLM's histograms, so it survives --api-server-count > 1, where "
+        "process_cpu_seconds_total is gone).",
+        _frontend_seconds,
+        f"clamp_min(({_hmean_q('vllm:time_to_first_token_seconds')})"
+        f" - ({_hmean_q('vllm:request_queue_time_seconds')})"
+        f" - ({_hmean_q('vllm:request_prefill_time_seconds')}), 0)",
+    )
+    yield S(
+        "frontend_share_of_ttft",
+        "ratio",
+        "frontend_seconds_mean over mean TTFT: the front end is the bottleneck when near 1.",
+        lambda c, v: _div(v["frontend_seconds_mean"], v["ttft_seconds_mean"]),
+        f"clamp_min(({_hmean_q('vllm:time_to_first_token_seconds')})"
+        f" - ({_hmean_q('vllm:request_queue_time_seconds')})"
+        f" - ({_hmean_q('vllm:request_prefill_time_seconds')}), 0)"
+        f" / ({_hmean_q('vllm:time_to_first_token_seconds')})",
+    )
+    yield S(
         "prompt_tokens_per_generation_token",
         "ratio",
         "Prefill tokens per generated token: prefills share the batches with decodes when well above 0.",
@@ -609,6 +656,68 @@ def _build() -> Iterator[Signal]:
             f'max(vllm_advisor_engine_knob{{{{knob="{knob}"}}}})',
             per="config",
         )
+    yield S(
+        "tensor_x_data_parallel_size",
+        "count",
+        "tensor_parallel_size x data_parallel_size: the ranks an MoE model's experts are spread "
+        "over with enable_expert_parallel.",
+        _tp_x_dp,
+        'max(vllm_advisor_engine_knob{{knob="tensor_parallel_size"}})'
+        ' * max(vllm_advisor_engine_knob{{knob="data_parallel_size"}})',
+        per="config",
+    )
+    yield S(
+        "enable_expert_parallel",
+        "info",
+        "1 when the engine runs with expert parallelism (--enable-expert-parallel).",
+        _knob("enable_expert_parallel"),
+        'max(vllm_advisor_engine_knob{{knob="enable_expert_parallel"}})',
+        per="config",
+    )
+    yield S(
+        "mm_encoder_tp_data",
+        "info",
+        "1 when the multimodal encoder runs batch-level data-parallel (--mm-encoder-tp-mode data).",
+        lambda c, v: (
+            None
+            if c.engine.get("mm_encoder_tp_mode") is None
+            else (1.0 if str(c.engine.get("mm_encoder_tp_mode")) == "data" else 0.0)
+        ),
+        'max(vllm_advisor_engine_fact{{fact="mm_encoder_tp_data"}})',
+        per="config",
+    )
+    yield S(
+        "model_is_moe",
+        "info",
+        "1 when the model is a mixture of experts (its config.json, or its architecture name).",
+        _flag_fact("model_is_moe"),
+        'max(vllm_advisor_engine_fact{{fact="model_is_moe"}})',
+        per="config",
+    )
+    yield S(
+        "model_num_experts",
+        "count",
+        "Routed experts per MoE layer (the model's config.json).",
+        _knob("model_num_experts"),
+        'max(vllm_advisor_engine_fact{{fact="model_num_experts"}})',
+        per="config",
+    )
+    yield S(
+        "model_has_mm_encoder",
+        "info",
+        "1 when the model has a multimodal (vision/audio) encoder.",
+        _flag_fact("model_has_mm_encoder"),
+        'max(vllm_advisor_engine_fact{{fact="model_has_mm_encoder"}})',
+        per="config",
+    )
+    yield S(
+        "mm_encoder_tp_data_supported",
+        "info",
+        "1 when vLLM supports --mm-encoder-tp-mode data for the model's architecture.",
+        _flag_fact("mm_encoder_tp_data_supported"),
+        'max(vllm_advisor_engine_fact{{fact="mm_encoder_tp_data_supported"}})',
+        per="config",
+    )
     yield S(
         "gpus",
         "count",

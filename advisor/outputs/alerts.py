@@ -307,7 +307,7 @@ def example_labels(rule: Rule) -> dict[str, str]:
     return {
         "rule": rule.id,
         "knob": choice.name,
-        "flag": (knob.flag or "") if knob else "",
+        "flag": (knob.flag or knob.env or "") if knob else "",
         "direction": choice.direction,
         "current": _fmt(current) if current is not None else "unknown",
         "proposed": _fmt(proposed) if proposed is not None else "unknown",

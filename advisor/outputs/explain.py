@@ -213,7 +213,7 @@ def _knob_lines(rule: Rule) -> list[str]:
     lines = []
     for i, k in enumerate(rule.knobs):
         knob = knobs.KNOBS.get(k.name)
-        flag = knob.flag if knob and knob.flag else k.name
+        flag = (knob.flag or knob.env) if knob and (knob.flag or knob.env) else k.name
         step = f" ({k.step})" if k.step else ""
         pre = "then " if i else ""
         note = f": {k.note}" if k.note else ""

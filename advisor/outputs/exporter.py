@@ -184,11 +184,20 @@ class AdvisorCollector(Collector):
             labels=["fact", "source"],
         )
         facts = d.engine.get("facts", {})
-        for name in ("kv_cache_tokens", "max_concurrency", "gpu_count", "num_gpu_blocks"):
+        model_facts = (
+            "model_is_moe",
+            "model_num_experts",
+            "model_has_mm_encoder",
+            "mm_encoder_tp_data_supported",
+        )
+        for name in ("kv_cache_tokens", "max_concurrency", "gpu_count", "num_gpu_blocks", *model_facts):
             f = facts.get(name)
             v = _num(f.get("value")) if f else None
             if v is not None:
                 g.add_metric([name, _label(f.get("source"))], v)
+        mode = knobs.get("mm_encoder_tp_mode")
+        if mode and mode.get("value") is not None:
+            g.add_metric(["mm_encoder_tp_data", _label(mode.get("source"))], float(mode["value"] == "data"))
         gib = facts.get("gpu_memory_gib")
         if gib and _num(gib.get("value")) is not None:
             g.add_metric(["gpu_memory_bytes", _label(gib.get("source"))], float(gib["value"]) * 2**30)

@@ -557,6 +557,115 @@ def host_facts(run: Callable[[list[str]], str] | None = None) -> dict[str, Prove
 
 
 # --------------------------------------------------------------------------------------
+# 5b. model facts (MoE or dense, experts, multimodal encoder)
+
+MODEL_CONFIG_MAX_BYTES = 4 * 2**20
+_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k")
+_TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_config")
+_ENCODER_KEYS = ("vision_config", "audio_config", "vision_tower", "visual", "vit_config")
+
+
+def _expert_count(cfg: Mapping[str, Any]) -> int | None:
+    for key in _EXPERT_KEYS:
+        v = cfg.get(key)
+        if isinstance(v, list) and v:  # some configs give one count per layer
+            v = max((x for x in v if isinstance(x, int)), default=None)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def model_facts(
+    config: Mapping[str, Any] | None = None,
+    architecture: str | None = None,
+    *,
+    source: str = "config",
+    detail: str = "model config.json",
+) -> dict[str, Provenanced]:
+    """What the advisor needs to know about the model, from its Hugging Face ``config.json``
+    (a mapping) and/or its architecture name (the "Resolved architecture" log line).
+
+    Facts: ``architecture``, ``model_is_moe`` (routed experts > 1, or an MoE family name when
+    no config is readable), ``model_num_experts``, ``model_active_experts``,
+    ``model_has_mm_encoder`` (a vision/audio sub-config, or a family vLLM knows as multimodal
+    encoder-DP capable), ``mm_encoder_tp_data_supported`` (the architecture is one of
+    :data:`advisor.knobs.ENCODER_TP_DATA_ARCHITECTURES`), and ``num_attention_heads`` /
+    ``num_key_value_heads`` / ``num_layers`` of the language model. Pure; unknown facts are
+    left out, never guessed as False from a missing config."""
+    out: dict[str, Provenanced] = {}
+    cfg = dict(config or {})
+    archs = cfg.get("architectures")
+    arch = architecture
+    if not arch and isinstance(archs, list) and archs and isinstance(archs[0], str):
+        arch = archs[0]
+    if arch:
+        out["architecture"] = Provenanced(arch, source, detail)
+    text = cfg
+    for key in _TEXT_CONFIG_KEYS:
+        sub = cfg.get(key)
+        if isinstance(sub, Mapping):
+            text = dict(sub)
+            break
+    if cfg:
+        experts = _expert_count(text) or _expert_count(cfg)
+        out["model_is_moe"] = Provenanced(bool(experts and experts > 1), source, detail)
+        if experts:
+            out["model_num_experts"] = Provenanced(experts, source, detail)
+        for key in _EXPERTS_PER_TOKEN_KEYS:
+            v = text.get(key, cfg.get(key))
+            if isinstance(v, int) and not isinstance(v, bool):
+                out["model_active_experts"] = Provenanced(v, source, detail)
+                break
+        has_encoder = any(isinstance(cfg.get(k), Mapping) for k in _ENCODER_KEYS)
+        if has_encoder or (arch and knobs.supports_encoder_tp_data(arch)):
+            has_encoder = True
+        out["model_has_mm_encoder"] = Provenanced(has_encoder, source, detail)
+        for fact, keys in (
+            ("num_attention_heads", ("num_attention_heads", "n_head")),
+            ("num_key_value_heads", ("num_key_value_heads", "num_kv_heads")),
+            ("num_layers", ("num_hidden_layers", "n_layer", "num_layers")),
+        ):
+            for key in keys:
+                v = text.get(key)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    out[fact] = Provenanced(v, source, detail)
+                    break
+    elif arch:
+        moe = knobs.architecture_is_moe(arch)
+        out["model_is_moe"] = Provenanced(
+            moe, source, f"{detail}: {'an' if moe else 'not an'} MoE family by name"
+        )
+        if knobs.supports_encoder_tp_data(arch):
+            out["model_has_mm_encoder"] = Provenanced(True, source, f"{detail}: a multimodal family")
+    if arch:
+        out["mm_encoder_tp_data_supported"] = Provenanced(
+            knobs.supports_encoder_tp_data(arch),
+            source,
+            f"{detail}: vLLM {knobs.ENCODER_TP_DATA_SINCE} supports_encoder_tp_data",
+        )
+    return out
+
+
+def read_model_config(model: str | os.PathLike[str] | None) -> tuple[dict[str, Any], str] | None:
+    """The ``config.json`` of a model given as a local directory (a command-line or engine
+    config ``model``), with its path; None for a hub id, a missing or unreadable file, or one
+    that is not a JSON object (a model the advisor cannot see is no error)."""
+    import json
+
+    if not model or not isinstance(model, str | os.PathLike):
+        return None
+    path = Path(model) / "config.json"
+    try:
+        if not path.is_file() or path.stat().st_size > MODEL_CONFIG_MAX_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return (data, str(path)) if isinstance(data, dict) else None
+
+
+# --------------------------------------------------------------------------------------
 # 6. all together
 
 
@@ -583,6 +692,10 @@ def resolve(
         parts.append(from_snapshot(snapshot))
     hostd = dict(host or {})
     known = EngineInfo.merge([*parts, hostd])
+    model_part = _model_part(known)
+    if model_part:
+        parts.append(model_part)
+        known = EngineInfo.merge([*parts, hostd])
 
     device_type = str(known.get("device_type") or known.get("device") or "").lower()
     gpu_name = known.get("gpu_name")
@@ -620,6 +733,28 @@ def resolve(
         enable_chunked_prefill=known.get("enable_chunked_prefill"),
     )
     return EngineInfo.merge([*parts, facts, hostd, dflt])
+
+
+def _model_part(known: EngineInfo) -> dict[str, Provenanced]:
+    """Model facts for :func:`resolve`: the config.json of a local model directory named on the
+    command line or in the engine config when it can be read (source "config", so a recorded
+    session keeps them; a path only seen in a log is not read: a replay on another machine
+    must not depend on that machine's files), else the logged architecture."""
+    arch = known.get("architecture")
+    model = known.values.get("model")
+    local = model is not None and model.source in ("cmdline", "config")
+    read = read_model_config(model.value) if local and model is not None else None
+    if read is not None:
+        data, path = read
+        facts = model_facts(data, source="config", detail=f"model {path}")
+        if arch and "architecture" in facts:
+            facts.pop("architecture")  # the log says what vLLM resolved
+        return facts
+    if arch:
+        facts = model_facts(None, str(arch), source="log", detail="Resolved architecture line")
+        facts.pop("architecture", None)
+        return facts
+    return {}
 
 
 # --------------------------------------------------------------------------------------
@@ -689,7 +824,9 @@ __all__ = [
     "host_facts",
     "is_secret_name",
     "looks_like_vllm",
+    "model_facts",
     "parse_nvidia_smi",
+    "read_model_config",
     "redact_argv",
     "resolve",
     "serve_args",
