@@ -157,10 +157,7 @@ def _diagnose(
                 _fail(f"{session_dir}: the session has no /metrics pages")
             return d
         if metrics_files or log_file:
-            if not metrics_files:
-                _fail(
-                    "--log-file alone gives startup facts, not a diagnosis: add --metrics-file (or use inspect)"
-                )
+            # a log alone: its periodic stats lines are the data (evidence.pages_from_stats)
             _, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=engine_config)
             return d
         from advisor import daemon

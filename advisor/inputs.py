@@ -8,12 +8,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from advisor import evidence
 from advisor.advise import Diagnosis
 from advisor.config import Config
 from advisor.ruleset import Rule
 from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.session import Session
-from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError
+from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, parse_page
 
 
 class InputError(Exception):
@@ -65,9 +66,14 @@ def from_files(
 
     Pages carry no time, so the file's modification times are used when they differ,
     else ``interval_s`` apart. A few pages are no time series: ``for:`` hold times are
-    not applied and the minimum window is the pages' span."""
+    not applied and the minimum window is the pages' span.
+
+    One page alone: its counters count from the process start (``evidence.start_baseline``),
+    and a verdict it cannot support is withheld (``evidence.single_page_verdict``). A log
+    alone: its periodic stats lines become the pages (``evidence.pages_from_stats``)."""
     clock = ReplayClock()
-    cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=float("inf"), window_s=float("inf"))
+    inf = float("inf")
+    cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=inf, window_s=inf, retention_s=inf)
     # a log's year-less stamps are read near when it was last written (not near today)
     near = _mtime(log_file) if log_file else None
     adv = Advisor(cfg1, rules, config_path=config_path, clock=clock, log_near=near)
@@ -80,15 +86,52 @@ def from_files(
         except OSError as e:
             raise InputError(f"{log_file}: cannot read: {e.strerror or e}") from None
         adv.flush_logs()
+    if not metric_files:
+        return adv, _from_log_stats(adv, clock, log_file) if log_file else None
     times = _times(metric_files, interval_s)
+    start: tuple[float | None, str] = (None, "")
     for path, t in zip(metric_files, times, strict=True):
         text = _read_page(path)
         clock.t = t
+        if len(metric_files) == 1:
+            start = _single_page_start(adv, text, t)
         if not adv.on_page(text, t):
             raise InputError(f"{path}: {adv.stats.last_error}")
-    if not metric_files:
-        return adv, None
-    return adv, adv.diagnose(times[-1])
+    d = adv.diagnose(times[-1])
+    if len(metric_files) == 1 and adv.window.latest is not None:
+        d = evidence.single_page_verdict(d, adv.window.latest, start[0], start[1])
+    return adv, d
+
+
+def _single_page_start(adv: Advisor, text: str, t: float) -> tuple[float | None, str]:
+    """Put the process start (all counters zero) before a lone page; (start, which series
+    said it) or (None, why not)."""
+    try:
+        snap = parse_page(text, t)
+    except MetricsError:
+        return None, "the page cannot be read"  # on_page says why
+    start, why = evidence.process_start(text, snap)
+    if start is None:
+        return None, why
+    if start >= t:
+        return None, f"the process started ({why}) after the file was last written: no time base"
+    adv.window.add_snapshot(evidence.start_baseline(snap, start))
+    return start, why
+
+
+def _from_log_stats(adv: Advisor, clock: ReplayClock, log_file: str) -> Diagnosis:
+    """A diagnosis from the log's periodic stats lines (no page given)."""
+    events = list(adv.window.events("engine_stats")) + list(adv.window.events("preemption"))
+    events.sort(key=lambda e: e.t if e.t is not None else 0.0)
+    pages = evidence.pages_from_stats(events)
+    if len(pages) < 2:
+        return evidence.no_stats_diagnosis(adv.engine, log_file, len(pages), clock.t)
+    for snap in pages:
+        clock.t = snap.t
+        adv.window.add_snapshot(snap)
+    adv.up = True
+    d = adv.diagnose(pages[-1].t)
+    return evidence.log_stats_verdict(d, pages)
 
 
 def _mtime(path: str) -> float | None:

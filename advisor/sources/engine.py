@@ -472,7 +472,37 @@ def from_snapshot(snapshot: Snapshot) -> dict[str, Provenanced]:
     engines = snapshot.label_values(names.ENGINE_LABEL)
     if engines:
         out["engines"] = Provenanced(len(engines), "metrics", f"{names.ENGINE_LABEL} label values")
+    era = era_of(snapshot)
+    if era is not None:
+        out["vllm_era"] = Provenanced(era, "metrics", era_detail(snapshot))
     return out
+
+
+# V0's last release line (V1 became the default in 0.8.0): its defaults stand for "a V0
+# engine" when a page's names date it but nothing gives the version.
+V0_ERA_VERSION = "0.7.3"
+
+
+def _source_names(snapshot: Snapshot) -> set[str]:
+    return {f.source_name or f.name for f in snapshot.families.values()}
+
+
+def era_of(snapshot: Snapshot) -> str | None:
+    """``"v0"`` when the page carries V0-only family names and no V1-only sign, ``"v1"``
+    when it spells the KV gauge V1's way or has an ``engine`` label, else None."""
+    src = _source_names(snapshot)
+    v1 = names.KV_CACHE_USAGE in src or bool(snapshot.label_values(names.ENGINE_LABEL))
+    if v1:
+        return "v1"
+    return "v0" if src & names.V0_ONLY_FAMILIES else None
+
+
+def era_detail(snapshot: Snapshot) -> str:
+    src = _source_names(snapshot)
+    v0 = sorted(src & names.V0_ONLY_FAMILIES)
+    if era_of(snapshot) == "v0":
+        return "V0-only metric names on the page: " + ", ".join(v0[:3])
+    return "V1 metric names on the page"
 
 
 # --------------------------------------------------------------------------------------
@@ -609,8 +639,12 @@ def resolve(
             return default
 
     mml = known.get("max_model_len")
+    version = known.get("vllm_version")
+    era_version = None
+    if not knobs.parse_version(version) and known.get("vllm_era") == "v0":
+        era_version = V0_ERA_VERSION  # a dev build or no version, but V0's names: V0's defaults
     dflt = defaults(
-        known.get("vllm_version"),
+        era_version or (version if knobs.parse_version(version) else None),
         device,
         known.get("gpu_memory_gib"),
         gpu_name,
@@ -619,6 +653,16 @@ def resolve(
         max_model_len=mml if isinstance(mml, int) else None,
         enable_chunked_prefill=known.get("enable_chunked_prefill"),
     )
+    if era_version is not None:
+        era = known.values["vllm_era"]
+        dflt = {
+            k: Provenanced(
+                p.value,
+                p.source,
+                f"V0 era inferred ({era.detail}), defaults of vLLM {era_version}; {p.detail}",
+            )
+            for k, p in dflt.items()
+        }
     return EngineInfo.merge([*parts, facts, hostd, dflt])
 
 

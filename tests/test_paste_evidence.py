@@ -1,0 +1,126 @@
+"""Issue 14: a single pasted page or a log alone is never called healthy or idle without
+evidence (tests/fixtures/paste/README.md says where each case comes from)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from advisor import config as config_mod
+from advisor import inputs
+from advisor.cli import main
+from advisor.ruleset import load_rules
+
+FIX = Path(__file__).parent / "fixtures"
+PAGES = FIX / "paste" / "pages"
+H200_START = 1.79599261254e09  # process_start_time_seconds of the H200 0.25 page it derives from
+
+
+def _page(tmp_path: Path, name: str, mtime: float | None) -> str:
+    """A copy of a fixture page whose modification time (the page's only clock) is fixed."""
+    dst = tmp_path / name
+    shutil.copy(PAGES / name, dst)
+    if mtime is not None:
+        os.utime(dst, (mtime, mtime))
+    return str(dst)
+
+
+def _diagnose(metric_files: list[str], log_file: str | None = None):  # type: ignore[no-untyped-def]
+    cfg = config_mod.load(None)
+    _, d = inputs.from_files(metric_files, log_file, cfg, load_rules(None))
+    assert d is not None
+    return d
+
+
+def test_a_page_with_a_long_queue_and_preemptions_is_not_healthy(tmp_path: Path) -> None:
+    """719 waiting, 11 running, 353 preemptions since start (a real H200 page with those
+    gauges edited): the counters since process_start_time_seconds make the preemption rules
+    checkable, and the one that fires is the KV-capacity one (11 running of 256)."""
+    d = _diagnose([_page(tmp_path, "v1-queue-preempt.prom", H200_START + 600)])
+    assert d.status == "advice", d.reason
+    assert d.recommendation is not None and d.recommendation.rule == "kv-preemption-capacity"
+    assert d.context["single_page"]["preemptions_since_start"] == 353
+    assert d.context["single_page"]["time_base"] == "process_start_time_seconds"
+    assert d.signals["preemptions_per_second"] is not None
+    assert abs(d.signals["preemptions_per_second"] - 353 / 600) < 1e-6
+
+
+def test_the_same_page_without_a_time_base_names_what_it_shows(tmp_path: Path) -> None:
+    """The file's time before the process start: no rates, so no rule can check the
+    preemptions; the verdict names the queue and the preemptions instead of "healthy"."""
+    d = _diagnose([_page(tmp_path, "v1-queue-preempt.prom", H200_START - 10)])
+    assert d.status == "inconclusive"
+    assert "719 waiting" in d.reason and "353 preemptions since start" in d.reason
+
+
+def test_a_page_without_the_running_gauge_is_not_idle(tmp_path: Path) -> None:
+    d = _diagnose([_page(tmp_path, "v1-no-running-gauge.prom", None)])
+    assert d.status == "insufficient-data"
+    assert "idle:" not in d.reason
+    assert "vllm:num_requests_running" in d.reason
+
+
+def test_a_quiet_page_without_a_start_time_is_not_called_healthy(tmp_path: Path) -> None:
+    """A real idle CPU page with process_start_time_seconds and every _created line cut."""
+    d = _diagnose([_page(tmp_path, "v1-no-start-time.prom", None)])
+    assert d.status == "insufficient-data"
+    assert d.context["single_page"]["missing_time_base"] is not None
+
+
+def test_a_v0_page_gets_v0_defaults_and_no_health_verdict(tmp_path: Path) -> None:
+    """V0 spellings (vllm:gpu_cache_usage_perc, num_requests_swapped, avg_*_throughput) and
+    no version anywhere: V0's defaults (chunked prefill off, prefix caching off), not the
+    newest vLLM's; the queue on the page keeps it from "healthy"."""
+    d = _diagnose([_page(tmp_path, "v0-0.6-queue.prom", 1.71854e09 + 3600)])
+    assert d.status == "inconclusive", d.reason
+    assert "412 waiting" in d.reason
+    knobs = d.engine["knobs"]
+    assert knobs["enable_chunked_prefill"]["value"] is False
+    assert knobs["enable_prefix_caching"]["value"] is False
+    assert "V0 era inferred" in knobs["enable_chunked_prefill"]["detail"]
+    assert d.engine["facts"]["vllm_era"]["value"] == "v0"
+
+
+def test_a_v1_page_keeps_the_newest_defaults() -> None:
+    res = CliRunner().invoke(
+        main,
+        [
+            "inspect",
+            "--metrics-file",
+            str(FIX / "pages" / "cpu-0.32-baseline-after.prom"),
+            "--format",
+            "json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    eng = json.loads(res.stdout)["engine"]
+    assert eng["facts"]["vllm_era"]["value"] == "v1"
+    assert eng["knobs"]["enable_chunked_prefill"]["value"] is True
+
+
+def test_explain_on_a_log_alone_diagnoses_from_its_stats_lines() -> None:
+    """A real H200 0.25 log: its stats lines show 223 waiting and a full KV cache, and a log
+    says nothing about preemptions in V1, so no rule can confirm a cause: inconclusive, with
+    what the lines show (never "healthy", never a refusal)."""
+    d = _diagnose([], str(FIX / "logs" / "h200-0.25-A_s256.log"))
+    assert d.status == "inconclusive", d.reason
+    assert "up to 223 waiting" in d.reason
+    assert d.context["source"] == "log stats lines" and d.context["stats_lines"] >= 5
+    assert d.signals["requests_waiting_avg"] is not None
+
+
+def test_explain_on_a_quiet_log_alone_and_on_a_log_without_stats(tmp_path: Path) -> None:
+    # a real CPU 0.32 run: never more than 16 running, nothing waiting, KV under 5%
+    d = _diagnose([], str(FIX / "logs" / "cpu-0.32-baseline.log"))
+    assert d.status == "healthy", d.reason
+    assert d.context["source"] == "log stats lines"
+    empty = tmp_path / "startup-only.log"
+    empty.write_text("INFO 11-29 23:25:08 [api_server.py:1] vLLM API server version 0.32.0\n")
+    d2 = _diagnose([], str(empty))
+    assert d2.status == "insufficient-data" and "no periodic stats lines" in d2.reason
+    res = CliRunner().invoke(main, ["explain", "--log-file", str(empty), "--format", "json"])
+    assert json.loads(res.stdout)["status"] == "insufficient-data"
