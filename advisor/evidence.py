@@ -243,7 +243,7 @@ def pages_from_stats(events: Iterable[LogEvent], default_interval_s: float = 10.
         if ev.kind == "preemption":
             cum = ev.fields.get("cumulative")
             preempt = float(cum) if isinstance(cum, int | float) else (preempt or 0.0) + 1.0
-        elif ev.kind == "engine_stats" and ev.fields.get("format") != "v0_prefix_cache":
+        elif ev.kind == "engine_stats" and ev.fields.get("format") in ("v0", "v1"):
             by_t.setdefault(float(ev.t or 0.0), []).append({**ev.fields, "_preempt": preempt})
     pages: list[Snapshot] = []
     prompt = gen = 0.0
