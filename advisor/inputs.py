@@ -22,12 +22,17 @@ class InputError(Exception):
 
 
 def advisor_for_session(
-    s: Session, cfg: Config, rules: Sequence[Rule], config_path: str | None = None
+    s: Session,
+    cfg: Config,
+    rules: Sequence[Rule],
+    config_path: str | None = None,
+    command_argv: Sequence[str] | None = None,
 ) -> tuple[Advisor, ReplayClock]:
     """An advisor set up as the daemon beside the recorded server was: the session's command
-    line and host facts, its start for year-less log timestamps, and a clock the replay moves."""
+    line (or ``command_argv``, a pasted one) and host facts, its start for year-less log
+    timestamps, and a clock the replay moves."""
     clock = ReplayClock()
-    serve_args = s.meta.get("serve_args")
+    serve_args = list(command_argv) if command_argv is not None else s.meta.get("serve_args")
     adv = Advisor(
         cfg,
         rules,
@@ -46,10 +51,11 @@ def from_session(
     rules: Sequence[Rule],
     on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
     config_path: str | None = None,
+    command_argv: Sequence[str] | None = None,
 ) -> tuple[Advisor, Diagnosis | None]:
     """Replay a session as the daemon would have lived it; the last diagnosis is the answer."""
     s = Session.load(directory)
-    adv, _ = advisor_for_session(s, cfg, rules, config_path)
+    adv, _ = advisor_for_session(s, cfg, rules, config_path, command_argv)
     last = replay(adv, ((i.kind, i.t, i.text) for i in s.replay()), on_diagnosis)
     return adv, last
 
@@ -61,8 +67,10 @@ def from_files(
     rules: Sequence[Rule],
     interval_s: float = 60.0,
     config_path: str | None = None,
+    command_argv: Sequence[str] | None = None,
 ) -> tuple[Advisor, Diagnosis | None]:
-    """Diagnose saved pages (oldest first) and/or a log file.
+    """Diagnose saved pages (oldest first) and/or a log file (``command_argv``: the server's
+    command line, from ``--command-file``).
 
     Pages carry no time, so the file's modification times are used when they differ,
     else ``interval_s`` apart. A few pages are no time series: ``for:`` hold times are
@@ -76,7 +84,15 @@ def from_files(
     cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=inf, window_s=inf, retention_s=inf)
     # a log's year-less stamps are read near when it was last written (not near today)
     near = _mtime(log_file) if log_file else None
-    adv = Advisor(cfg1, rules, config_path=config_path, clock=clock, log_near=near)
+    argv = list(command_argv) if command_argv is not None else None
+    adv = Advisor(
+        cfg1,
+        rules,
+        config_path=config_path,
+        clock=clock,
+        log_near=near,
+        argv_provider=(lambda: argv) if argv is not None else None,
+    )
     adv.evaluator.honor_for = False
     if log_file:
         try:

@@ -852,6 +852,9 @@ _NOT_CONT_RE = re.compile(
     r"^(?:\s\s|\t|[\[#(]|Traceback\b|File \"|During handling\b|The above exception\b|"
     r"[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b:)"
 )
+# How a complete record ends: a percentage, a closing bracket or quote, a full stop after a
+# word, an HTTP status, a unit.
+_RECORD_END_RE = re.compile(r"(?:[%)\]}>!\"']|(?<![\d.])\.|\bOK|\breqs|tokens/s|GiB|seconds)\s*$")
 # Two records glued where a viewer showed the end of line as ``$`` (``cat -A``, vim's list mode).
 _GLUE_RE = re.compile(
     r"\$(?=\([A-Za-z_][\w.-]*\s+pid=\d+\)\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:)"
@@ -942,8 +945,10 @@ class LineJoiner:
 
     @staticmethod
     def _wrappable(clean: str) -> bool:
-        """A vLLM line as long as a terminal is wide: it may have been hard-wrapped."""
-        if not WRAP_MIN_COLS <= len(clean) <= WRAP_MAX_COLS:
+        """A vLLM line as long as a terminal is wide that does not end as a record ends: it
+        may have been hard-wrapped. (A complete stats line ends with ``%``, and is passed on at
+        once: a live follower does not wait for the next line to see it.)"""
+        if not WRAP_MIN_COLS <= len(clean) <= WRAP_MAX_COLS or _RECORD_END_RE.search(clean):
             return False
         rest, _, _ = _strip_outer(clean, 1970, None)
         return bool(_PROCESS_RE.match(rest) or _LEVEL_RE.match(rest))
