@@ -236,7 +236,8 @@ def pages_from_stats(events: Iterable[LogEvent], default_interval_s: float = 10.
     """A page per time with ``engine_stats`` lines (timed lines only; several engines' lines
     of one second are summed). Gauges: running, waiting, swapped, KV usage (mean, as V1's
     ``vllm:kv_cache_usage_perc``); counters: prompt and generation tokens (throughput times
-    the time since the line before), preemptions (V0 warnings' cumulative count)."""
+    the time since the line before), preemptions (V0 warnings' cumulative count, V1's
+    per-interval ``Preemptions: N`` summed)."""
     by_t: dict[float, list[dict[str, Any]]] = {}
     preempt: float | None = None
     for ev in sorted((e for e in events if e.t is not None), key=lambda e: e.t or 0.0):
@@ -245,6 +246,10 @@ def pages_from_stats(events: Iterable[LogEvent], default_interval_s: float = 10.
             preempt = float(cum) if isinstance(cum, int | float) else (preempt or 0.0) + 1.0
         elif ev.kind == "engine_stats" and ev.fields.get("format") in ("v0", "v1"):
             by_t.setdefault(float(ev.t or 0.0), []).append({**ev.fields, "_preempt": preempt})
+    # V1 prints "Preemptions: N" (those of the interval) only when N > 0: once a line of the
+    # log has it, a line without it counts none
+    v1_counts = any("preemptions" in r and r.get("format") == "v1" for rows in by_t.values() for r in rows)
+    v1_total = 0.0
     pages: list[Snapshot] = []
     prompt = gen = 0.0
     last_t: float | None = None
@@ -257,6 +262,9 @@ def pages_from_stats(events: Iterable[LogEvent], default_interval_s: float = 10.
         kv = _total(rows, "kv_cache_usage")
         n_kv = sum(1 for r in rows if isinstance(r.get("kv_cache_usage"), int | float))
         pre = rows[-1].get("_preempt")
+        if v1_counts:
+            v1_total += _total(rows, "preemptions") or 0.0
+            pre = v1_total + (pre if isinstance(pre, int | float) else 0.0)
         values: list[tuple[str, str, float | None]] = [
             (names.NUM_RUNNING, "gauge", _total(rows, "running")),
             (names.NUM_WAITING, "gauge", _total(rows, "waiting")),

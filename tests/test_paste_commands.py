@@ -135,3 +135,40 @@ def test_explain_uses_the_pasted_command(tmp_path: Path) -> None:
     assert knobs["max_model_len"]["value"] == 2000
     res = CliRunner().invoke(main, ["explain", "--url", "http://127.0.0.1:9", "--command-file", str(cmd)])
     assert res.exit_code == 2
+
+
+def test_record_keeps_the_pasted_command_as_the_sessions_serve_args(tmp_path: Path) -> None:
+    """The stand-in serves real pages recorded from vLLM 0.25 (a server that is not here): the
+    session's engine.json keeps the pasted command's knobs (secrets redacted), and a replay
+    reads them."""
+    from advisor.cli import DEMO_SESSION
+    from advisor.session import Session
+    from tests.vllm_standin import StandIn, serve, session_pages
+
+    cmd = tmp_path / "cmd.sh"
+    cmd.write_text("vllm serve /models/llama-8b-shaped \\\n  --max-num-seqs 48 --api-key sk-abc123def456\n")
+    out = tmp_path / "rec"
+    with serve(StandIn(session_pages(DEMO_SESSION))) as url:
+        res = CliRunner().invoke(
+            main,
+            [
+                "record",
+                "--url",
+                url,
+                "--duration",
+                "1s",
+                "--interval",
+                "0.5s",
+                "--out",
+                str(out),
+                "--command-file",
+                str(cmd),
+            ],
+        )
+    assert res.exit_code == 0, res.output
+    s = Session.load(out)
+    assert s.engine["knobs"]["max_num_seqs"]["value"] == 48
+    assert "sk-abc123def456" not in json.dumps(s.engine) + json.dumps(s.meta)
+    d = _inspect("--session", str(out))
+    assert d["engine"]["knobs"]["max_num_seqs"]["value"] == 48
+    assert d["engine"]["knobs"]["max_num_seqs"]["source"] == "cmdline"

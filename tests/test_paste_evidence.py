@@ -124,3 +124,26 @@ def test_explain_on_a_quiet_log_alone_and_on_a_log_without_stats(tmp_path: Path)
     assert d2.status == "insufficient-data" and "no periodic stats lines" in d2.reason
     res = CliRunner().invoke(main, ["explain", "--log-file", str(empty), "--format", "json"])
     assert json.loads(res.stdout)["status"] == "insufficient-data"
+
+
+def test_log_stats_lines_become_pages_with_v1_preemption_counts() -> None:
+    """V1 prints "Preemptions: N" (the interval's) only when N > 0: once the log shows it, a line
+    without it counts none; throughputs integrate into token counters."""
+    from advisor import names
+    from advisor.evidence import pages_from_stats
+    from advisor.sources.logs import parse_lines
+
+    head = "(APIServer pid=1) INFO 11-29 23:26:{s} [loggers.py:335] Engine 000: Avg prompt throughput: 100.0 tokens/s, "
+    lines = [
+        head.format(s="00") + "Avg generation throughput: 50.0 tokens/s, Running: 8 reqs, Waiting: 0 reqs, "
+        "GPU KV cache usage: 50.0%, Prefix cache hit rate: 0.0%",
+        head.format(s="10") + "Avg generation throughput: 50.0 tokens/s, Running: 16 reqs, Waiting: 4 reqs, "
+        "Preemptions: 3, GPU KV cache usage: 99.0%, Prefix cache hit rate: 0.0%",
+        head.format(s="20") + "Avg generation throughput: 50.0 tokens/s, Running: 16 reqs, Waiting: 2 reqs, "
+        "GPU KV cache usage: 97.0%, Prefix cache hit rate: 0.0%",
+    ]
+    pages = pages_from_stats(parse_lines(lines, year=2026))
+    assert [p.total(names.NUM_PREEMPTIONS) for p in pages] == [0.0, 3.0, 3.0]
+    assert [p.total(names.NUM_WAITING) for p in pages] == [0.0, 4.0, 2.0]
+    assert pages[2].total(names.PROMPT_TOKENS) - pages[0].total(names.PROMPT_TOKENS) == 2000.0  # type: ignore[operator]
+    assert pages[1].mean(names.KV_CACHE_USAGE) == 0.99

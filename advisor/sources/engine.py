@@ -1054,6 +1054,9 @@ def from_json(data: Mapping[str, Any]) -> EngineInfo:
         if not isinstance(sec, Mapping):
             raise EngineSourceError(f"engine JSON: {section!r} must be an object")
         for name, entry in sec.items():
+            if entry == REDACTED:  # a secret-named entry (--api-key) redacted whole when written
+                values[str(name)] = Provenanced(REDACTED, "cmdline", "redacted")
+                continue
             if not isinstance(entry, Mapping) or "value" not in entry:
                 raise EngineSourceError(f"engine JSON: {section}.{name} needs a 'value'")
             values[str(name)] = Provenanced(
