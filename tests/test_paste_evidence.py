@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from advisor import config as config_mod
@@ -147,3 +148,20 @@ def test_log_stats_lines_become_pages_with_v1_preemption_counts() -> None:
     assert [p.total(names.NUM_WAITING) for p in pages] == [0.0, 4.0, 2.0]
     assert pages[2].total(names.PROMPT_TOKENS) - pages[0].total(names.PROMPT_TOKENS) == 2000.0  # type: ignore[operator]
     assert pages[1].mean(names.KV_CACHE_USAGE) == 0.99
+
+
+def test_the_counters_created_stamps_stand_in_for_a_missing_start_time(tmp_path: Path) -> None:
+    """process_start_time_seconds cut from the page (a paste of the vllm: lines only): the
+    earliest *_created stamp (the engine's counters, created at its start) is the time base."""
+    text = (PAGES / "v1-queue-preempt.prom").read_text()
+    cut = "\n".join(ln for ln in text.splitlines() if "process_start_time_seconds" not in ln) + "\n"
+    page = tmp_path / "no-process-start.prom"
+    page.write_text(cut)
+    created = min(
+        float(ln.split()[-1]) for ln in cut.splitlines() if not ln.startswith("#") and "_created" in ln
+    )
+    os.utime(page, (created + 600, created + 600))
+    d = _diagnose([str(page)])
+    assert d.context["single_page"]["time_base"] == "the earliest vllm:*_created stamp"
+    assert d.context["single_page"]["process_start"] == created
+    assert d.status == "advice" and d.signals["preemptions_per_second"] == pytest.approx(353 / 600)
