@@ -125,7 +125,7 @@ def explain(
     cfg = _cfg(config_file, engine_config=engine_config, rules_dir=rules_dir)
     if command_file and (url or daemon_url):
         _fail("--command-file goes with --session or --metrics-file/--log-file", 2)
-    command_argv = _command_argv(command_file)
+    command = _command(command_file)
     diagnosis = _diagnose(
         cfg,
         rules,
@@ -137,7 +137,7 @@ def explain(
         window,
         interval,
         engine_config,
-        command_argv,
+        command,
     )
     if isinstance(diagnosis, dict):  # from a daemon: already JSON
         status = diagnosis.get("status")
@@ -165,16 +165,14 @@ def _diagnose(
     window: str,
     interval: str,
     engine_config: Any,
-    command_argv: list[str] | None = None,
+    command: Any = None,
 ) -> Any:
     from advisor import inputs
     from advisor.session import SessionError
 
     try:
         if session_dir:
-            _, d = inputs.from_session(
-                session_dir, cfg, rules, config_path=engine_config, command_argv=command_argv
-            )
+            _, d = inputs.from_session(session_dir, cfg, rules, config_path=engine_config, command=command)
             if d is None:
                 _fail(f"{session_dir}: the session has no /metrics pages")
             return d
@@ -186,7 +184,7 @@ def _diagnose(
                 cfg,
                 rules,
                 config_path=engine_config,
-                command_argv=command_argv,
+                command=command,
             )
             return d
         from advisor import daemon
@@ -210,9 +208,9 @@ def _diagnose(
     return None
 
 
-def _command_argv(command_file: str | None) -> list[str] | None:
-    """The vLLM arguments of a pasted launch command (``--command-file``); its warnings on
-    stderr. Reusable by any command that takes ``--command-file``."""
+def _command(command_file: str | None) -> Any:
+    """A pasted launch command (``--command-file``) as ``sources.engine.PastedCommand``, its
+    warnings on stderr; None without the option. Reusable by any command that takes it."""
     if not command_file:
         return None
     from advisor.sources.engine import CommandError, read_command_file
@@ -224,7 +222,7 @@ def _command_argv(command_file: str | None) -> list[str] | None:
         raise
     for w in cmd.warnings:
         click.echo(f"warning: {command_file}: {w}", err=True)
-    return cmd.argv
+    return cmd
 
 
 def daemon_errors() -> tuple[type[BaseException], ...]:
@@ -379,7 +377,7 @@ def record(
 
     if log_file and log_cmd:
         _fail("give --log-file or --log-cmd, not both", 2)
-    command_argv = _command_argv(command_file)
+    command = _command(command_file)
     try:
         total = config_mod.parse_duration_s(duration)
         progress = _progress_printer(total) if sys.stderr.isatty() else None
@@ -394,7 +392,7 @@ def record(
             compress=compress,
             log_from_start=log_from_start,
             notes=notes,
-            server_argv=command_argv,
+            server_argv=command.argv if command is not None else None,
         )
     except (session.SessionError, ValueError, config_mod.ConfigError) as e:
         _fail(str(e))

@@ -14,6 +14,7 @@ from advisor.config import Config
 from advisor.ruleset import Rule
 from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.session import Session
+from advisor.sources.engine import PastedCommand
 from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, parse_page
 
 
@@ -26,17 +27,20 @@ def advisor_for_session(
     cfg: Config,
     rules: Sequence[Rule],
     config_path: str | None = None,
-    command_argv: Sequence[str] | None = None,
+    command: PastedCommand | None = None,
 ) -> tuple[Advisor, ReplayClock]:
     """An advisor set up as the daemon beside the recorded server was: the session's command
-    line (or ``command_argv``, a pasted one) and host facts, its start for year-less log
+    line (or ``command``, a pasted one) and host facts, its start for year-less log
     timestamps, and a clock the replay moves."""
     clock = ReplayClock()
-    serve_args = list(command_argv) if command_argv is not None else s.meta.get("serve_args")
+    serve_args = list(command.argv) if command is not None else s.meta.get("serve_args")
     adv = Advisor(
         cfg,
         rules,
-        base=base_from_session_engine(s.engine, isinstance(serve_args, list)),
+        base={
+            **base_from_session_engine(s.engine, isinstance(serve_args, list)),
+            **(command.facts() if command is not None else {}),
+        },
         config_path=config_path,
         argv_provider=(lambda: serve_args) if isinstance(serve_args, list) else None,
         clock=clock,
@@ -51,11 +55,11 @@ def from_session(
     rules: Sequence[Rule],
     on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
     config_path: str | None = None,
-    command_argv: Sequence[str] | None = None,
+    command: PastedCommand | None = None,
 ) -> tuple[Advisor, Diagnosis | None]:
     """Replay a session as the daemon would have lived it; the last diagnosis is the answer."""
     s = Session.load(directory)
-    adv, _ = advisor_for_session(s, cfg, rules, config_path, command_argv)
+    adv, _ = advisor_for_session(s, cfg, rules, config_path, command)
     last = replay(adv, ((i.kind, i.t, i.text) for i in s.replay()), on_diagnosis)
     return adv, last
 
@@ -67,9 +71,9 @@ def from_files(
     rules: Sequence[Rule],
     interval_s: float = 60.0,
     config_path: str | None = None,
-    command_argv: Sequence[str] | None = None,
+    command: PastedCommand | None = None,
 ) -> tuple[Advisor, Diagnosis | None]:
-    """Diagnose saved pages (oldest first) and/or a log file (``command_argv``: the server's
+    """Diagnose saved pages (oldest first) and/or a log file (``command``: the server's
     command line, from ``--command-file``).
 
     Pages carry no time, so the file's modification times are used when they differ,
@@ -84,10 +88,11 @@ def from_files(
     cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=inf, window_s=inf, retention_s=inf)
     # a log's year-less stamps are read near when it was last written (not near today)
     near = _mtime(log_file) if log_file else None
-    argv = list(command_argv) if command_argv is not None else None
+    argv = list(command.argv) if command is not None else None
     adv = Advisor(
         cfg1,
         rules,
+        base=command.facts() if command is not None else None,
         config_path=config_path,
         clock=clock,
         log_near=near,

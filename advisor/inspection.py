@@ -98,6 +98,7 @@ def inspect(
         except engine_src.CommandError as e:
             raise InspectError(str(e)) from None
         argv = cmd.argv  # the pasted command wins over a process found on this host
+        base.update(cmd.facts())
         command = {"launcher": cmd.launcher, "argv": cmd.argv, "warnings": cmd.warnings}
     events = list(log_src.parse_lines(lines, near=near))
     try:

@@ -68,6 +68,9 @@ def test_docker_run_keeps_the_engine_args_and_drops_dockers_own() -> None:
     }
     assert d["engine"]["model"] == "mistralai/Mistral-7B-v0.1"
     assert d["command"]["launcher"] == "docker run vllm/vllm-openai:v0.8.5"
+    # the image's tag dates the engine (weaker than a log or the API: source "default")
+    assert d["engine"]["vllm_version"] == "0.8.5"
+    assert d["engine"]["facts"]["vllm_version"]["detail"] == "docker image vllm/vllm-openai:v0.8.5"
     facts = d["engine"]["facts"]
     assert "port" not in facts and "name" not in facts and "gpus" not in facts
     dumped = json.dumps(d)

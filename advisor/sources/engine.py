@@ -284,6 +284,15 @@ class PastedCommand:
     argv: list[str]
     launcher: str
     warnings: list[str]
+    image: str | None = None
+
+    def facts(self) -> dict[str, Provenanced]:
+        """What the command says besides its arguments: the vLLM version of a
+        ``vllm/vllm-openai:vX.Y.Z`` image (source "default": weaker than a log or the API)."""
+        m = _IMAGE_VERSION_RE.search(self.image or "")
+        if m is None:
+            return {}
+        return {"vllm_version": Provenanced(m.group(1), "default", f"docker image {self.image}")}
 
 
 # flags of `docker run` / `podman run` that take a value (everything else is a switch)
@@ -343,6 +352,7 @@ _DOCKER_VALUE_FLAGS = frozenset(
     ]
 )
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_IMAGE_VERSION_RE = re.compile(r"(?:^|/)vllm-openai(?:-[\w]+)?:v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)$")
 _WRAPPER_WORDS = frozenset({"env", "exec", "nohup", "sudo", "time", "command", "stdbuf", "numactl"})
 # launchers that read knobs from the environment: NVIDIA NIM (NIM_*) and vLLM-named variables
 _ENV_KNOB_PREFIXES = ("NIM_", "VLLM_")
@@ -465,6 +475,7 @@ def read_command(text: str) -> PastedCommand:
             k, _, v = tok.partition("=")
             env[k] = v
     launcher = ""
+    image: str | None = None
     args: list[str] | None = None
     if (
         len(tokens) >= 2
@@ -530,7 +541,7 @@ def read_command(text: str) -> PastedCommand:
             flag_v = [knob.flag, v]
         out += flag_v
         warnings.append(f"{k}={v} read as {' '.join(flag_v)} (the launcher reads it from the environment)")
-    return PastedCommand(argv=["vllm", "serve", *out], launcher=launcher, warnings=warnings)
+    return PastedCommand(argv=["vllm", "serve", *out], launcher=launcher, warnings=warnings, image=image)
 
 
 _SHELL_OPS = frozenset({"&", "&&", ";", "|", "||"})
