@@ -123,8 +123,8 @@ def explain(
     if sum(sources) != 1:
         _fail("give exactly one of --url, --session, --metrics-file/--log-file, --daemon, or a RULE_ID", 2)
     cfg = _cfg(config_file, engine_config=engine_config, rules_dir=rules_dir)
-    if command_file and (url or daemon_url):
-        _fail("--command-file goes with --session or --metrics-file/--log-file", 2)
+    if command_file and daemon_url:
+        _fail("--command-file does not go with --daemon (the daemon has its own sources)", 2)
     command = _command(command_file)
     diagnosis = _diagnose(
         cfg,
@@ -198,6 +198,7 @@ def _diagnose(
             config_mod.parse_duration_s(window),
             config_mod.parse_duration_s(interval),
             engine_config=engine_config,
+            command=command,
         )
     except (inputs.InputError, SessionError) as e:
         _fail(str(e))

@@ -136,8 +136,40 @@ def test_explain_uses_the_pasted_command(tmp_path: Path) -> None:
     knobs = json.loads(res.stdout)["engine"]["knobs"]
     assert knobs["max_num_seqs"] == {"value": 12, "source": "cmdline", "detail": "--max-num-seqs"}
     assert knobs["max_model_len"]["value"] == 2000
-    res = CliRunner().invoke(main, ["explain", "--url", "http://127.0.0.1:9", "--command-file", str(cmd)])
+    res = CliRunner().invoke(main, ["explain", "--daemon", "http://127.0.0.1:9", "--command-file", str(cmd)])
     assert res.exit_code == 2
+
+
+def test_explain_url_uses_the_pasted_command(tmp_path: Path) -> None:
+    """The stand-in serves real pages recorded from vLLM 0.25 (a server that is not here)."""
+    from advisor.cli import DEMO_SESSION
+    from tests.vllm_standin import StandIn, serve, session_pages
+
+    cmd = tmp_path / "cmd.sh"
+    cmd.write_text(
+        "docker run --gpus all -p 8000:8000 vllm/vllm-openai:v0.25.0 --model m --max-num-seqs 40\n"
+    )
+    with serve(StandIn(session_pages(DEMO_SESSION))) as url:
+        res = CliRunner().invoke(
+            main,
+            [
+                "explain",
+                "--url",
+                url,
+                "--window",
+                "1s",
+                "--interval",
+                "0.5s",
+                "--format",
+                "json",
+                "--command-file",
+                str(cmd),
+            ],
+        )
+    assert res.exit_code in (0, 3, 4), res.output
+    eng = json.loads(res.stdout)["engine"]
+    assert eng["knobs"]["max_num_seqs"] == {"value": 40, "source": "cmdline", "detail": "--max-num-seqs"}
+    assert eng["vllm_version"] == "0.25.0"
 
 
 def test_record_keeps_the_pasted_command_as_the_sessions_serve_args(tmp_path: Path) -> None:
