@@ -133,6 +133,10 @@ def single_page_verdict(d: Diagnosis, page: Snapshot, start: float | None, start
         "averages since then up to the file's modification time (a lower bound)",
     }
     d = replace(d, context=ctx)
+    if d.recommendation is not None:
+        rec = d.recommendation
+        said = "From one page: rates are averages since the process started (a lower bound)."
+        d = replace(d, recommendation=replace(rec, note=f"{rec.note} {said}".strip()))
     if d.status not in ("healthy", "insufficient-data"):
         return d
     missing = p.missing()

@@ -45,6 +45,7 @@ def test_a_page_with_a_long_queue_and_preemptions_is_not_healthy(tmp_path: Path)
     assert d.status == "advice", d.reason
     assert d.recommendation is not None and d.recommendation.rule == "kv-preemption-capacity"
     assert d.context["single_page"]["preemptions_since_start"] == 353
+    assert "From one page" in d.recommendation.note
     assert d.context["single_page"]["time_base"] == "process_start_time_seconds"
     assert d.signals["preemptions_per_second"] is not None
     assert abs(d.signals["preemptions_per_second"] - 353 / 600) < 1e-6
