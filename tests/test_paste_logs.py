@@ -129,6 +129,8 @@ def test_blocks_without_the_hash_and_zero_blocks() -> None:
     e = _shape("GPU blocks: 29053")
     assert (e.kind, e.fields["fact"], e.fields["value"]) == ("startup", "num_gpu_blocks", 29053)
     assert e.fields["also"] == [{"fact": "num_cpu_blocks", "value": 2048}]
+    e = _shape("num_gpu_blocks is: 29053")
+    assert (e.kind, e.fields["fact"], e.fields["value"]) == ("startup", "num_gpu_blocks", 29053)
     e = _shape("# GPU blocks: 0")
     assert e.kind == "error" and e.fields["error"] == "no_kv_blocks"
 
@@ -167,3 +169,12 @@ def test_inspect_reads_the_shapes_and_names_the_failures() -> None:
     assert d["engine"]["facts"]["gpu_memory_gib"]["value"] == round(65452113920 / 2**30, 3)
     assert d["engine"]["knobs"]["gpu_memory_utilization"]["source"] == "log"
     assert d["engine"]["knobs"]["gpu_memory_utilization"]["value"] == 0.9
+
+
+def test_a_startup_fact_cut_before_its_number_is_rejoined() -> None:
+    pieces = [
+        "2026-06-03T09:15:27.123456789Z (EngineCore_DP0 pid=2) INFO 06-03 09:15:27 [worker.py:251] num_gpu_blocks is",
+        ": 29053",
+    ]
+    (ev,) = list(parse_lines(pieces))
+    assert (ev.kind, ev.fields["fact"], ev.fields["value"]) == ("startup", "num_gpu_blocks", 29053)

@@ -458,6 +458,7 @@ _BANNER_MODEL_RE = re.compile(r"\bmodel\s+(\S.*?)\s*$")
 _API_VERSION_RE = re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)")
 _STARTING_RE = re.compile(r"Starting vLLM (?:API )?server\b.{0,200}?\bon (?P<url>\S+)")
 _MAX_MODEL_LEN_RE = re.compile(r"^Using max model len (\d+)")
+_NUM_BLOCKS_IS_RE = re.compile(r"\bnum_gpu_blocks is:?\s*(\d+)")
 _ARCH_RE = re.compile(r"^Resolved architecture: (\S+)")
 
 _FREE_MEM_RE = re.compile(
@@ -627,6 +628,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
         (_CHUNKED_RE, "max_num_batched_tokens", int),
         (_AVAIL_KV_RE, "available_kv_cache_memory_gib", float),
         (_MAX_MODEL_LEN_RE, "max_model_len", int),
+        (_NUM_BLOCKS_IS_RE, "num_gpu_blocks", int),
         (_ARCH_RE, "architecture", str),
         (_API_VERSION_RE, "vllm_version", str),
     ):
