@@ -1254,6 +1254,8 @@ def same_load(a: BenchRun, b: BenchRun, tol: LoadTolerance | None = None) -> tup
         ("request_rate", "request rate"),
         ("burstiness", "burstiness"),
     ):
+        if pa.get(key) is None or pb.get(key) is None:
+            continue  # not reported on one side (a printed table has no burstiness): unknown, not different
         if pa.get(key) != pb.get(key):
             diffs.append(f"{label} differs: {pa.get(key, 'unknown')} vs {pb.get(key, 'unknown')}")
     for name, label in (("prompt_len", "prompt length"), ("output_len", "output length")):
@@ -1432,6 +1434,15 @@ def _summary_samples(run: BenchRun) -> dict[str, MetricSample]:
     return out
 
 
+def _align(sa: dict[str, MetricSample], sb: dict[str, MetricSample], a: BenchRun, b: BenchRun) -> None:
+    """A run with per-request values against one without (a saved JSON against a pasted
+    table): compare both on what they both report, their summaries."""
+    suma, sumb = _summary_samples(a), _summary_samples(b)
+    for qty in set(sa) | set(sb):
+        if type(sa.get(qty)) is not type(sb.get(qty)) and qty in suma and qty in sumb:
+            sa[qty], sb[qty] = suma[qty], sumb[qty]
+
+
 def _totals(run: BenchRun) -> dict[str, MetricSample]:
     out: dict[str, MetricSample] = {}
     if run.output_throughput is not None:
@@ -1506,6 +1517,7 @@ def compare_runs(
                 sa.setdefault(qty, s)
             for qty, s in _summary_samples(b).items():
                 sb.setdefault(qty, s)
+            _align(sa, sb, a, b)
             na, nb = (len(ra), len(rb)) if ra or rb else (a.completed or 0, b.completed or 0)
         else:
             na, nb = len(ra), len(rb)
@@ -1522,6 +1534,7 @@ def compare_runs(
         sa_all.setdefault(qty, s)
     for qty, s in _summary_samples(b).items():
         sb_all.setdefault(qty, s)
+    _align(sa_all, sb_all, a, b)
     sa_all.update(_totals(a))
     sb_all.update(_totals(b))
     for qty, (xa, xb) in (extra or {}).items():

@@ -122,3 +122,12 @@ def test_what_is_not_a_result_fails_with_one_line(tmp_path: Path, text: str, mes
     with pytest.raises(ex.ExperimentError, match=message) as e:
         ex.load_bench(f)
     assert str(f) in str(e.value)
+
+
+def test_a_saved_json_against_a_pasted_table_compares_what_both_report() -> None:
+    """A detailed file (per-request values) against the other run's printed table: both are
+    compared on their reported percentiles; the verdict is the detailed pair's."""
+    mixed = _compare(REAL / "C_b16384" / "bench.json.gz", FORMS / "C_b2048-table.txt")
+    assert mixed.load.same, mixed.reasons
+    assert mixed.verdict == "keep"
+    assert mixed.overall is not None and mixed.overall.metrics["itl_p95"].method == "summary"
