@@ -369,9 +369,11 @@ def significance(
             f"a knob changed {now - last_change:.0f}s ago: observing for {left:.0f}s more before new advice"
         )
     finished = values.get("requests_finished") or 0.0
-    running = values.get("requests_running_avg") or 0.0
+    running = values.get("requests_running_avg")
     waiting = values.get("requests_waiting_avg") or 0.0
-    if finished < cfg.min_requests and running < 1 and waiting < 1:
+    if finished < cfg.min_requests and (running or 0.0) < 1 and waiting < 1:
+        if running is None:  # unknown is not zero
+            return "cannot tell whether vLLM is idle: no vllm:num_requests_running in the data"
         return f"idle: {finished:.0f} requests finished in the window and none running"
     return None
 

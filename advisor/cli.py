@@ -139,6 +139,11 @@ def main() -> None:
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
 @click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
 @click.option("--config", "config_file", type=click.Path(), help="The advisor's own config file.")
+@click.option(
+    "--command-file",
+    type=click.Path(allow_dash=True),
+    help="The command the server was started with, as pasted (vllm serve ..., docker run ...; - for stdin).",
+)
 @click.option("--exit-code", is_flag=True, help="Exit 3 when there is advice (for scripts).")
 def explain(
     rule_id: str | None,
@@ -153,6 +158,7 @@ def explain(
     engine_config: str | None,
     rules_dir: str | None,
     config_file: str | None,
+    command_file: str | None,
     exit_code: bool,
 ) -> None:
     """What should I change, and why? (or: a rule's own docs, with RULE_ID)
@@ -181,8 +187,21 @@ def explain(
             EXIT_USAGE,
         )
     cfg = _cfg(config_file, engine_config=engine_config, rules_dir=rules_dir)
+    if command_file and daemon_url:
+        _fail("--command-file does not go with --daemon (the daemon has its own sources)", EXIT_USAGE)
+    command = _command(command_file)
     diagnosis = _diagnose(
-        cfg, rules, url, session_dir, metrics_files, log_file, daemon_url, window, interval, engine_config
+        cfg,
+        rules,
+        url,
+        session_dir,
+        metrics_files,
+        log_file,
+        daemon_url,
+        window,
+        interval,
+        engine_config,
+        command,
     )
     if isinstance(diagnosis, dict):  # from a daemon: already JSON
         status = diagnosis.get("status")
@@ -212,22 +231,27 @@ def _diagnose(
     window: str,
     interval: str,
     engine_config: Any,
+    command: Any = None,
 ) -> Any:
     from advisor import inputs
     from advisor.session import SessionError
 
     try:
         if session_dir:
-            _, d = inputs.from_session(session_dir, cfg, rules, config_path=engine_config)
+            _, d = inputs.from_session(session_dir, cfg, rules, config_path=engine_config, command=command)
             if d is None:
                 _fail(f"{session_dir}: the session has no /metrics pages")
             return d
         if metrics_files or log_file:
-            if not metrics_files:
-                _fail(
-                    "--log-file alone gives startup facts, not a diagnosis: add --metrics-file (or use inspect)"
-                )
-            _, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=engine_config)
+            # a log alone: its periodic stats lines are the data (evidence.pages_from_stats)
+            _, d = inputs.from_files(
+                list(metrics_files),
+                log_file,
+                cfg,
+                rules,
+                config_path=engine_config,
+                command=command,
+            )
             return d
         from advisor import daemon
 
@@ -240,6 +264,7 @@ def _diagnose(
             config_mod.parse_duration_s(window),
             config_mod.parse_duration_s(interval),
             engine_config=engine_config,
+            command=command,
         )
     except (inputs.InputError, SessionError) as e:
         _fail(str(e))
@@ -248,6 +273,23 @@ def _diagnose(
     except config_mod.ConfigError as e:
         _fail(str(e), EXIT_USAGE)
     return None
+
+
+def _command(command_file: str | None) -> Any:
+    """A pasted launch command (``--command-file``) as ``sources.engine.PastedCommand``, its
+    warnings on stderr; None without the option. Reusable by any command that takes it."""
+    if not command_file:
+        return None
+    from advisor.sources.engine import CommandError, read_command_file
+
+    try:
+        cmd = read_command_file(command_file)
+    except CommandError as e:
+        _fail(str(e))
+        raise
+    for w in cmd.warnings:
+        click.echo(f"warning: {command_file}: {w}", err=True)
+    return cmd
 
 
 def daemon_errors() -> tuple[type[BaseException], ...]:
@@ -268,6 +310,11 @@ def daemon_errors() -> tuple[type[BaseException], ...]:
 @click.option("--log-file", type=click.Path(), help="vLLM's log file.")
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
 @click.option(
+    "--command-file",
+    type=click.Path(allow_dash=True),
+    help="The command the server was started with, as pasted (vllm serve ..., docker run ...; - for stdin).",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["text", "json"]),
@@ -281,13 +328,14 @@ def inspect(
     metrics_files: tuple[str, ...],
     log_file: str | None,
     engine_config: str | None,
+    command_file: str | None,
     fmt: str,
 ) -> None:
     """Show what the sources learned: engine knobs with their sources, log events, metric families."""
     from advisor import inspection
 
-    if not (url or session_dir or metrics_files or log_file):
-        _fail("give --url, --session, --metrics-file or --log-file", EXIT_USAGE)
+    if not (url or session_dir or metrics_files or log_file or command_file):
+        _fail("give --url, --session, --metrics-file, --log-file or --command-file", EXIT_USAGE)
     try:
         report = inspection.inspect(
             url=url,
@@ -295,6 +343,7 @@ def inspect(
             metrics_files=list(metrics_files),
             log_file=log_file,
             engine_config=engine_config,
+            command_file=command_file,
         )
     except inspection.InspectError as e:
         _fail(str(e))
@@ -353,6 +402,7 @@ def rules_show(ctx: click.Context, rule_id: str, rules_dir: str | None, fmt: str
         interval="5s",
         engine_config=None,
         config_file=None,
+        command_file=None,
         exit_code=False,
     )
 
@@ -386,6 +436,11 @@ def rules_check(directory: str | None) -> None:
     help="Read --log-file from its first line (start-up facts of a server that is already up).",
 )
 @click.option("--notes", default="", help="Free text kept in the session's meta.json.")
+@click.option(
+    "--command-file",
+    type=click.Path(allow_dash=True),
+    help="The command the server was started with, as pasted (vllm serve ..., docker run ...; - for stdin).",
+)
 def record(
     url: str,
     log_file: str | None,
@@ -396,6 +451,7 @@ def record(
     compress: bool,
     log_from_start: bool,
     notes: str,
+    command_file: str | None,
 ) -> None:
     """Record a session (every /metrics page, the log, the engine's knobs) for replay and bug reports.
 
@@ -405,6 +461,7 @@ def record(
 
     if log_file and log_cmd:
         _fail("give --log-file or --log-cmd, not both", EXIT_USAGE)
+    command = _command(command_file)
     try:
         total = config_mod.parse_duration_s(duration)
         progress = _progress_printer(total) if sys.stderr.isatty() else None
@@ -419,6 +476,7 @@ def record(
             compress=compress,
             log_from_start=log_from_start,
             notes=notes,
+            server_argv=command.argv if command is not None else None,
         )
     except (session.SessionError, ValueError, config_mod.ConfigError) as e:
         _fail(str(e))
@@ -614,7 +672,11 @@ def compare(
     ttft_p95_target: float,
     itl_p95_target: float,
 ) -> None:
-    """Compare two `vllm bench serve --save-result --save-detailed` files: keep, revert or inconclusive.
+    """Compare two `vllm bench serve` results: keep, revert or inconclusive.
+
+    Each may be a --save-result file (with --save-detailed: per-request intervals; without:
+    reported percentiles against noise floors), or the printed "Serving Benchmark Result"
+    table as pasted, with the command above it.
 
     A is the baseline, B the run with the changed knob, under the same load. Exit 2 when the
     loads differ (the comparison is refused)."""

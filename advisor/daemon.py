@@ -584,8 +584,10 @@ def observe(
     engine_config: str | None = None,
     progress: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    command: engine_src.PastedCommand | None = None,
 ) -> Diagnosis:
-    """Watch a live server for ``window_s`` (``explain --url``) and diagnose it."""
+    """Watch a live server for ``window_s`` (``explain --url``) and diagnose it (``command``:
+    the server's launch command as pasted, instead of the process found on this host)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     cfg = cfg.with_overrides(
@@ -595,6 +597,10 @@ def observe(
         window_s=max(window_s, cfg.min_window_s),
     )
     daemon = Daemon(cfg, rules, persist=False)
+    if command is not None:  # issue 14 (paste): --command-file
+        daemon.advisor.argv = command.argv
+        daemon.advisor.argv_provider = lambda: command.argv
+        daemon.advisor.base.update(command.facts())
     n = max(2, int(window_s / interval_s) + 1)
     show = sys.stderr.isatty() if progress is None else progress
     d: Diagnosis | None = None

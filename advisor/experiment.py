@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 import random
+import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -116,6 +117,10 @@ class CountSample:
 MetricSample = ValuesSample | HistogramSample | SummarySample | ScalarSample | CountSample
 
 
+MEAN_Q = -1.0
+"""The ``q`` of a mean in a :class:`MetricSpec` and a :class:`SummarySample`'s quantiles."""
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One compared metric: which quantity, which quantile (None for totals and counts),
@@ -143,7 +148,15 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("preemptions", "Preemptions", "preemptions", None, "count", "lower"),
 )
 METRIC_NAMES: tuple[str, ...] = tuple(m.name for m in METRICS)
-_SPEC = {m.name: m for m in METRICS}
+SUMMARY_METRICS: tuple[MetricSpec, ...] = tuple(
+    MetricSpec(f"{qty}_{stat}", f"{label} {stat}", qty, q, "s", "lower")
+    for qty, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E latency"))
+    for stat, q in (("p99", 0.99), ("mean", MEAN_Q))
+)
+"""What a summary-only result (a printed table, a --save-result file without --save-detailed)
+reports besides medians: P99s and means. Compared where both runs report them; they decide a
+verdict only when named as a target."""
+_SPEC = {m.name: m for m in (*METRICS, *SUMMARY_METRICS)}
 PER_REQUEST_QUANTITIES = ("ttft", "tpot", "itl", "e2e")
 """Quantities that can be split by request length (the others are run totals)."""
 
@@ -212,7 +225,8 @@ class Settings:
     breach (see :func:`slo_from_targets`); ``bootstrap``: replicates;
     ``itl_resample``: the m of the m-out-of-n bootstrap for pooled per-token ITLs;
     ``noise_floor``: per metric, the run-to-run variation the intervals of one run cannot see
-    (see NOISE_FLOORS)."""
+    (see NOISE_FLOORS); ``summary_floor``: the floor of a metric that has none there, when
+    a result reports no spread (a printed table): twice the 5% A/A variation of those metrics."""
 
     min_requests: int = 20
     min_effect: float = 0.05
@@ -221,6 +235,7 @@ class Settings:
     bootstrap: int = 1000
     seed: int = 0
     itl_resample: int = 2000
+    summary_floor: float = 0.10
     slo: Mapping[str, float] = field(default_factory=lambda: slo_from_targets(DEFAULT_TARGETS))
     noise_floor: Mapping[str, float] = field(default_factory=lambda: dict(NOISE_FLOORS))
 
@@ -561,6 +576,7 @@ def _compare_summaries(
     q = spec.q if spec.q is not None else 0.5
     pa, pb = a.quantiles.get(q), b.quantiles.get(q)
     if pa is None or pb is None:
+        what = "the mean" if q == MEAN_Q else f"p{q * 100:g}"
         return _delta(
             spec,
             pa,
@@ -569,7 +585,7 @@ def _compare_summaries(
             method="summary",
             n_a=a.n,
             n_b=b.n,
-            note=f"p{q * 100:g} not reported",
+            note=f"{what} not reported",
         )
     if a.n < settings.min_requests or b.n < settings.min_requests:
         return _delta(
@@ -583,16 +599,25 @@ def _compare_summaries(
             note=f"fewer than {settings.min_requests} requests",
         )
     change = _rel(pa, pb)
-    if change is None or a.std is None or b.std is None or pb <= 0:
-        return _delta(
+    if change is None or a.std is None or b.std is None or pb <= 0 or q == MEAN_Q:
+        # no per-request values, no spread (or a mean): no interval, no bootstrap; a change
+        # counts when it is beyond the metric's run-to-run noise floor (and the minimum effect)
+        floor = max(settings.noise_floor.get(spec.name, settings.summary_floor), settings.min_effect)
+        beyond = change is not None and change > -1 and abs(math.log1p(change)) >= math.log1p(floor)
+        return MetricDelta(
             spec,
             pa,
             pb,
-            status="ok",
-            method="summary",
-            n_a=a.n,
-            n_b=b.n,
-            note="no spread reported: no interval",
+            change,
+            None,
+            None,
+            beyond,
+            "ok",
+            "summary",
+            a.n,
+            b.n,
+            f"reported value only (no per-request values: no bootstrap); counted beyond a "
+            f"{floor * 100:.0f}% run-to-run noise floor",
         )
     cap = settings.itl_resample
     se_a = _quantile_se(q, a.std, min(a.n, cap))
@@ -672,6 +697,15 @@ def compare_samples(
     ``preemptions``); ``key`` names the bucket so that each bootstrap has its own fixed seed."""
     settings = settings or Settings()
     out: dict[str, MetricDelta] = {}
+    metrics = list(metrics)
+    if any(m.quantity in PER_REQUEST_QUANTITIES for m in metrics):
+        metrics += [
+            m
+            for m in SUMMARY_METRICS
+            if isinstance(a.get(m.quantity), SummarySample)
+            and isinstance(b.get(m.quantity), SummarySample)
+            and (m.q in a[m.quantity].quantiles or m.q in b[m.quantity].quantiles)  # type: ignore[union-attr]
+        ]
     for spec in metrics:
         if spec.quantity not in a and spec.quantity not in b:
             continue
@@ -695,7 +729,7 @@ def parse_targets(target: str | Sequence[str] | None) -> tuple[str, ...]:
     names = tuple(t.strip() for t in items if t.strip())
     unknown = [t for t in names if t not in _SPEC]
     if unknown:
-        raise ExperimentError(f"unknown target metric {', '.join(unknown)}; known: {', '.join(METRIC_NAMES)}")
+        raise ExperimentError(f"unknown target metric {', '.join(unknown)}; known: {', '.join(_SPEC)}")
     return names
 
 
@@ -817,7 +851,7 @@ def judge(
         reasons.append("Inconclusive: keep the old value or replay a longer load.")
         return "inconclusive", reasons
 
-    ok = [d for d in overall.values() if d.status == "ok"]
+    ok = [d for d in overall.values() if d.status == "ok" and d.spec.name in METRIC_NAMES]
     improved = [d for d in ok if d.direction == "better"]
     breaches = [d for d in ok if d.direction == "worse" and d.worse_by() > tol]
     if improved and not breaches:
@@ -913,10 +947,12 @@ _AGG_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
 
 
 def load_bench(path: str | Path, itls_path: str | Path | None = None) -> BenchRun:
-    """Read a bench result (``.json`` or ``.json.gz``). When its per-request ``itls`` were moved
-    out, a sibling ``itls_ms.json.gz`` (a list of per-request lists, in ms) is read instead."""
+    """Read a bench result (``.json`` or ``.json.gz``), or what users paste of one: the JSON
+    with the command that was run above it, or the printed "Serving Benchmark Result" table
+    (see :func:`read_bench_text`). When its per-request ``itls`` were moved out, a sibling
+    ``itls_ms.json.gz`` (a list of per-request lists, in ms) is read instead."""
     p = Path(path)
-    data = _read_json(p, "benchmark result")
+    data = _read_bench_file(p)
     if not isinstance(data, dict):
         raise ExperimentError(f"{p}: not a vllm bench result (expected a JSON object)")
     itls_ms = None
@@ -925,6 +961,131 @@ def load_bench(path: str | Path, itls_path: str | Path | None = None) -> BenchRu
         if itls_path is not None or side.exists():
             itls_ms = _read_json(side, "ITL file")
     return parse_bench(data, source=str(p), itls_ms=itls_ms)
+
+
+_TABLE_HEAD = "Serving Benchmark Result"
+_TABLE_ROW_RE = re.compile(
+    r"^\s*(?P<label>[A-Za-z][^:]*?):\s+(?P<value>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)\s*$"
+)
+_TABLE_METRIC_RE = re.compile(
+    r"^(?P<stat>mean|median|std|p(?P<p>\d+(?:\.\d+)?)) (?P<m>ttft|tpot|itl|e2el) \(ms\)$"
+)
+_TABLE_KEYS = {
+    "successful requests": "completed",
+    "failed requests": "failed",
+    "maximum request concurrency": "max_concurrency",
+    "request rate configured (rps)": "request_rate",
+    "benchmark duration (s)": "duration",
+    "total input tokens": "total_input_tokens",
+    "total generated tokens": "total_output_tokens",
+    "request throughput (req/s)": "request_throughput",
+    "request goodput (req/s)": "request_goodput",
+    "output token throughput (tok/s)": "output_throughput",
+    "peak output token throughput (tok/s)": "max_output_tokens_per_s",
+    "peak concurrent requests": "max_concurrent_requests",
+    "total token throughput (tok/s)": "total_token_throughput",
+    "input token throughput (tok/s)": "input_throughput",
+}
+# what a pasted command above a result says about the load and the model
+_CMD_KEYS = {
+    "--model": "model_id",
+    "--num-prompts": "num_prompts",
+    "--max-concurrency": "max_concurrency",
+    "--request-rate": "request_rate",
+    "--burstiness": "burstiness",
+    "--dataset-name": "dataset_name",
+    "--random-input-len": "random_input_len",
+    "--random-output-len": "random_output_len",
+}
+_CMD_FLAG_RE = re.compile(r"(?<!\S)(--[a-z][a-z0-9_-]*)(?:=|\s+)(?!--)([^\s\\]+)")
+
+
+def read_bench_text(text: str, source: str = "") -> dict[str, Any]:
+    """A bench result as pasted (pure): JSON, JSON after other text (the command that was
+    run: its --model and load flags are read), or ``vllm bench serve`` /
+    ``benchmark_serving.py``'s printed "Serving Benchmark Result" table (counts, duration,
+    throughputs, and every Mean/Median/Std/P<n> row of TTFT, TPOT, ITL and E2EL, as the keys
+    ``--save-result`` writes). Raises ExperimentError when it is none of these."""
+    src = source or "bench result"
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as e:
+            raise ExperimentError(f"{src} is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise ExperimentError(f"{src}: not a vllm bench result (expected a JSON object)")
+        return data
+    head = text.find(_TABLE_HEAD)
+    brace = re.search(r"^\s*\{", text, re.MULTILINE)
+    if brace is not None and (head < 0 or brace.start() < head):
+        try:
+            data, _ = json.JSONDecoder().raw_decode(text[brace.start() :].lstrip())
+        except json.JSONDecodeError as e:
+            raise ExperimentError(f"{src}: the JSON after the text above it is not valid: {e}") from None
+        if not isinstance(data, dict):
+            raise ExperimentError(f"{src}: not a vllm bench result (expected a JSON object)")
+        return {**_from_command(text[: brace.start()]), **data}
+    if head < 0:
+        raise ExperimentError(
+            f"{src}: not a vllm bench result: neither JSON nor a printed '{_TABLE_HEAD}' table"
+        )
+    data = _from_command(text[:head])
+    for line in text[head:].splitlines()[1:]:
+        if line.startswith("=" * 10):
+            break  # the table's closing rule
+        m = _TABLE_ROW_RE.match(line)
+        if not m:
+            continue
+        label = " ".join(m["label"].lower().split())
+        value = float(m["value"])
+        mm = _TABLE_METRIC_RE.match(label)
+        if mm:
+            stat = f"p{mm['p']}" if mm["p"] else mm["stat"]
+            data[f"{stat}_{mm['m']}_ms"] = value
+        elif label in _TABLE_KEYS:
+            data[_TABLE_KEYS[label]] = value
+    if "completed" not in data:
+        raise ExperimentError(f"{src}: a '{_TABLE_HEAD}' table without 'Successful requests:'")
+    if "num_prompts" not in data:  # every prompt either completes or fails
+        data["num_prompts"] = data["completed"] + data.get("failed", 0)
+    data["_printed_table"] = True
+    return data
+
+
+def _from_command(text: str) -> dict[str, Any]:
+    """The load and model flags of a ``vllm bench serve`` command pasted above a result."""
+    out: dict[str, Any] = {}
+    if "bench" not in text and "benchmark_serving" not in text:
+        return out
+    for flag, value in _CMD_FLAG_RE.findall(text):
+        key = _CMD_KEYS.get(flag.replace("_", "-"))
+        if key is None:
+            continue
+        if key in ("model_id", "dataset_name"):
+            out[key] = value.strip("'\"")
+        else:
+            try:
+                out[key] = float(value) if key in ("request_rate", "burstiness") else int(value)
+            except ValueError:
+                continue
+    return out
+
+
+def _read_bench_file(p: Path) -> dict[str, Any]:
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ExperimentError(f"benchmark result {p} does not exist") from None
+    except OSError as e:
+        raise ExperimentError(f"cannot read benchmark result {p}: {e.strerror or e}") from None
+    try:
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise ExperimentError(f"benchmark result {p} is not valid (gzipped) text: {e}") from None
+    return read_bench_text(text, str(p))
 
 
 def _read_json(p: Path, what: str) -> Any:
@@ -1099,6 +1260,8 @@ def same_load(a: BenchRun, b: BenchRun, tol: LoadTolerance | None = None) -> tup
         ("request_rate", "request rate"),
         ("burstiness", "burstiness"),
     ):
+        if pa.get(key) is None or pb.get(key) is None:
+            continue  # not reported on one side (a printed table has no burstiness): unknown, not different
         if pa.get(key) != pb.get(key):
             diffs.append(f"{label} differs: {pa.get(key, 'unknown')} vs {pb.get(key, 'unknown')}")
     for name, label in (("prompt_len", "prompt length"), ("output_len", "output length")):
@@ -1263,6 +1426,10 @@ def _summary_samples(run: BenchRun) -> dict[str, MetricSample]:
             for q, p in ((0.5, 50), (0.9, 90), (0.95, 95), (0.99, 99))
             if f"p{p}_{key}_ms" in run.aggregates
         }
+        if 0.5 not in qs and f"median_{key}_ms" in run.aggregates:
+            qs[0.5] = run.aggregates[f"median_{key}_ms"] / 1000
+        if f"mean_{key}_ms" in run.aggregates:
+            qs[MEAN_Q] = run.aggregates[f"mean_{key}_ms"] / 1000
         if not qs:
             continue
         std = run.aggregates.get(f"std_{key}_ms")
@@ -1271,6 +1438,15 @@ def _summary_samples(run: BenchRun) -> dict[str, MetricSample]:
             count = max(run.total_output_tokens - n, 0)
         out[qty] = SummarySample(qs, count, std / 1000 if std is not None else None)
     return out
+
+
+def _align(sa: dict[str, MetricSample], sb: dict[str, MetricSample], a: BenchRun, b: BenchRun) -> None:
+    """A run with per-request values against one without (a saved JSON against a pasted
+    table): compare both on what they both report, their summaries."""
+    suma, sumb = _summary_samples(a), _summary_samples(b)
+    for qty in set(sa) | set(sb):
+        if type(sa.get(qty)) is not type(sb.get(qty)) and qty in suma and qty in sumb:
+            sa[qty], sb[qty] = suma[qty], sumb[qty]
 
 
 def _totals(run: BenchRun) -> dict[str, MetricSample]:
@@ -1347,6 +1523,7 @@ def compare_runs(
                 sa.setdefault(qty, s)
             for qty, s in _summary_samples(b).items():
                 sb.setdefault(qty, s)
+            _align(sa, sb, a, b)
             na, nb = (len(ra), len(rb)) if ra or rb else (a.completed or 0, b.completed or 0)
         else:
             na, nb = len(ra), len(rb)
@@ -1363,6 +1540,7 @@ def compare_runs(
         sa_all.setdefault(qty, s)
     for qty, s in _summary_samples(b).items():
         sb_all.setdefault(qty, s)
+    _align(sa_all, sb_all, a, b)
     sa_all.update(_totals(a))
     sb_all.update(_totals(b))
     for qty, (xa, xb) in (extra or {}).items():
@@ -1406,7 +1584,28 @@ def compare_bench_files(
             CountSample(preemptions[1], float(b.completed or b.num_prompts or 1)),
         )
     edges = parse_buckets(buckets) if isinstance(buckets, str) else buckets
-    return compare_runs(a, b, edges, target, extra, settings, guards=guards)
+    c = compare_runs(a, b, edges, target, extra, settings, guards=guards)
+    return replace(c, reasons=tuple(input_notes(a, b)) + c.reasons)
+
+
+def input_notes(a: BenchRun, b: BenchRun) -> list[str]:
+    """What the reader of a comparison must know about its inputs: different models, and
+    results without per-request values (no bootstrap: reported values against noise floors)."""
+    notes = []
+    if a.model_id and b.model_id and a.model_id != b.model_id:
+        notes.append(
+            f"Warning: A and B ran against different models ({a.model_id} vs {b.model_id}); "
+            "a knob's effect cannot be told from the model's."
+        )
+    summary = [n for n, r in (("A", a), ("B", b)) if all(x.ttft_s is None for x in r.rows)]
+    if summary:
+        notes.append(
+            f"{' and '.join(summary)} carr{'ies' if len(summary) == 1 else 'y'} no per-request values "
+            "(a printed table, or --save-result without --save-detailed): the reported medians, "
+            "P99s and means are compared against run-to-run noise floors; no per-request bootstrap "
+            "is possible."
+        )
+    return notes
 
 
 def compare_windows(

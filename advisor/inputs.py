@@ -8,12 +8,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from advisor import evidence
 from advisor.advise import Diagnosis
 from advisor.config import Config
 from advisor.ruleset import Rule
 from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.session import Session
-from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError
+from advisor.sources.engine import PastedCommand
+from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, parse_page
 
 
 class InputError(Exception):
@@ -21,16 +23,24 @@ class InputError(Exception):
 
 
 def advisor_for_session(
-    s: Session, cfg: Config, rules: Sequence[Rule], config_path: str | None = None
+    s: Session,
+    cfg: Config,
+    rules: Sequence[Rule],
+    config_path: str | None = None,
+    command: PastedCommand | None = None,
 ) -> tuple[Advisor, ReplayClock]:
     """An advisor set up as the daemon beside the recorded server was: the session's command
-    line and host facts, its start for year-less log timestamps, and a clock the replay moves."""
+    line (or ``command``, a pasted one) and host facts, its start for year-less log
+    timestamps, and a clock the replay moves."""
     clock = ReplayClock()
-    serve_args = s.meta.get("serve_args")
+    serve_args = list(command.argv) if command is not None else s.meta.get("serve_args")
     adv = Advisor(
         cfg,
         rules,
-        base=base_from_session_engine(s.engine, isinstance(serve_args, list)),
+        base={
+            **base_from_session_engine(s.engine, isinstance(serve_args, list)),
+            **(command.facts() if command is not None else {}),
+        },
         config_path=config_path,
         argv_provider=(lambda: serve_args) if isinstance(serve_args, list) else None,
         clock=clock,
@@ -45,10 +55,11 @@ def from_session(
     rules: Sequence[Rule],
     on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
     config_path: str | None = None,
+    command: PastedCommand | None = None,
 ) -> tuple[Advisor, Diagnosis | None]:
     """Replay a session as the daemon would have lived it; the last diagnosis is the answer."""
     s = Session.load(directory)
-    adv, _ = advisor_for_session(s, cfg, rules, config_path)
+    adv, _ = advisor_for_session(s, cfg, rules, config_path, command)
     last = replay(adv, ((i.kind, i.t, i.text) for i in s.replay()), on_diagnosis)
     return adv, last
 
@@ -60,17 +71,33 @@ def from_files(
     rules: Sequence[Rule],
     interval_s: float = 60.0,
     config_path: str | None = None,
+    command: PastedCommand | None = None,
 ) -> tuple[Advisor, Diagnosis | None]:
-    """Diagnose saved pages (oldest first) and/or a log file.
+    """Diagnose saved pages (oldest first) and/or a log file (``command``: the server's
+    command line, from ``--command-file``).
 
     Pages carry no time, so the file's modification times are used when they differ,
     else ``interval_s`` apart. A few pages are no time series: ``for:`` hold times are
-    not applied and the minimum window is the pages' span."""
+    not applied and the minimum window is the pages' span.
+
+    One page alone: its counters count from the process start (``evidence.start_baseline``),
+    and a verdict it cannot support is withheld (``evidence.single_page_verdict``). A log
+    alone: its periodic stats lines become the pages (``evidence.pages_from_stats``)."""
     clock = ReplayClock()
-    cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=float("inf"), window_s=float("inf"))
+    inf = float("inf")
+    cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=inf, window_s=inf, retention_s=inf)
     # a log's year-less stamps are read near when it was last written (not near today)
     near = _mtime(log_file) if log_file else None
-    adv = Advisor(cfg1, rules, config_path=config_path, clock=clock, log_near=near)
+    argv = list(command.argv) if command is not None else None
+    adv = Advisor(
+        cfg1,
+        rules,
+        base=command.facts() if command is not None else None,
+        config_path=config_path,
+        clock=clock,
+        log_near=near,
+        argv_provider=(lambda: argv) if argv is not None else None,
+    )
     adv.evaluator.honor_for = False
     if log_file:
         try:
@@ -80,15 +107,52 @@ def from_files(
         except OSError as e:
             raise InputError(f"{log_file}: cannot read: {e.strerror or e}") from None
         adv.flush_logs()
+    if not metric_files:
+        return adv, _from_log_stats(adv, clock, log_file) if log_file else None
     times = _times(metric_files, interval_s)
+    start: tuple[float | None, str] = (None, "")
     for path, t in zip(metric_files, times, strict=True):
         text = _read_page(path)
         clock.t = t
+        if len(metric_files) == 1:
+            start = _single_page_start(adv, text, t)
         if not adv.on_page(text, t):
             raise InputError(f"{path}: {adv.stats.last_error}")
-    if not metric_files:
-        return adv, None
-    return adv, adv.diagnose(times[-1])
+    d = adv.diagnose(times[-1])
+    if len(metric_files) == 1 and adv.window.latest is not None:
+        d = evidence.single_page_verdict(d, adv.window.latest, start[0], start[1])
+    return adv, d
+
+
+def _single_page_start(adv: Advisor, text: str, t: float) -> tuple[float | None, str]:
+    """Put the process start (all counters zero) before a lone page; (start, which series
+    said it) or (None, why not)."""
+    try:
+        snap = parse_page(text, t)
+    except MetricsError:
+        return None, "the page cannot be read"  # on_page says why
+    start, why = evidence.process_start(text, snap)
+    if start is None:
+        return None, why
+    if start >= t:
+        return None, f"the process started ({why}) after the file was last written: no time base"
+    adv.window.add_snapshot(evidence.start_baseline(snap, start))
+    return start, why
+
+
+def _from_log_stats(adv: Advisor, clock: ReplayClock, log_file: str) -> Diagnosis:
+    """A diagnosis from the log's periodic stats lines (no page given)."""
+    events = list(adv.window.events("engine_stats")) + list(adv.window.events("preemption"))
+    events.sort(key=lambda e: e.t if e.t is not None else 0.0)
+    pages = evidence.pages_from_stats(events)
+    if len(pages) < 2:
+        return evidence.no_stats_diagnosis(adv.engine, log_file, len(pages), clock.t)
+    for snap in pages:
+        clock.t = snap.t
+        adv.window.add_snapshot(snap)
+    adv.up = True
+    d = adv.diagnose(pages[-1].t)
+    return evidence.log_stats_verdict(d, pages)
 
 
 def _mtime(path: str) -> float | None:

@@ -41,6 +41,7 @@ def inspect(
     metrics_files: Sequence[str] = (),
     log_file: str | None = None,
     engine_config: str | None = None,
+    command_file: str | None = None,
 ) -> dict[str, Any]:
     pages: list[Snapshot] = []
     page_errors: list[str] = []
@@ -90,6 +91,15 @@ def inspect(
                 lines.extend(fh)
         except OSError as e:
             raise InspectError(f"{log_file}: cannot read: {e.strerror or e}") from None
+    command: dict[str, Any] | None = None
+    if command_file:
+        try:
+            cmd = engine_src.read_command_file(command_file)
+        except engine_src.CommandError as e:
+            raise InspectError(str(e)) from None
+        argv = cmd.argv  # the pasted command wins over a process found on this host
+        base.update(cmd.facts())
+        command = {"launcher": cmd.launcher, "argv": cmd.argv, "warnings": cmd.warnings}
     events = list(log_src.parse_lines(lines, near=near))
     try:
         info = engine_src.resolve(
@@ -101,11 +111,14 @@ def inspect(
         )
     except engine_src.EngineSourceError as e:
         raise InspectError(str(e)) from None
-    return {
+    report = {
         "engine": engine_src.to_json(info),
         "logs": _logs_report(events),
         "metrics": _metrics_report(pages, page_errors),
     }
+    if command is not None:
+        report["command"] = command
+    return report
 
 
 def _logs_report(events: Iterable[LogEvent]) -> dict[str, Any]:
@@ -157,6 +170,11 @@ def render_text(report: dict[str, Any]) -> str:
     con.print(f"Log: {logs['lines']} lines: " + ", ".join(f"{k} {v}" for k, v in logs["counts"].items()))
     for e in logs["errors"][:5]:
         con.print(f"  error {e['error']}: {e['line'][:100]}")
+    cmd = report.get("command")
+    if cmd:
+        con.print(f"Command ({cmd['launcher']}): {' '.join(cmd['argv'])}")
+        for w in cmd["warnings"]:
+            con.print(f"  warning: {w}")
     m = report["metrics"]
     con.print(
         f"Metrics: {m['pages']} page(s), {len(m['families'])} vLLM families, engines {m['engines']}, "

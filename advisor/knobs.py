@@ -53,11 +53,14 @@ from advisor.model import EngineInfo, Provenanced
 
 def parse_version(version: str | None) -> tuple[int, int, int] | None:
     """``"0.32.0"``, ``"v0.10.1.1"``, ``"0.8.5.post1"``, ``"0.11.0rc2.dev12+g1a2b"`` -> (0, 32, 0).
+    A dev build without tags (``"0.1.dev1+g1a2b"``) is an unknown version.
 
     None when ``version`` is empty or has no leading number (unknown version: callers then
     use the newest rules)."""
     if not version:
         return None
+    if re.match(r"^\s*v?0\.1\.dev\d+", str(version)):
+        return None  # setuptools-scm's fallback for a source build without tags, not vLLM 0.1
     m = re.match(r"^\s*v?(\d+)(?:\.(\d+))?(?:\.(\d+))?", str(version))
     if not m:
         return None

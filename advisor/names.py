@@ -60,6 +60,21 @@ METRIC_ALIASES: dict[str, str] = {
     "vllm:num_preemptions_total": NUM_PREEMPTIONS,
 }
 
+# Families only V0 engines exported (as spelled on the page): their presence, without any
+# V1-only name, dates a page whose version is unknown to V0 (see sources.engine.era_of).
+V0_ONLY_FAMILIES = frozenset(
+    {
+        "vllm:gpu_cache_usage_perc",
+        "vllm:cpu_cache_usage_perc",
+        "vllm:num_requests_swapped",
+        "vllm:avg_prompt_throughput_toks_per_s",
+        "vllm:avg_generation_throughput_toks_per_s",
+        "vllm:time_per_output_token_seconds",
+        "vllm:gpu_prefix_cache_hit_rate",
+        "vllm:cpu_prefix_cache_hit_rate",
+    }
+)
+
 # Families whose samples are ratios / levels: aggregated across engines by mean.
 MEAN_AGGREGATED = frozenset({KV_CACHE_USAGE, CPU_KV_CACHE_USAGE, "vllm:prefix_cache_hit_rate"})
 

@@ -287,8 +287,9 @@ def test_render_text_and_argument_parsing() -> None:
     assert text.startswith("Verdict: KEEP")
     assert "ITL p95" in text and "242 ms" in text and "request counts" in text
     assert parse_targets("itl_p95, tpot_p95") == ("itl_p95", "tpot_p95")
-    with pytest.raises(ExperimentError, match="unknown target metric itl_p99"):
-        parse_targets("itl_p99")
+    assert parse_targets("itl_p99,ttft_mean") == ("itl_p99", "ttft_mean")  # summary metrics (issue 14)
+    with pytest.raises(ExperimentError, match="unknown target metric itl_p42"):
+        parse_targets("itl_p42")
     assert parse_buckets("2048,512") == (512.0, 2048.0)
     with pytest.raises(ExperimentError, match="must be numbers"):
         parse_buckets("512,big")
@@ -376,8 +377,12 @@ def test_counts_summaries_scalars() -> None:
     same = SummarySample({0.5: 1.0, 0.95: 2.0}, 100, 0.5)
     near = SummarySample({0.5: 1.04, 0.95: 2.1}, 100, 0.5)
     assert not compare_metric(SPEC["ttft_p50"], same, near, s).significant
+    # no spread reported (a printed table): no interval; a change counts beyond the noise floor
     no_std = SummarySample({0.5: 2.0}, 100, None)
-    assert not compare_metric(SPEC["ttft_p50"], same, no_std, s).significant
+    assert compare_metric(SPEC["ttft_p50"], same, no_std, s).significant
+    near_no_std = SummarySample({0.5: 1.08}, 100, None)
+    d_near = compare_metric(SPEC["ttft_p50"], same, near_no_std, s)
+    assert not d_near.significant and "noise floor" in d_near.note
     t = compare_metric(SPEC["output_throughput"], ScalarSample(660.0), ScalarSample(560.0), s)
     assert t.significant and t.direction == "worse" and t.worse_by() == pytest.approx(100 / 660)
     mixed = compare_metric(SPEC["ttft_p50"], same, ValuesSample.of([1.0] * 30), s)

@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,358 @@ def from_cmdline(argv: Sequence[str], *, read_config: bool = True) -> dict[str, 
     return out
 
 
+# --------------------------------------------------------------------------------------
+# 2b. a pasted launch command (``--command-file``)
+
+
+class CommandError(EngineSourceError):
+    """A pasted command cannot be read (unbalanced quotes, nothing vLLM in it)."""
+
+
+@dataclass(frozen=True)
+class PastedCommand:
+    """A launch command as pasted, reduced to what vLLM itself was given.
+
+    ``argv``: ``["vllm", "serve", *args]`` with secrets redacted, abbreviations spelled out,
+    ``16K``/``1M`` sizes as numbers, unresolved ``$VAR`` values and the wrapper's own flags
+    (docker's ``-p``/``--gpus``/``-v``...) left out, and knobs set through a launcher's
+    environment (``NIM_MAX_MODEL_LEN=...``, ``VLLM_MAX_NUM_SEQS=...``) as their flags.
+    ``launcher``: how it was started (``vllm serve``, ``python -m ...``, ``docker run IMAGE``).
+    ``warnings``: what was not taken as given, one line each."""
+
+    argv: list[str]
+    launcher: str
+    warnings: list[str]
+    image: str | None = None
+
+    def facts(self) -> dict[str, Provenanced]:
+        """What the command says besides its arguments: the vLLM version of a
+        ``vllm/vllm-openai:vX.Y.Z`` image (source "default": weaker than a log or the API)."""
+        m = _IMAGE_VERSION_RE.search(self.image or "")
+        if m is None:
+            return {}
+        return {"vllm_version": Provenanced(m.group(1), "default", f"docker image {self.image}")}
+
+
+# flags of `docker run` / `podman run` that take a value (everything else is a switch)
+_DOCKER_VALUE_FLAGS = frozenset(
+    [
+        "-e",
+        "--env",
+        "--env-file",
+        "-p",
+        "--publish",
+        "-v",
+        "--volume",
+        "--mount",
+        "--name",
+        "--gpus",
+        "--shm-size",
+        "--ipc",
+        "--runtime",
+        "--network",
+        "--net",
+        "--entrypoint",
+        "-w",
+        "--workdir",
+        "-u",
+        "--user",
+        "--device",
+        "--ulimit",
+        "--cpus",
+        "-m",
+        "--memory",
+        "--restart",
+        "-l",
+        "--label",
+        "--platform",
+        "-h",
+        "--hostname",
+        "--add-host",
+        "--cap-add",
+        "--cap-drop",
+        "--security-opt",
+        "--log-driver",
+        "--log-opt",
+        "--memory-swap",
+        "--cpuset-cpus",
+        "--pull",
+        "--group-add",
+        "--tmpfs",
+        "--pid",
+        "--uts",
+        "--stop-signal",
+        "--stop-timeout",
+        "--health-cmd",
+        "--device-cgroup-rule",
+        "--cidfile",
+        "--dns",
+        "--expose",
+    ]
+)
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_IMAGE_VERSION_RE = re.compile(r"(?:^|/)vllm-openai(?:-[\w]+)?:v?(\d+\.\d+(?:\.\d+)?(?:\.post\d+)?)$")
+_WRAPPER_WORDS = frozenset({"env", "exec", "nohup", "sudo", "time", "command", "stdbuf", "numactl"})
+# launchers that read knobs from the environment: NVIDIA NIM (NIM_*) and vLLM-named variables
+_ENV_KNOB_PREFIXES = ("NIM_", "VLLM_")
+_NIM_ENV_NAMES = {"NIM_ENABLE_KV_CACHE_REUSE": "enable_prefix_caching"}
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+_VAR_RE = re.compile(r"\$(?:\{[^}]*\}|[A-Za-z_]\w*)")
+# serve flags that are not knobs but take a value (so their value is not read as a positional)
+_VALUE_FLAGS = frozenset(
+    {
+        "model",
+        "served_model_name",
+        "host",
+        "port",
+        "tokenizer",
+        "dtype",
+        "quantization",
+        "config",
+        "chat_template",
+        "download_dir",
+        "revision",
+        "uvicorn_log_level",
+        "api_key",
+        "load_format",
+        "tool_call_parser",
+        "reasoning_parser",
+        "seed",
+        "root_path",
+        "lora_modules",
+        "hf_token",
+    }
+)
+
+
+def human_readable_int(value: str) -> int | None:
+    """vLLM's own reading of sizes (``vllm.utils.argparse_utils.human_readable_int``):
+    ``16k`` = 16000, ``16K`` = 16384, ``1M`` = 1048576; None when ``value`` is no such size."""
+    m = _SIZE_RE.match(value.strip())
+    if not m:
+        return None
+    number, suffix = m.groups()
+    if suffix.islower():
+        return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
+    if "." in number:
+        return None  # vLLM refuses decimals with binary suffixes
+    return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+
+
+def _known_flags() -> dict[str, str]:
+    """Every long flag a command may abbreviate -> its canonical name."""
+    out = {k.flag[2:].replace("-", "_"): k.name for k in knobs.KNOBS.values() if k.flag}
+    out.update({n: n for n in _BOOL_FLAGS | _VALUE_FLAGS})
+    return out
+
+
+def _expand_abbrev(name: str, warnings: list[str], spelled: str) -> str:
+    """argparse's prefix matching: ``--max-num-s`` -> ``max_num_seqs`` when unique."""
+    if knobs.knob_for_flag(spelled) is not None or name in _BOOL_FLAGS or name in _VALUE_FLAGS:
+        return name
+    known = _known_flags()
+    hits = sorted({v for k, v in known.items() if k.startswith(name)})
+    if len(hits) == 1:
+        warnings.append(f"{spelled} read as --{hits[0].replace('_', '-')} (an abbreviation argparse accepts)")
+        return hits[0]
+    return name
+
+
+def _join_continuations(text: str) -> str:
+    text = text.replace("\r\n", "\n")
+    text = re.sub(r"\\[ \t]*\n", " ", text)  # backslash continuations (trailing spaces tolerated)
+    lines = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        lines.append(re.sub(r"^(?:\$|>|#)\s+", "", stripped))  # a shell prompt pasted along
+    return " ".join(lines)
+
+
+def _after_docker_run(tokens: list[str], env: dict[str, str]) -> tuple[str, list[str]] | None:
+    """(image, the image's arguments) of ``docker run ... IMAGE ARGS``; ``-e`` values go to env."""
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("-"):
+            flag, eq, val = tok.partition("=")
+            takes = flag in _DOCKER_VALUE_FLAGS
+            if takes and not eq:
+                val = tokens[i + 1] if i + 1 < len(tokens) else ""
+                i += 1
+            if flag in ("-e", "--env") and "=" in val:
+                k, _, v = val.partition("=")
+                env[k] = v
+            i += 1
+            continue
+        return tok, tokens[i + 1 :]
+    return None
+
+
+def read_command(text: str) -> PastedCommand:
+    """Read a pasted launch command (pure). Accepts ``vllm serve MODEL ...``, ``python -m
+    vllm.entrypoints.openai.api_server --model ...``, ``docker run ... vllm/vllm-openai ...
+    ARGS`` (podman too), ``VAR=value`` prefixes and ``env``/``sudo``/``exec`` wrappers,
+    backslash continuations, ``--flag=value``, underscore spellings, argparse
+    abbreviations, short flags (``-tp 2``), ``16K``/``1M`` sizes, and NIM_*/VLLM_* knobs
+    from the environment. Raises :class:`CommandError` when it cannot be split or has no
+    vLLM arguments."""
+    import shlex
+
+    warnings: list[str] = []
+    flat = _join_continuations(text)
+    try:
+        tokens = shlex.split(flat, comments=False)
+    except ValueError as e:
+        raise CommandError(f"cannot split the command like a shell would: {e}") from None
+    tokens = redact_argv(tokens)
+    env: dict[str, str] = {}
+    while tokens and (_ENV_RE.match(tokens[0]) or os.path.basename(tokens[0]) in _WRAPPER_WORDS):
+        tok = tokens.pop(0)
+        if "=" in tok and _ENV_RE.match(tok):
+            k, _, v = tok.partition("=")
+            env[k] = v
+    launcher = ""
+    image: str | None = None
+    args: list[str] | None = None
+    if (
+        len(tokens) >= 2
+        and os.path.basename(tokens[0]) in ("docker", "podman", "nerdctl")
+        and "run" in tokens[1:3]
+    ):
+        found = _after_docker_run(tokens[tokens.index("run") + 1 :], env)
+        if found is None:
+            raise CommandError("a `docker run` without an image")
+        image, rest = found
+        launcher = f"docker run {image}"
+        inner = serve_args(rest) if rest and not rest[0].startswith("-") else None
+        args = inner if inner is not None else rest  # the image's entrypoint is vLLM's server
+    else:
+        args = serve_args(tokens)
+        if args is None:
+            if any(k.startswith(_ENV_KNOB_PREFIXES) for k in env):
+                args, launcher = [], "environment (" + (tokens[0] if tokens else "") + ")"
+            else:
+                raise CommandError(
+                    "no vLLM server in the command (expected `vllm serve MODEL ...`, `python -m "
+                    "vllm.entrypoints.openai.api_server ...` or `docker run ... IMAGE ...`)"
+                )
+        else:
+            head = tokens[: len(tokens) - len(args)]
+            launcher = (
+                " ".join(os.path.basename(t) if i == 0 else t for i, t in enumerate(head)) or "arguments"
+            )
+    args = _shell_cut(args)
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if tok.startswith("--") and len(tok) > 2:
+            spelled, eq, inline = tok.partition("=")
+            name = spelled[2:].replace("-", "_")
+            neg = name.startswith("no_") and knobs.knob_for_flag(name[3:]) is not None
+            canon = name if neg else _expand_abbrev(name, warnings, spelled)
+            flag = "--" + canon.replace("_", "-") if canon != name else spelled
+            if eq:
+                out.append(f"{flag}={inline}")
+            else:
+                out.append(flag)
+            i += 1
+            continue
+        out.append(tok)
+        i += 1
+    out = _values_checked(out, warnings)
+    for k, v in env.items():
+        if not k.startswith(_ENV_KNOB_PREFIXES):
+            continue
+        name = _NIM_ENV_NAMES.get(k) or k.split("_", 1)[1].lower()
+        knob = knobs.knob_for_flag(name)
+        if knob is None or knob.flag is None:
+            continue
+        if _VAR_RE.search(v):
+            warnings.append(f"{k}={v}: an unresolved shell variable; {knob.name} unknown")
+            continue
+        if knob.type is bool:
+            on = v.strip().lower() in ("1", "true", "yes", "on")
+            flag_v = [knob.flag if on else "--no-" + knob.flag[2:]]
+        else:
+            flag_v = [knob.flag, v]
+        out += flag_v
+        warnings.append(f"{k}={v} read as {' '.join(flag_v)} (the launcher reads it from the environment)")
+    return PastedCommand(argv=["vllm", "serve", *out], launcher=launcher, warnings=warnings, image=image)
+
+
+_SHELL_OPS = frozenset({"&", "&&", ";", "|", "||"})
+_REDIRECT_RE = re.compile(r"^\d*(?:>>?|<)(?:&\d+)?$|^\d*>>?\S+$|^&>\S*$")
+
+
+def _shell_cut(args: list[str]) -> list[str]:
+    """The arguments up to the first shell operator (``&``, ``&&``, ``|``...), redirections
+    (``> log 2>&1``) left out."""
+    out: list[str] = []
+    skip = False
+    for tok in args:
+        if tok in _SHELL_OPS:
+            break
+        if skip:
+            skip = False
+            continue
+        if _REDIRECT_RE.match(tok):
+            skip = tok.rstrip("0123456789&").endswith((">", "<"))  # `> file`: the file follows
+            continue
+        out.append(tok)
+    return out
+
+
+def _values_checked(args: list[str], warnings: list[str]) -> list[str]:
+    """Sizes as numbers (``16K``), unresolved ``$VAR`` values dropped with their flag."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        flag, eq, inline = tok.partition("=") if tok.startswith("-") else (tok, "", "")
+        has_next = not eq and i + 1 < len(args) and not args[i + 1].startswith("-")
+        value = inline if eq else (args[i + 1] if has_next and tok.startswith("-") else None)
+        if value is not None and tok.startswith("-"):
+            knob = knobs.knob_for_flag(flag)
+            if knob is not None and knob.type is bool and not eq and value not in _BOOL_WORDS:
+                out.append(tok)
+                i += 1
+                continue
+            if _VAR_RE.search(value):
+                warnings.append(f"{flag} {value}: an unresolved shell variable; its value is unknown")
+                i += 1 if eq else 2
+                continue
+            size = human_readable_int(value) if knob is not None and knob.type is int else None
+            if size is not None:
+                value = str(size)
+            out += [f"{flag}={value}"] if eq else [flag, value]
+            i += 1 if eq else 2
+            continue
+        if not tok.startswith("-") and _VAR_RE.search(tok):
+            warnings.append(f"{tok}: an unresolved shell variable as an argument; left out")
+            i += 1
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+def read_command_file(path: str) -> PastedCommand:
+    """:func:`read_command` on a file, or on standard input for ``-``."""
+    import sys
+
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise CommandError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        return read_command(text)
+    except CommandError as e:
+        raise CommandError(f"{'standard input' if path == '-' else path}: {e}") from None
+
+
 def find_vllm_process(port: int | None = None) -> list[str] | None:
     """The (redacted) argv of the vLLM server on this host: the process listening on
     ``port`` when it can be seen and looks like vLLM, else a process whose command line
@@ -472,7 +825,37 @@ def from_snapshot(snapshot: Snapshot) -> dict[str, Provenanced]:
     engines = snapshot.label_values(names.ENGINE_LABEL)
     if engines:
         out["engines"] = Provenanced(len(engines), "metrics", f"{names.ENGINE_LABEL} label values")
+    era = era_of(snapshot)
+    if era is not None:
+        out["vllm_era"] = Provenanced(era, "metrics", era_detail(snapshot))
     return out
+
+
+# V0's last release line (V1 became the default in 0.8.0): its defaults stand for "a V0
+# engine" when a page's names date it but nothing gives the version.
+V0_ERA_VERSION = "0.7.3"
+
+
+def _source_names(snapshot: Snapshot) -> set[str]:
+    return {f.source_name or f.name for f in snapshot.families.values()}
+
+
+def era_of(snapshot: Snapshot) -> str | None:
+    """``"v0"`` when the page carries V0-only family names and no V1-only sign, ``"v1"``
+    when it spells the KV gauge V1's way or has an ``engine`` label, else None."""
+    src = _source_names(snapshot)
+    v1 = names.KV_CACHE_USAGE in src or bool(snapshot.label_values(names.ENGINE_LABEL))
+    if v1:
+        return "v1"
+    return "v0" if src & names.V0_ONLY_FAMILIES else None
+
+
+def era_detail(snapshot: Snapshot) -> str:
+    src = _source_names(snapshot)
+    v0 = sorted(src & names.V0_ONLY_FAMILIES)
+    if era_of(snapshot) == "v0":
+        return "V0-only metric names on the page: " + ", ".join(v0[:3])
+    return "V1 metric names on the page"
 
 
 # --------------------------------------------------------------------------------------
@@ -722,8 +1105,12 @@ def resolve(
             return default
 
     mml = known.get("max_model_len")
+    version = known.get("vllm_version")
+    era_version = None
+    if not knobs.parse_version(version) and known.get("vllm_era") == "v0":
+        era_version = V0_ERA_VERSION  # a dev build or no version, but V0's names: V0's defaults
     dflt = defaults(
-        known.get("vllm_version"),
+        era_version or (version if knobs.parse_version(version) else None),
         device,
         known.get("gpu_memory_gib"),
         gpu_name,
@@ -732,6 +1119,16 @@ def resolve(
         max_model_len=mml if isinstance(mml, int) else None,
         enable_chunked_prefill=known.get("enable_chunked_prefill"),
     )
+    if era_version is not None:
+        era = known.values["vllm_era"]
+        dflt = {
+            k: Provenanced(
+                p.value,
+                p.source,
+                f"V0 era inferred ({era.detail}), defaults of vLLM {era_version}; {p.detail}",
+            )
+            for k, p in dflt.items()
+        }
     return EngineInfo.merge([*parts, facts, hostd, dflt])
 
 
@@ -803,6 +1200,9 @@ def from_json(data: Mapping[str, Any]) -> EngineInfo:
         if not isinstance(sec, Mapping):
             raise EngineSourceError(f"engine JSON: {section!r} must be an object")
         for name, entry in sec.items():
+            if entry == REDACTED:  # a secret-named entry (--api-key) redacted whole when written
+                values[str(name)] = Provenanced(REDACTED, "cmdline", "redacted")
+                continue
             if not isinstance(entry, Mapping) or "value" not in entry:
                 raise EngineSourceError(f"engine JSON: {section}.{name} needs a 'value'")
             values[str(name)] = Provenanced(
@@ -813,7 +1213,9 @@ def from_json(data: Mapping[str, Any]) -> EngineInfo:
 
 __all__ = [
     "REDACTED",
+    "CommandError",
     "EngineSourceError",
+    "PastedCommand",
     "defaults",
     "find_vllm_process",
     "from_cmdline",
@@ -826,6 +1228,8 @@ __all__ = [
     "looks_like_vllm",
     "model_facts",
     "parse_nvidia_smi",
+    "read_command",
+    "read_command_file",
     "read_model_config",
     "redact_argv",
     "resolve",

@@ -426,13 +426,44 @@ _CHUNKED_RE = re.compile(r"Chunked prefill is enabled with max_num_batched_token
 _AVAIL_KV_RE = re.compile(r"Available KV cache memory:\s*(-?[\d.]+)\s*GiB")
 _KV_SIZE_RE = re.compile(r"(?:(?P<dev>[A-Z]{2,4}) )?KV cache size:\s*(?P<n>[\d,]+)\s*tokens")
 _MAX_CONC_RE = re.compile(r"Maximum concurrency for (?P<tok>[\d,]+) tokens per request:\s*(?P<x>[\d.]+)x")
-_BLOCKS_RE = re.compile(r"# (?P<dev>\w+) blocks: (?P<g>\d+)(?:, # CPU blocks: (?P<c>\d+))?")
+_BLOCKS_RE = re.compile(
+    r"(?:^|(?<=[\s#]))(?:# )?(?P<dev>[A-Z]{2,4}) blocks: (?P<g>\d+)(?:,\s*(?:# )?CPU blocks: (?P<c>\d+))?"
+)
+# V0.6 (one line, two spellings) and V0.7 (prose over three lines) memory profiling reports
+_MEM_PROFILE_RE = re.compile(r"Memory profiling results:")
+_MEM_PROFILE_KV_RE = re.compile(r"\b(total_gpu_memory|kv_cache_size|gpu_memory_utilization)=([\d.]+)")
+_MEM_BUDGET_RE = re.compile(
+    r"total_gpu_memory \((?P<total>[\d.]+)\s*GiB\) x gpu_memory_utilization \((?P<util>[\d.]+)\)"
+)
+_MEM_KV_REST_RE = re.compile(r"the rest of the memory reserved for KV Cache is (?P<kv>-?[\d.]+)\s*GiB")
+# vllm-ascend's worker, in bytes: "Available memory: 43599749939, total memory: 65452113920"
+_ASCEND_MEM_RE = re.compile(r"^Available memory: (?P<avail>-?\d+), total memory: (?P<total>\d+)\s*$")
+_SPEC_MARK = "SpecDecoding metrics:"
+_SPEC_V0_MARK = "Speculative metrics:"
+_SPEC_PART_RE = re.compile(
+    r"(?P<key>[A-Za-z][A-Za-z -]*?):\s*(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)|nan)\s*(?P<unit>%)?"
+)
+_SPEC_KEYS = {
+    "mean acceptance length": "mean_acceptance_length",
+    "accepted throughput": "accepted_throughput",
+    "drafted throughput": "drafted_throughput",
+    "accepted": "accepted_tokens",
+    "drafted": "drafted_tokens",
+    "avg draft acceptance rate": "acceptance_rate",
+    "draft acceptance rate": "acceptance_rate",
+    "system efficiency": "system_efficiency",
+    "number of speculative tokens": "num_speculative_tokens",
+    "number of accepted tokens": "accepted_tokens",
+    "number of draft tokens": "drafted_tokens",
+    "number of emitted tokens": "emitted_tokens",
+}
 _BANNER_CHARS = frozenset("█▄▀")
 _BANNER_VERSION_RE = re.compile(r"\bversion\s+v?(\d+\.\d+[\w.+-]*)\s*$")
 _BANNER_MODEL_RE = re.compile(r"\bmodel\s+(\S.*)")  # rstrip()ed: a lazy .*?\s*$ is quadratic on spaces
 _API_VERSION_RE = re.compile(r"vLLM API server version v?(\d+\.\d+[\w.+-]*)")
 _STARTING_RE = re.compile(r"Starting vLLM (?:API )?server\b.{0,200}?\bon (?P<url>\S+)")
 _MAX_MODEL_LEN_RE = re.compile(r"^Using max model len (\d+)")
+_NUM_BLOCKS_IS_RE = re.compile(r"\bnum_gpu_blocks is:?\s*(\d+)")
 _ARCH_RE = re.compile(r"^Resolved architecture: (\S+)")
 
 _FREE_MEM_RE = re.compile(
@@ -448,6 +479,9 @@ _MAX_SEQ_KV_V1_RE = re.compile(
     r"the available KV cache memory \((?P<avail>[\d.]+) GiB\)"
 )
 _OOM_RE = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
+_ENGINE_EXC_RE = re.compile(r"EngineCore (?:encountered a fatal error|hit an exception)")
+# a traceback's source line (``    raise ValueError(``, ``File "x.py", line 3``) quotes code, not an error
+_SOURCE_LINE_RE = re.compile(r"^(?:raise\b|File \"|return\b|\^+$|~+)")
 _REQUEST_LOG_RE = re.compile(r"^(?:Received request|Added request|Generated response)")
 
 
@@ -515,6 +549,34 @@ def _parse_stats(msg: str) -> dict[str, Any] | None:
     return fields
 
 
+def _parse_spec(msg: str) -> dict[str, Any] | None:
+    """``SpecDecoding metrics: Mean acceptance length: 2.71, ..., Avg Draft acceptance rate:
+    57.3%`` (V1; older V1 put ``Draft acceptance rate`` first) and V0's ``Speculative
+    metrics: Draft acceptance rate: 0.651, System efficiency: 0.570, ...``: acceptance rate
+    as a ratio, mean acceptance length, accepted and drafted tokens; format ``spec_decode``."""
+    idx = msg.find(_SPEC_MARK)
+    idx = idx + len(_SPEC_MARK) if idx >= 0 else msg.find(_SPEC_V0_MARK) + len(_SPEC_V0_MARK)
+    fields: dict[str, Any] = {}
+    for part in _split_top(msg[idx:].rstrip(". ")):
+        m = _SPEC_PART_RE.match(part.strip())
+        if not m:
+            continue
+        name = _SPEC_KEYS.get(m["key"].strip().lower())
+        if name is None:
+            continue
+        try:
+            value = float(m["num"])
+        except ValueError:
+            continue
+        if m["unit"] == "%" or (name == "acceptance_rate" and value > 1.0):
+            value = round(value / 100.0, 10)
+        fields[name] = int(value) if name.endswith("_tokens") and value.is_integer() else value
+    if not fields:
+        return None
+    fields["format"] = "spec_decode"
+    return fields
+
+
 def _parse_iteration(msg: str) -> dict[str, Any] | None:
     m = _ITER_RE.match(msg)
     if not m:
@@ -571,6 +633,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
         (_CHUNKED_RE, "max_num_batched_tokens", int),
         (_AVAIL_KV_RE, "available_kv_cache_memory_gib", float),
         (_MAX_MODEL_LEN_RE, "max_model_len", int),
+        (_NUM_BLOCKS_IS_RE, "num_gpu_blocks", int),
         (_ARCH_RE, "architecture", str),
         (_API_VERSION_RE, "vllm_version", str),
     ):
@@ -579,6 +642,26 @@ def _facts(msg: str) -> list[dict[str, Any]]:
                 found.append((fm.start(), {"fact": name, "value": conv(fm.group(1))}))
             except ValueError:
                 continue
+    if _MEM_PROFILE_RE.search(msg):
+        renamed = {"total_gpu_memory": "gpu_memory_gib", "kv_cache_size": "available_kv_cache_memory_gib"}
+        for pm in _MEM_PROFILE_KV_RE.finditer(msg):
+            name = renamed.get(pm.group(1), pm.group(1))
+            with contextlib.suppress(ValueError):
+                found.append((pm.start(), {"fact": name, "value": float(pm.group(2).rstrip("."))}))
+    mb = _MEM_BUDGET_RE.search(msg)
+    if mb:
+        found.append((mb.start(), {"fact": "gpu_memory_gib", "value": float(mb["total"])}))
+        found.append((mb.start() + 1, {"fact": "gpu_memory_utilization", "value": float(mb["util"])}))
+    mk = _MEM_KV_REST_RE.search(msg)
+    if mk:
+        found.append((mk.start(), {"fact": "available_kv_cache_memory_gib", "value": float(mk["kv"])}))
+    am = _ASCEND_MEM_RE.match(msg)
+    if am:
+        gib = float(1 << 30)
+        found.append(
+            (0, {"fact": "available_kv_cache_memory_gib", "value": round(int(am["avail"]) / gib, 3)})
+        )
+        found.append((1, {"fact": "gpu_memory_gib", "value": round(int(am["total"]) / gib, 3)}))
     bm = _BLOCKS_RE.search(msg)
     if bm:
         found.append((bm.start(), {"fact": "num_gpu_blocks", "value": int(bm["g"]), "device": bm["dev"]}))
@@ -592,8 +675,8 @@ def _facts(msg: str) -> list[dict[str, Any]]:
 
 
 def _error(msg: str) -> dict[str, Any] | None:
-    if _REQUEST_LOG_RE.match(msg):
-        return None  # request logs can quote any prompt text
+    if _REQUEST_LOG_RE.match(msg) or _SOURCE_LINE_RE.match(msg):
+        return None  # request logs can quote any prompt text; source lines quote code
     if "No available memory for the cache blocks" in msg:
         return {"error": "no_kv_memory"}
     if "is less than desired GPU memory utilization" in msg:
@@ -624,6 +707,8 @@ def _error(msg: str) -> dict[str, Any] | None:
         }
     if "EngineCore failed to start" in msg or "Engine core initialization failed" in msg:
         return {"error": "engine_start_failed"}
+    if _ENGINE_EXC_RE.search(msg):
+        return {"error": "engine_core_exception"}
     if _OOM_RE.search(msg):
         return {"error": "out_of_memory"}
     return None
@@ -683,6 +768,16 @@ def _parse_line(line: str, year: int | None, near: float | None) -> LogEvent:
         stats = _parse_stats(msg)
         if stats is not None:
             return ev("engine_stats", stats)
+    if _SPEC_MARK in msg or _SPEC_V0_MARK in msg:
+        spec = _parse_spec(msg)
+        if spec is not None:
+            return ev("engine_stats", spec)
+    if not p.has_vllm_prefix and p.message[:1].isspace():
+        return ev("unknown", {})  # an indented line: a traceback's source, a warning's code
+    bm = _BLOCKS_RE.search(msg)
+    if bm and int(bm["g"]) == 0:
+        # the engine found no memory for a single KV block: it cannot serve (vLLM then raises)
+        return ev("error", {"error": "no_kv_blocks", "num_gpu_blocks": 0, "device": bm["dev"]})
     m = _V0_PREFIX_HIT_RE.match(msg)
     if m:
         return ev(
@@ -755,10 +850,49 @@ _CONFIG_CONT_RE = re.compile(r"^(?:[,_=)\]}]|[A-Za-z_]\w*=)")
 an identifier (``_name=``) or a fresh ``key=``."""
 
 
+# Terminal and viewer widths a hard wrap happens at (a wrapped line is exactly that long).
+WRAP_MIN_COLS = 80
+WRAP_MAX_COLS = 400
+# How a line that is not the rest of a wrapped one starts (indented code, a traceback, an
+# exception, torch's ``[rank0]:`` lines, a comment); one space may start a rest (a wrap there).
+_NOT_CONT_RE = re.compile(
+    r"^(?:\s\s|\t|[\[#(]|Traceback\b|File \"|During handling\b|The above exception\b|"
+    r"[\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b:)"
+)
+# How a complete record ends: a percentage, a closing bracket or quote, a full stop after a
+# word, an HTTP status, a unit.
+_RECORD_END_RE = re.compile(r"(?:[%)\]}>!\"']|(?<![\d.])\.|\bOK|\breqs|tokens/s|GiB|seconds)\s*$")
+# Two records glued where a viewer showed the end of line as ``$`` (``cat -A``, vim's list mode).
+_GLUE_RE = re.compile(
+    r"\$(?=\([A-Za-z_][\w.-]*\s+pid=\d+\)\s|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:)"
+)
+
+
+def _unglue(line: str) -> list[str]:
+    """Split records glued by a stray ``$`` end-of-line mark; drop a trailing one from a vLLM
+    line (``cat -A`` marks every line so)."""
+    if "$" not in line:
+        return [line]
+    parts = _GLUE_RE.split(line.rstrip("\r\n"))
+    out = []
+    for part in parts:
+        if part.endswith("$") and (_PROCESS_RE.search(part[:120]) or _LEVEL_RE.search(part[:200])):
+            part = part[:-1]
+        out.append(part)
+    return out
+
+
 class LineJoiner:
     """Rejoin hard-wrapped lines (terminal or ``kubectl logs`` wrapping) before parsing.
 
-    Two kinds of line are *held* until the next line shows whether it continues them:
+    Three kinds of line are *held* until the next line shows whether it continues them:
+
+    * any line with a vLLM prefix between :data:`WRAP_MIN_COLS` and :data:`WRAP_MAX_COLS`
+      long (a terminal or viewer may have broken it there, mid-token): a following line
+      without a recognised prefix, not indented and not a traceback's or an exception's
+      line, is its rest when it starts mid-token (not with a capital) or the held line ends
+      mid-list (``,``/``:``/``=``/a space); further pieces follow while each is exactly as
+      long as the first (the wrap width);
 
     * a ``non-default args: {...}`` (or V0 ``args: Namespace(...)``) line whose brackets
       (quote-aware) are still open: any following line without a recognised prefix is
@@ -783,6 +917,7 @@ class LineJoiner:
         self.max_continuations = max_continuations
         self._pending: str | None = None
         self._count = 0
+        self._wrap_width: int | None = None  # the held line may continue: a hard wrap at this width
 
     @property
     def pending(self) -> bool:
@@ -815,28 +950,66 @@ class LineJoiner:
             return None
         return rest
 
+    @staticmethod
+    def _wrappable(clean: str) -> bool:
+        """A vLLM line as long as a terminal is wide that does not end as a record ends: it
+        may have been hard-wrapped. (A complete stats line ends with ``%``, and is passed on at
+        once: a live follower does not wait for the next line to see it.)"""
+        if not WRAP_MIN_COLS <= len(clean) <= WRAP_MAX_COLS or _RECORD_END_RE.search(clean):
+            return False
+        rest, _, _ = _strip_outer(clean, 1970, None)
+        return bool(_PROCESS_RE.match(rest) or _LEVEL_RE.match(rest))
+
     def feed(self, line: str) -> list[str]:
+        if "$" in line:
+            return [x for part in _unglue(line) for x in self._feed(part)]
+        return self._feed(line)
+
+    def _feed(self, line: str) -> list[str]:
         out: list[str] = []
         if self._pending is not None:
             piece = self._piece(line) if self._count < self.max_continuations else None
+            wrapped = (
+                piece is not None
+                and self._wrap_width is not None
+                and len(_clean(line)) <= self._wrap_width  # a wrap's rest is never wider than it
+                and not _NOT_CONT_RE.match(piece)
+                # mid-token (``usa``/``ge: 98%``) or mid-list (``reqs, ``/``Waiting: 3``); a
+                # capitalised line after a complete one is a line of its own (a library's print)
+                and (
+                    not piece[:1].isupper()
+                    or self._pending[-1:].isupper()  # ``G``/``PU KV cache usage``
+                    or self._pending.endswith((",", ":", "(", "=", " "))
+                )
+            )
             if piece is not None and (
-                self._open(self._pending)
+                wrapped
+                or self._open(self._pending)
                 or (_CONFIG_MARKER in self._pending and _CONFIG_CONT_RE.match(piece))
             ):
                 joined = (self._pending + piece)[:MAX_LINE_CHARS]
                 self._count += 1
-                if len(joined) < MAX_LINE_CHARS and self._hold(joined):
+                if self._wrap_width is not None and len(_clean(line)) != self._wrap_width:
+                    self._wrap_width = None  # a shorter piece ends the wrapped line
+                if len(joined) < MAX_LINE_CHARS and (self._hold(joined) or self._wrap_width is not None):
                     self._pending = joined
                     return out
                 self._pending = None
+                self._wrap_width = None
                 out.append(joined)
                 return out
             out.append(self._pending)
             self._pending = None
+            self._wrap_width = None
         clean = _clean(line)
         if self._hold(clean):
             self._pending = clean
             self._count = 0
+            self._wrap_width = len(clean) if self._wrappable(clean) else None
+        elif self._wrappable(clean):
+            self._pending = clean
+            self._count = 0
+            self._wrap_width = len(clean)
         else:
             out.append(line)
         return out
@@ -846,6 +1019,7 @@ class LineJoiner:
         if self._pending is None:
             return []
         p, self._pending = self._pending, None
+        self._wrap_width = None
         return [p]
 
 

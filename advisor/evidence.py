@@ -1,0 +1,295 @@
+"""Evidence from what a user pastes, when there is no time series: one ``/metrics`` page,
+or only a log's periodic stats lines. Pure functions; ``inputs`` feeds their output to the
+advisor like any page.
+
+* One page: its counters and histograms count from the process start (vLLM exports
+  ``process_start_time_seconds``, and each counter's ``_created``). :func:`start_baseline`
+  is that start as a page whose counters are all zero, so the window's deltas are the
+  counts since the start and its rates averages over the uptime. Gauges are left out of it
+  (they are read from the page alone).
+* A log: each ``engine_stats`` line (running, waiting, KV usage, throughputs, V0 swapped)
+  becomes a page (:func:`pages_from_stats`), throughputs integrated into token counters,
+  V0 preemption warnings into the preemption counter.
+* :func:`pressure` names what a page shows (a queue, preemptions, a full KV cache): a
+  diagnosis may not call such a server healthy or idle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from advisor import names
+from advisor.advise import Diagnosis, engine_json
+from advisor.model import EngineInfo, Family, Histogram, LogEvent, Snapshot, label_key
+
+# A counter's creation stamp as prometheus_client prints it (the parser drops these lines).
+_CREATED_RE = re.compile(r"^(?:ray_)?vllm:\S*?_created(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.MULTILINE)
+START_FAMILY = "process_start_time_seconds"
+
+
+def process_start(text: str, snap: Snapshot) -> tuple[float | None, str]:
+    """When the server process started (Unix time) and which series said so; ``(None, why)``
+    when the page does not say."""
+    t = snap.total(START_FAMILY)
+    if t is not None and t > 0:
+        return t, START_FAMILY
+    stamps = []
+    for m in _CREATED_RE.finditer(text):
+        try:
+            v = float(m.group(1))
+        except ValueError:
+            continue
+        if v > 0:
+            stamps.append(v)
+    if stamps:
+        return min(stamps), "the earliest vllm:*_created stamp"
+    return None, f"no {START_FAMILY} and no vllm:*_created series"
+
+
+def start_baseline(snap: Snapshot, start: float) -> Snapshot:
+    """The page's counters and histograms at ``start``: every series zero. Gauges left out."""
+    fams: dict[str, Family] = {}
+    series: dict[Any, Any]
+    for name, fam in snap.families.items():
+        if fam.type == "counter":
+            series = dict.fromkeys(fam.series, 0.0)
+        elif fam.type in ("histogram", "gaugehistogram"):
+            series = {
+                k: Histogram(tuple((b, 0.0) for b, _ in h.buckets), 0.0, 0.0)
+                for k, h in fam.series.items()
+                if isinstance(h, Histogram)
+            }
+        else:
+            continue
+        fams[name] = Family(name, fam.type, fam.help, series, fam.source_name)
+    return Snapshot(t=start, families=fams)
+
+
+# --------------------------------------------------------------------------- pressure
+
+
+@dataclass(frozen=True)
+class Pressure:
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    preemptions_since_start: float | None
+
+    def signs(self) -> list[str]:
+        out = []
+        if self.waiting is not None and self.waiting >= 1:
+            out.append(f"{self.waiting:.0f} waiting")
+        if self.preemptions_since_start:
+            out.append(f"{self.preemptions_since_start:.0f} preemptions since start")
+        if self.kv_usage is not None and self.kv_usage >= 0.9:
+            out.append(f"KV cache {self.kv_usage:.0%} full")
+        return out
+
+    def missing(self) -> list[str]:
+        out = []
+        if self.running is None:
+            out.append(names.NUM_RUNNING)
+        if self.waiting is None:
+            out.append(names.NUM_WAITING)
+        return out
+
+
+def pressure(snap: Snapshot) -> Pressure:
+    return Pressure(
+        running=snap.total(names.NUM_RUNNING),
+        waiting=snap.total(names.NUM_WAITING),
+        kv_usage=snap.mean(names.KV_CACHE_USAGE),
+        preemptions_since_start=snap.total(names.NUM_PREEMPTIONS),
+    )
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _withhold(d: Diagnosis, status: str, reason: str) -> Diagnosis:
+    return replace(d, status=status, reason=reason, recommendation=None)
+
+
+def single_page_verdict(d: Diagnosis, page: Snapshot, start: float | None, start_why: str) -> Diagnosis:
+    """What one page supports. Counters since the process start (``start``) give rates
+    averaged over the uptime (the page carries no time of its own: the file's modification
+    time stands for it, so they are lower bounds). "healthy" needs the running and waiting
+    gauges, a time base, and no sign of pressure; otherwise the verdict says what is missing
+    or what the page shows."""
+    p = pressure(page)
+    ctx = dict(d.context)
+    ctx["single_page"] = {
+        "process_start": start,
+        "time_base": start_why if start is not None else None,
+        "missing_time_base": None if start is not None else start_why,
+        "running": p.running,
+        "waiting": p.waiting,
+        "kv_cache_usage": p.kv_usage,
+        "preemptions_since_start": p.preemptions_since_start,
+        "note": "one page: counters are read as counts since the process started, rates as "
+        "averages since then up to the file's modification time (a lower bound)",
+    }
+    d = replace(d, context=ctx)
+    if d.recommendation is not None:
+        rec = d.recommendation
+        said = "From one page: rates are averages since the process started (a lower bound)."
+        d = replace(d, recommendation=replace(rec, note=f"{rec.note} {said}".strip()))
+    if d.status not in ("healthy", "insufficient-data"):
+        return d
+    missing = p.missing()
+    signs = p.signs()
+    if d.status == "insufficient-data" and d.reason.startswith("idle") and (missing or signs):
+        # "idle" from a page that lacks the gauges, or whose gauges show work, is no verdict
+        what = f"it lacks {', '.join(missing)}" if missing else f"it shows {', '.join(signs)}"
+        return _withhold(d, "insufficient-data", f"one page cannot tell whether vLLM is idle: {what}")
+    if d.status != "healthy":
+        return d
+    if signs:
+        return _withhold(
+            d,
+            "inconclusive",
+            f"one page shows {', '.join(signs)}, but no rule could confirm a cause from it; "
+            "observe a window (--url with --window, or several --metrics-file pages)",
+        )
+    if not missing and start is not None:
+        return replace(d, reason=f"{d.reason} (one page: counters read since the process started)")
+    if missing or start is None:
+        need = [*missing] + ([] if start is not None else [f"{START_FAMILY} or vllm:*_created ({start_why})"])
+        return _withhold(
+            d, "insufficient-data", f"one page is not enough to call it healthy: missing {', '.join(need)}"
+        )
+    return d
+
+
+def log_pressure(pages: Sequence[Snapshot]) -> list[str]:
+    """Signs of pressure anywhere in a log's stats lines: the longest queue, the fullest KV
+    cache, the preemptions the log counted."""
+
+    def peak(name: str, mean: bool = False) -> float | None:
+        vals = [v for v in ((p.mean(name) if mean else p.total(name)) for p in pages) if v is not None]
+        return max(vals) if vals else None
+
+    waiting, kv = peak(names.NUM_WAITING), peak(names.KV_CACHE_USAGE, mean=True)
+    pre = [v for v in (p.total(names.NUM_PREEMPTIONS) for p in pages) if v is not None]
+    out = []
+    if waiting is not None and waiting >= 1:
+        out.append(f"up to {waiting:.0f} waiting")
+    if kv is not None and kv >= 0.9:
+        out.append(f"the KV cache up to {kv:.0%} full")
+    if pre and pre[-1] > 0:
+        out.append(f"preemptions (cumulative count {pre[-1]:.0f})")
+    return out
+
+
+def no_stats_diagnosis(engine: EngineInfo, log_file: str, n: int, at: float) -> Diagnosis:
+    why = (
+        "the log has no periodic stats lines (`Avg prompt throughput: ... Running: ... Waiting: ...`)"
+        if n == 0
+        else "the log has only one timed stats line"
+    )
+    return Diagnosis(
+        "insufficient-data",
+        f"{log_file}: {why}: nothing to diagnose from (add --metrics-file, or log stats: "
+        "drop --disable-log-stats)",
+        None,
+        (),
+        engine_json(engine),
+        {"source": "log stats lines", "stats_lines": n},
+        at,
+        {},
+    )
+
+
+def log_stats_verdict(d: Diagnosis, pages: Sequence[Snapshot]) -> Diagnosis:
+    """A diagnosis from log stats lines: rules that need latency histograms cannot be
+    checked, so "healthy" also needs no sign of pressure in the last lines."""
+    ctx: dict[str, Any] = dict(d.context)
+    ctx["source"] = "log stats lines"
+    ctx["stats_lines"] = len(pages)
+    ctx["log_span_seconds"] = pages[-1].t - pages[0].t
+    d = replace(d, context=ctx)
+    if d.status != "healthy":
+        return d
+    signs = log_pressure(pages)
+    if signs:
+        return _withhold(
+            d,
+            "inconclusive",
+            f"the log's stats lines show {', '.join(signs)}, but no rule could confirm a cause "
+            "from them (a log has no latency histograms: add --metrics-file pages)",
+        )
+    return d
+
+
+# --------------------------------------------------------------------------- log stats
+
+
+def _total(rows: Sequence[dict[str, Any]], key: str) -> float | None:
+    vals = [float(r[key]) for r in rows if isinstance(r.get(key), int | float)]
+    return sum(vals) if vals else None
+
+
+def _family(name: str, typ: str, value: float) -> Family:
+    return Family(name, typ, "from the log's stats lines", {label_key({"engine": "0"}): value})
+
+
+def pages_from_stats(events: Iterable[LogEvent], default_interval_s: float = 10.0) -> list[Snapshot]:
+    """A page per time with ``engine_stats`` lines (timed lines only; several engines' lines
+    of one second are summed). Gauges: running, waiting, swapped, KV usage (mean, as V1's
+    ``vllm:kv_cache_usage_perc``); counters: prompt and generation tokens (throughput times
+    the time since the line before), preemptions (V0 warnings' cumulative count, V1's
+    per-interval ``Preemptions: N`` summed)."""
+    by_t: dict[float, list[dict[str, Any]]] = {}
+    preempt: float | None = None
+    for ev in sorted((e for e in events if e.t is not None), key=lambda e: e.t or 0.0):
+        if ev.kind == "preemption":
+            cum = ev.fields.get("cumulative")
+            preempt = float(cum) if isinstance(cum, int | float) else (preempt or 0.0) + 1.0
+        elif ev.kind == "engine_stats" and ev.fields.get("format") in ("v0", "v1"):
+            by_t.setdefault(float(ev.t or 0.0), []).append({**ev.fields, "_preempt": preempt})
+    # V1 prints "Preemptions: N" (those of the interval) only when N > 0: once a line of the
+    # log has it, a line without it counts none
+    v1_counts = any("preemptions" in r and r.get("format") == "v1" for rows in by_t.values() for r in rows)
+    v1_total = 0.0
+    pages: list[Snapshot] = []
+    prompt = gen = 0.0
+    last_t: float | None = None
+    for t in sorted(by_t):
+        rows = by_t[t]
+        dt = (t - last_t) if last_t is not None else default_interval_s
+        last_t = t
+        prompt += (_total(rows, "prompt_throughput") or 0.0) * dt
+        gen += (_total(rows, "generation_throughput") or 0.0) * dt
+        kv = _total(rows, "kv_cache_usage")
+        n_kv = sum(1 for r in rows if isinstance(r.get("kv_cache_usage"), int | float))
+        pre = rows[-1].get("_preempt")
+        if v1_counts:
+            v1_total += _total(rows, "preemptions") or 0.0
+            pre = v1_total + (pre if isinstance(pre, int | float) else 0.0)
+        values: list[tuple[str, str, float | None]] = [
+            (names.NUM_RUNNING, "gauge", _total(rows, "running")),
+            (names.NUM_WAITING, "gauge", _total(rows, "waiting")),
+            (names.NUM_SWAPPED, "gauge", _total(rows, "swapped")),
+            (names.KV_CACHE_USAGE, "gauge", kv / n_kv if kv is not None and n_kv else None),
+            (names.PROMPT_TOKENS, "counter", prompt),
+            (names.GENERATION_TOKENS, "counter", gen),
+            (names.NUM_PREEMPTIONS, "counter", float(pre) if isinstance(pre, int | float) else None),
+        ]
+        fams = {n: _family(n, typ, v) for n, typ, v in values if v is not None}
+        pages.append(Snapshot(t=t, families=fams))
+    return pages
+
+
+__all__ = [
+    "Pressure",
+    "log_stats_verdict",
+    "no_stats_diagnosis",
+    "pages_from_stats",
+    "pressure",
+    "process_start",
+    "single_page_verdict",
+    "start_baseline",
+]
