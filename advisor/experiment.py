@@ -1013,6 +1013,8 @@ def read_bench_text(text: str, source: str = "") -> dict[str, Any]:
             data = json.loads(stripped)
         except json.JSONDecodeError as e:
             raise ExperimentError(f"{src} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise ExperimentError(f"{src} is not a bench result: JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ExperimentError(f"{src}: not a vllm bench result (expected a JSON object)")
         return data
@@ -1023,6 +1025,8 @@ def read_bench_text(text: str, source: str = "") -> dict[str, Any]:
             data, _ = json.JSONDecoder().raw_decode(text[brace.start() :].lstrip())
         except json.JSONDecodeError as e:
             raise ExperimentError(f"{src}: the JSON after the text above it is not valid: {e}") from None
+        except RecursionError:
+            raise ExperimentError(f"{src} is not a bench result: JSON nested too deeply") from None
         if not isinstance(data, dict):
             raise ExperimentError(f"{src}: not a vllm bench result (expected a JSON object)")
         return {**_from_command(text[: brace.start()]), **data}
