@@ -507,3 +507,69 @@ def test_a_live_log_command_is_up_and_no_log_source_exports_nothing(
             assert value(exported(d2), "vllm_advisor_log_source_up") is None
         finally:
             d2.stop()
+
+
+# ------------------------------------------------------------------ the daemon's own log
+
+
+def test_log_exception_carries_the_error_and_library_lines_are_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`log.exception` renders the exception (type and message, no locals) into the JSON line,
+    and apscheduler's standard-library log lines come out as JSON too."""
+    import logging
+
+    import structlog
+
+    from advisor.log import configure_logging
+
+    configure_logging(json_logs=True)
+    capsys.readouterr()
+    api_key = "sk-hunter2"  # a local of the failing frame: never rendered
+    try:
+        raise ValueError(f"could not convert string to float: 'abc' ({len(api_key)})")
+    except ValueError:
+        structlog.get_logger("vllm-advisor").exception("diagnosis failed")
+    logging.getLogger("apscheduler.scheduler").warning("Execution of job %s skipped", "scrape")
+    err = capsys.readouterr().err
+    assert "hunter2" not in err
+    lines = [json.loads(ln) for ln in err.splitlines()]
+    assert lines[0]["event"] == "diagnosis failed"
+    exc = lines[0]["exception"][0]
+    assert exc["exc_type"] == "ValueError" and "could not convert" in exc["exc_value"]
+    assert "locals" not in exc["frames"][0]
+    assert lines[1]["event"] == "Execution of job scrape skipped" and lines[1]["level"] == "warning"
+    assert lines[1]["logger"] == "apscheduler.scheduler"
+
+
+def test_a_gzip_encoded_page_is_decoded(tmp_path: Path) -> None:
+    """A server (or proxy) that answers gzip: the page is decoded and read as usual."""
+    import gzip
+    import http.server
+
+    page = session_pages(DEMO_SESSION)[5].encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = gzip.compress(page)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        from advisor.sources import metrics as metrics_src
+
+        p = metrics_src.fetch(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout_s=5)
+        assert p.text == page.decode()
+    finally:
+        srv.shutdown()
+        srv.server_close()
