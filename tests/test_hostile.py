@@ -271,10 +271,14 @@ def test_a_failing_diagnosis_is_reported_with_its_error(
 # ------------------------------------------------------------------ SIGTERM while a fetch hangs
 
 
-def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(tmp_path: Path, preempting: StandIn) -> None:
+@pytest.mark.parametrize(("mode", "hits"), [("trickle", 2), ("trickle_all", 1)])
+def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(
+    tmp_path: Path, preempting: StandIn, mode: str, hits: int
+) -> None:
     """`vllm-advisor run` with a 10 s interval and an 8 s scrape timeout against the trickling
-    stand-in: SIGTERM in the middle of the fetch ends the process within 5 s, cleanly."""
-    preempting.mode = "trickle"
+    stand-in: SIGTERM in the middle of the fetch (the scrape; or /version, at start-up) ends
+    the process within 5 s, cleanly."""
+    preempting.mode = mode
     with serve(preempting) as url:
         port = free_port()
         exe = Path(sys.executable).parent / "vllm-advisor"
@@ -299,9 +303,9 @@ def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(tmp_path: Path, 
         )
         try:
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and preempting.hits < 2:  # /version, then /metrics
+            while time.monotonic() < deadline and preempting.hits < hits:  # /version, then /metrics
                 time.sleep(0.05)
-            assert preempting.hits >= 2
+            assert preempting.hits >= hits
             time.sleep(0.5)  # the scrape is now reading the trickle
             t0 = time.monotonic()
             p.send_signal(signal.SIGTERM)
