@@ -44,6 +44,10 @@ def test_pages_without_identity_are_fed_and_change_nothing() -> None:
     tr = ServerTracker()
     assert feed(tr, [None, A, None, A]) == [True] * 4
     assert tr.settled()
+    assert feed(tr, [B, None]) == [True, True]  # a restart, then pages without a start time
+    assert not tr.settled()
+    assert feed(tr, [None]) == [True]
+    assert tr.settled()  # they count as the followed server's: the ledger is not held forever
 
 
 def test_identity_of_a_page() -> None:
