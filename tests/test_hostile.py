@@ -181,7 +181,8 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
 ) -> None:
     """A 290 KB gzip body decoding to 64 MiB, and a 36 MB page: the scrape stops at the 32 MiB
     limit (decoded bytes are counted), `record` stores nothing, and the process's memory is
-    back within 40 MiB of where it was once the fault is over."""
+    back within 16 MiB of where it was once the fault is over (it was +56 MiB with a growing
+    buffer, 2.1 GB in `record` before the limit)."""
     from advisor import session
 
     d, clock, standin = advised
@@ -202,7 +203,7 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
     run_cycles(d, clock, 1)
     assert d.state().up is True
     after = _rss()
-    assert after - before < 40 * 2**20, f"RSS grew by {(after - before) / 2**20:.0f} MiB"
+    assert after - before < 16 * 2**20, f"RSS grew by {(after - before) / 2**20:.0f} MiB"
 
 
 def test_the_limit_counts_decoded_bytes() -> None:
