@@ -77,7 +77,9 @@ class AdvisorCollector(Collector):
         d = st.diagnosis
         p = names.OUTPUT_PREFIX
         yield GaugeMetricFamily(
-            p + "up", "1 when the last scrape of vLLM's /metrics succeeded.", value=1 if st.up else 0
+            p + "up",
+            "1 when the last scrape of vLLM's /metrics succeeded and completed within two intervals.",
+            value=1 if st.up else 0,
         )
         if st.last_scrape_duration_s is not None:
             yield GaugeMetricFamily(
