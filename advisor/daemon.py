@@ -471,6 +471,7 @@ def run(cfg: Config, rules: Sequence[Rule], run_seconds: float | None = None) ->
     d = Daemon(cfg, rules, http=client)
     d._stop = stop
     if stop.is_set():
+        log.info("stopped", during="start-up")
         return 0
     try:
         d.start()

@@ -78,9 +78,11 @@ class ServerTracker:
 
     def observe(self, ident: Identity | None, t: float) -> bool:
         """True when the page comes from the followed server (or shows no identity)."""
-        if ident is None:
-            return True
         last, n = self._run
+        if ident is None:  # a page without an identity counts as the followed server's
+            if last is not None and last == self.current:
+                self._run = (last, n + 1)
+            return True
         self._run = (ident, n + 1 if ident == last else 1)
         if self.current is None:
             self.current = ident

@@ -163,6 +163,11 @@ def _load_yaml(text: str) -> Any:
         loader.dispose()
 
 
+def _known(value: Any, names: Iterable[str]) -> bool:
+    """``value`` is one of ``names`` (False, not TypeError, for a list or a mapping)."""
+    return isinstance(value, str) and value in names
+
+
 def _strip(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _strip(v) for k, v in obj.items() if k not in ("__line__", "__lines__")}
@@ -274,12 +279,23 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
     if not isinstance(summary, str) or not summary.strip() or "{" in summary:
         err("summary", "must be a static, non-empty sentence")
     severity = raw.get("severity")
-    if severity not in SEVERITIES:
+    if not _known(severity, SEVERITIES):
         err("severity", f"must be one of {', '.join(SEVERITIES)}")
     priority = raw.get("priority", 50)
-    if not isinstance(priority, int):
+    if not isinstance(priority, int) or isinstance(priority, bool):
         err("priority", "must be an integer (higher wins)")
         priority = 50
+
+    aliases = raw.get("aliases", []) or []
+    if not isinstance(aliases, list) or not all(
+        isinstance(a, str) and names.RULE_ID_RE.match(a) for a in aliases
+    ):
+        err("aliases", "must be a list of former rule ids (kebab-case)")
+        aliases = []
+    category = raw.get("category", "")
+    if not isinstance(category, str):
+        err("category", "must be a word")
+        category = ""
 
     def conditions(key: str, required: bool) -> tuple[Condition, ...]:
         val = raw.get(key)
@@ -295,10 +311,10 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
                 continue
             s, op, v = c.get("signal"), c.get("op"), c.get("value")
             bad = False
-            if s not in sigs:
+            if not _known(s, sigs):
                 err(key, f"unknown signal {s!r}", c)
                 bad = True
-            if op not in OPS:
+            if not _known(op, OPS):
                 err(key, f"op must be one of {' '.join(OPS)}", c)
                 bad = True
             if not (isinstance(v, int | float) and not isinstance(v, bool)) and not (
@@ -331,15 +347,15 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
             err("knob", "must be a mapping")
             continue
         name, direction, step = k.get("name"), k.get("direction"), k.get("step")
-        if kns is not None and name not in kns:
+        if kns is not None and not _known(name, kns):
             err("knob", f"unknown knob {name!r}", k)
-        if direction not in DIRECTIONS:
+        if not _known(direction, DIRECTIONS):
             err("knob", f"direction must be one of {', '.join(DIRECTIONS)}", k)
         if step is not None and not (isinstance(step, str) and STEP_RE.match(step)):
             err("knob", f"bad step {step!r} (e.g. -25%, x2, /2, +0.05, =0)", k)
         bound = k.get("bound")
         bound_sig = bound.get("signal") if isinstance(bound, dict) else None
-        if bound is not None and bound_sig not in sigs:
+        if bound is not None and not _known(bound_sig, sigs):
             err("knob", f"bound must be {{signal: <known signal>}}, got {_strip(bound)!r}", k)
         extra = set(k) - {"name", "direction", "step", "bound", "note", "__line__", "__lines__"}
         if extra:
@@ -356,7 +372,7 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
             err("explain", f"missing section {section!r}", explain)
         elif section in ("verify", "evidence"):
             for s in v if isinstance(v, list) else [v]:
-                if s not in sigs:
+                if not _known(s, sigs):
                     err("explain", f"{section}: unknown signal {s!r}", explain)
         elif section == "references":
             for ref in v if isinstance(v, list) else [v]:
@@ -368,12 +384,20 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
         err("examples", "required: fires: [...] and quiet: [...] (each a mapping of signal values)")
         examples = {}
     for kind in ("fires", "quiet"):
-        for ex in examples.get(kind, []) or []:
+        listed = examples.get(kind, []) or []
+        if not isinstance(listed, list):
+            err("examples", f"{kind}: must be a list of mappings of signal: value")
+            continue
+        for ex in listed:
             if not isinstance(ex, dict):
                 err("examples", f"{kind}: each example must be a mapping of signal: value")
                 continue
             for s in ex:
-                if s not in ("__line__", "__lines__") and s not in sigs and (kns is None or s not in kns):
+                if (
+                    s not in ("__line__", "__lines__")
+                    and not _known(s, sigs)
+                    and (kns is None or not _known(s, kns))
+                ):
                     err("examples", f"{kind}: unknown signal or knob {s!r}", ex)
 
     if len(errors) > start:
@@ -390,6 +414,6 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
         explain=_strip(explain),
         examples={k: _strip(v) for k, v in examples.items() if k in ("fires", "quiet")},
         path=str(p),
-        aliases=tuple(raw.get("aliases", []) or []),
-        category=str(raw.get("category", "")),
+        aliases=tuple(aliases),
+        category=category,
     )

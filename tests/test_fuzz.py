@@ -43,6 +43,12 @@ FUZZ = settings(
 
 # ------------------------------------------------------------------ mutation helpers
 
+yaml_values = st.recursive(
+    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
 
 @st.composite
 def mutated(draw: Any, seeds: list[str]) -> str:
@@ -109,6 +115,56 @@ def test_a_64kb_banner_line_with_long_runs_of_spaces_is_not_a_hang(line: str) ->
 def test_rules_loader_only_raises_rule_errors(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
     d = tmp_path_factory.mktemp("rules")
     (d / "r.yaml").write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        load_rules(d)
+    except RuleError as e:
+        assert e.errors and all(isinstance(x, str) and x for x in e.errors)
+
+
+RULE_DOCS = [yaml.safe_load(t) for t in RULE_TEXTS]
+TOP_KEYS = ["version", "id", "summary", "severity", "priority", "when", "for", "gate", "knob", "explain"]
+TOP_KEYS += ["examples", "aliases", "category"]
+
+
+def _paths(obj: Any, pre: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [pre]
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _paths(v, (*pre, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _paths(v, (*pre, i))
+    return out
+
+
+@st.composite
+def mutated_rule_docs(draw: Any) -> str:
+    """A bundled rule with values anywhere in it replaced by arbitrary YAML values (wrong
+    types, lists where a name goes, ...): the shape of mistakes a person makes."""
+    import copy
+
+    doc = copy.deepcopy(draw(st.sampled_from(RULE_DOCS)))
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(_paths(doc)[1:] + [(k,) for k in TOP_KEYS]))
+        parent = doc
+        for k in path[:-1]:
+            parent = parent[k]
+        if isinstance(parent, dict) and draw(st.booleans()) and path[-1] in parent:
+            del parent[path[-1]]
+        elif isinstance(parent, dict | list):
+            parent[path[-1]] = draw(yaml_values)
+    return yaml.safe_dump(doc)
+
+
+@FUZZ
+@given(mutated_rule_docs())
+def test_rules_loader_only_raises_rule_errors_on_wrong_types(
+    tmp_path_factory: pytest.TempPathFactory, text: str
+) -> None:
+    d = tmp_path_factory.mktemp("rules")
+    ident = yaml.safe_load(text).get("id") if isinstance(yaml.safe_load(text), dict) else None
+    name = ident if isinstance(ident, str) and ident.replace("-", "").isalnum() else "r"
+    (d / f"{name}.yaml").write_text(text)
     try:
         load_rules(d)
     except RuleError as e:
@@ -203,11 +259,6 @@ settings_names = st.sampled_from(
         "warmup",
         "interval_s",
     ]
-)
-yaml_values = st.recursive(
-    st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=8,
 )
 
 

@@ -181,7 +181,8 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
 ) -> None:
     """A 290 KB gzip body decoding to 64 MiB, and a 36 MB page: the scrape stops at the 32 MiB
     limit (decoded bytes are counted), `record` stores nothing, and the process's memory is
-    back within 40 MiB of where it was once the fault is over."""
+    back within 16 MiB of where it was once the fault is over (it was +56 MiB with a growing
+    buffer, 2.1 GB in `record` before the limit)."""
     from advisor import session
 
     d, clock, standin = advised
@@ -202,7 +203,7 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
     run_cycles(d, clock, 1)
     assert d.state().up is True
     after = _rss()
-    assert after - before < 40 * 2**20, f"RSS grew by {(after - before) / 2**20:.0f} MiB"
+    assert after - before < 16 * 2**20, f"RSS grew by {(after - before) / 2**20:.0f} MiB"
 
 
 def test_the_limit_counts_decoded_bytes() -> None:
@@ -271,10 +272,14 @@ def test_a_failing_diagnosis_is_reported_with_its_error(
 # ------------------------------------------------------------------ SIGTERM while a fetch hangs
 
 
-def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(tmp_path: Path, preempting: StandIn) -> None:
+@pytest.mark.parametrize(("mode", "hits"), [("trickle", 2), ("trickle_all", 1)])
+def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(
+    tmp_path: Path, preempting: StandIn, mode: str, hits: int
+) -> None:
     """`vllm-advisor run` with a 10 s interval and an 8 s scrape timeout against the trickling
-    stand-in: SIGTERM in the middle of the fetch ends the process within 5 s, cleanly."""
-    preempting.mode = "trickle"
+    stand-in: SIGTERM in the middle of the fetch (the scrape; or /version, at start-up) ends
+    the process within 5 s, cleanly."""
+    preempting.mode = mode
     with serve(preempting) as url:
         port = free_port()
         exe = Path(sys.executable).parent / "vllm-advisor"
@@ -299,9 +304,9 @@ def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(tmp_path: Path, 
         )
         try:
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and preempting.hits < 2:  # /version, then /metrics
+            while time.monotonic() < deadline and preempting.hits < hits:  # /version, then /metrics
                 time.sleep(0.05)
-            assert preempting.hits >= 2
+            assert preempting.hits >= hits
             time.sleep(0.5)  # the scrape is now reading the trickle
             t0 = time.monotonic()
             p.send_signal(signal.SIGTERM)
@@ -507,3 +512,69 @@ def test_a_live_log_command_is_up_and_no_log_source_exports_nothing(
             assert value(exported(d2), "vllm_advisor_log_source_up") is None
         finally:
             d2.stop()
+
+
+# ------------------------------------------------------------------ the daemon's own log
+
+
+def test_log_exception_carries_the_error_and_library_lines_are_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`log.exception` renders the exception (type and message, no locals) into the JSON line,
+    and apscheduler's standard-library log lines come out as JSON too."""
+    import logging
+
+    import structlog
+
+    from advisor.log import configure_logging
+
+    configure_logging(json_logs=True)
+    capsys.readouterr()
+    api_key = "sk-hunter2"  # a local of the failing frame: never rendered
+    try:
+        raise ValueError(f"could not convert string to float: 'abc' ({len(api_key)})")
+    except ValueError:
+        structlog.get_logger("vllm-advisor").exception("diagnosis failed")
+    logging.getLogger("apscheduler.scheduler").warning("Execution of job %s skipped", "scrape")
+    err = capsys.readouterr().err
+    assert "hunter2" not in err
+    lines = [json.loads(ln) for ln in err.splitlines()]
+    assert lines[0]["event"] == "diagnosis failed"
+    exc = lines[0]["exception"][0]
+    assert exc["exc_type"] == "ValueError" and "could not convert" in exc["exc_value"]
+    assert "locals" not in exc["frames"][0]
+    assert lines[1]["event"] == "Execution of job scrape skipped" and lines[1]["level"] == "warning"
+    assert lines[1]["logger"] == "apscheduler.scheduler"
+
+
+def test_a_gzip_encoded_page_is_decoded(tmp_path: Path) -> None:
+    """A server (or proxy) that answers gzip: the page is decoded and read as usual."""
+    import gzip
+    import http.server
+
+    page = session_pages(DEMO_SESSION)[5].encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = gzip.compress(page)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        from advisor.sources import metrics as metrics_src
+
+        p = metrics_src.fetch(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout_s=5)
+        assert p.text == page.decode()
+    finally:
+        srv.shutdown()
+        srv.server_close()

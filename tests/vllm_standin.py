@@ -23,7 +23,7 @@ class StandIn:
     def __init__(self, pages: list[str]) -> None:
         self.pages = pages
         self.i = 0
-        self.mode = "ok"  # ok | hang | html | huge | garbage | http503 | trickle | gzip_bomb
+        self.mode = "ok"  # ok | hang | html | huge | garbage | http503 | trickle | trickle_all | gzip_bomb
         self.hits = 0
         self.bomb: bytes | None = None
         self.lock = threading.Lock()
@@ -60,13 +60,14 @@ def serve(standin: StandIn) -> Iterator[str]:
             mode = standin.mode
             if mode == "hang":
                 time.sleep(3)
-            if mode == "trickle" and self.path.endswith("/metrics"):  # headers, then a byte every 0.5 s
+            # headers, then a byte every 0.5 s (on /metrics; on every path with "trickle_all")
+            if (mode == "trickle" and self.path.endswith("/metrics")) or mode == "trickle_all":
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", "100000")
                 self.end_headers()
                 for _ in range(240):
-                    if standin.mode != "trickle":
+                    if standin.mode != mode:
                         return
                     try:
                         self.wfile.write(b"#")

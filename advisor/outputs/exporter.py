@@ -12,6 +12,7 @@ import html
 import json
 import math
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -75,7 +77,9 @@ class AdvisorCollector(Collector):
         d = st.diagnosis
         p = names.OUTPUT_PREFIX
         yield GaugeMetricFamily(
-            p + "up", "1 when the last scrape of vLLM's /metrics succeeded.", value=1 if st.up else 0
+            p + "up",
+            "1 when the last scrape of vLLM's /metrics succeeded and completed within two intervals.",
+            value=1 if st.up else 0,
         )
         if st.last_scrape_duration_s is not None:
             yield GaugeMetricFamily(
@@ -402,6 +406,15 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         with self._conns_lock:
             self._conns.pop(request, None)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that goes away is no news; anything else is one log line, not a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        structlog.get_logger("vllm-advisor").warning(
+            "exporter request failed", client=str(client_address[0]), error=f"{type(exc).__name__}: {exc}"
+        )
 
     def connections(self) -> int:
         with self._conns_lock:

@@ -4,9 +4,8 @@ vLLM's ``/metrics``, its ``/version``, ``record``, ``explain --url``, ``inspect 
 ``baseline save`` from a daemon: all call :meth:`Client.get`. The deadline covers
 connecting, the headers and the whole body (a server that trickles one byte every half
 second is cut off at the deadline, not per read); the size limit counts *decoded* bytes, so
-a gzip bomb stops at the limit instead of filling memory. The body grows in one
-``bytearray`` (one large allocation, handed back to the system when freed), so memory
-falls back after a fault.
+a gzip bomb stops at the limit instead of filling memory. The body is written into an
+anonymous memory map that is unmapped afterwards, so memory falls back after a fault.
 
 The standard library's ``http.client`` does the protocol; a timer shuts the socket down at
 the deadline (or when :meth:`Client.abort` is called on shutdown), which wakes a read
@@ -19,6 +18,7 @@ import base64
 import contextlib
 import http.client
 import json
+import mmap
 import socket
 import ssl
 import threading
@@ -34,6 +34,7 @@ MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 5.0
 MAX_REDIRECTS = 3
 _READ = 65536
+_DECODE_STEP = 256 * 1024  # decoded bytes per step: bounds the temporaries of decompression
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
@@ -225,32 +226,46 @@ class Client:
             raise FetchError("error", f"{stage}: {_describe(e)}", url) from None
 
     def _body(self, resp: http.client.HTTPResponse, encoding: str, url: str, limit: int) -> tuple[bytes, int]:
+        """The answer's body, decoded, at most ``limit`` bytes. It is written into an anonymous
+        memory map of ``limit`` bytes (pages are taken only as they are written, and handed back
+        to the system when it is closed, so memory falls back after a huge answer); decoding
+        goes in small steps, so no large temporary is ever made."""
         dec = zlib.decompressobj(wbits=47) if encoding in ("gzip", "x-gzip", "deflate") else None
-        buf = bytearray()
-        raw = 0
-        while True:
-            chunk = resp.read1(_READ)
-            if not chunk:
-                break
-            raw += len(chunk)
-            if raw > limit:
-                raise FetchError("too_large", f"answer larger than {limit} bytes", url)
-            if dec is None:
-                buf += chunk
-            else:
+        buf = mmap.mmap(-1, limit + 1)
+        pos = raw = 0
+
+        def put(data: bytes) -> None:
+            nonlocal pos
+            if pos + len(data) > limit:
+                what = " once decompressed" if dec is not None else ""
+                raise FetchError("too_large", f"answer larger than {limit} bytes{what}", url)
+            buf[pos : pos + len(data)] = data
+            pos += len(data)
+
+        try:
+            while True:
+                chunk = resp.read1(_READ)
+                if not chunk:
+                    break
+                raw += len(chunk)
+                if raw > limit:
+                    raise FetchError("too_large", f"answer larger than {limit} bytes", url)
+                if dec is None:
+                    put(chunk)
+                    continue
                 try:
-                    buf += dec.decompress(chunk, limit + 1 - len(buf))
+                    put(dec.decompress(chunk, _DECODE_STEP))
+                    while dec.unconsumed_tail:
+                        put(dec.decompress(dec.unconsumed_tail, _DECODE_STEP))
                 except zlib.error as e:
                     raise FetchError("error", f"cannot decompress the answer: {e}", url) from None
-            if len(buf) > limit:
-                raise FetchError("too_large", f"answer larger than {limit} bytes once decompressed", url)
-        if dec is not None:
-            buf += dec.flush()
-            if len(buf) > limit:
-                raise FetchError("too_large", f"answer larger than {limit} bytes once decompressed", url)
-            if not dec.eof and raw:
-                raise FetchError("truncated", "compressed answer cut off", url)
-        return bytes(buf), raw
+            if dec is not None:
+                put(dec.flush(_DECODE_STEP))
+                if not dec.eof and raw:
+                    raise FetchError("truncated", "compressed answer cut off", url)
+            return buf[:pos], raw
+        finally:
+            buf.close()
 
 
 def _describe(e: BaseException) -> str:

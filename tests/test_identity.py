@@ -1,0 +1,62 @@
+"""advisor/identity.py: telling a restart from a load balancer that alternates replicas (pure)."""
+
+from __future__ import annotations
+
+from advisor.identity import Identity, ServerTracker, of_page
+
+A = Identity(100.0, "m", "blocks=1")
+B = Identity(200.0, "m", "blocks=1")
+C = Identity(300.0, "m", "blocks=2")
+
+
+def feed(tr: ServerTracker, seq: list[Identity | None]) -> list[bool]:
+    return [tr.observe(x, float(i)) for i, x in enumerate(seq)]
+
+
+def test_restarts_move_forward_and_are_followed() -> None:
+    tr = ServerTracker()
+    assert feed(tr, [A, A, B, B, C]) == [True] * 5
+    assert not tr.several and tr.current == C and tr.switched_at == 4.0
+
+
+def test_going_back_in_start_time_is_another_server() -> None:
+    tr = ServerTracker()
+    assert feed(tr, [B, A]) == [True, False]
+    assert tr.several and tr.current == B
+
+
+def test_coming_back_to_an_identity_seen_before_is_another_server() -> None:
+    tr = ServerTracker()
+    assert feed(tr, [A, B, A, B]) == [True, True, False, True]
+    assert tr.several and tr.current == B and tr.switched_at == 1.0
+    assert not tr.settled()
+
+
+def test_several_clears_once_one_server_answers_alone() -> None:
+    tr = ServerTracker(settle=3)
+    feed(tr, [A, B, A])
+    assert tr.several
+    assert feed(tr, [A, A, A])[-1] is True  # only A now (B scaled away): follow A
+    assert not tr.several and tr.current == A
+
+
+def test_pages_without_identity_are_fed_and_change_nothing() -> None:
+    tr = ServerTracker()
+    assert feed(tr, [None, A, None, A]) == [True] * 4
+    assert tr.settled()
+    assert feed(tr, [B, None]) == [True, True]  # a restart, then pages without a start time
+    assert not tr.settled()
+    assert feed(tr, [None]) == [True]
+    assert tr.settled()  # they count as the followed server's: the ledger is not held forever
+
+
+def test_identity_of_a_page() -> None:
+    page = (
+        "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1.79599261254e+09\n"
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="3072"} 1.0\n'
+        'vllm:num_requests_running{engine="0",model_name="llama"} 0.0\n'
+    )
+    ident = of_page(page)
+    assert ident == Identity(1.79599261254e09, "llama", 'block_size="16",num_gpu_blocks="3072"')
+    assert of_page("vllm:num_requests_running 0\n") is None
+    assert of_page("process_start_time_seconds " + "9" * 5000 + "\n") is None  # not a start time
