@@ -161,7 +161,9 @@ def _diagnose(
                 _fail(
                     "--log-file alone gives startup facts, not a diagnosis: add --metrics-file (or use inspect)"
                 )
-            _, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=engine_config)
+            adv, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=engine_config)
+            for line in adv.input_warnings:  # what was skipped on the pages, one line each
+                click.echo(f"warning: {line}", err=True)
             return d
         from advisor import daemon
 

@@ -13,7 +13,7 @@ from advisor.config import Config
 from advisor.ruleset import Rule
 from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.session import Session
-from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError
+from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warning
 
 
 class InputError(Exception):
@@ -86,6 +86,7 @@ def from_files(
         clock.t = t
         if not adv.on_page(text, t):
             raise InputError(f"{path}: {adv.stats.last_error}")
+        adv.input_warnings.extend(describe_warning(w, path) for w in adv.last_page_warnings)
     if not metric_files:
         return adv, None
     return adv, adv.diagnose(times[-1])
