@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,7 +280,7 @@ def tokenize_reference(text: str, keep: tuple[str, ...] | None) -> list[RawFamil
 
 
 # ---------------------------------------------------------------- assembly
-def _untyped_histograms(raws: list[RawFamily]) -> Iterator[RawFamily]:
+def _untyped_histograms(raws: list[RawFamily]) -> list[RawFamily]:
     """Histograms pasted without their ``# TYPE`` line come as untyped ``X_bucket`` (with
     ``le``), ``X_count`` and ``X_sum`` families: read them as one histogram ``X``."""
     typed = {r.name for r in raws if r.type != "unknown"}
@@ -290,8 +290,8 @@ def _untyped_histograms(raws: list[RawFamily]) -> Iterator[RawFamily]:
         if r.type == "unknown" and r.name.endswith("_bucket") and all(s[2] is not None for s in r.samples)
     } - typed
     if not bases:
-        yield from raws
-        return
+        return raws
+    out: list[RawFamily] = []
     grouped: dict[str, RawFamily] = {}
     for r in raws:
         base = None
@@ -300,13 +300,14 @@ def _untyped_histograms(raws: list[RawFamily]) -> Iterator[RawFamily]:
                 if r.name.endswith(sfx) and r.name[: -len(sfx)] in bases:
                     base = r.name[: -len(sfx)]
         if base is None:
-            yield r
+            out.append(r)
             continue
         g = grouped.get(base)
         if g is None:
             g = grouped[base] = RawFamily(base, "histogram", "", [])
-            yield g
+            out.append(g)
         g.samples.extend(r.samples)
+    return out
 
 
 def assemble(raws: list[RawFamily], warnings: list[ParseWarning]) -> dict[str, Family]:
@@ -319,7 +320,10 @@ def assemble(raws: list[RawFamily], warnings: list[ParseWarning]) -> dict[str, F
         name = names.canonical_family(raw.name, raw.type)
         series: dict[LabelKey, Any]
         if raw.type in ("histogram", "gaugehistogram"):
+            before = len(warnings)
             series = dict(_histograms(raw, warnings))
+            if not series and len(warnings) > before:
+                continue  # every series of it was unreadable: the family is unknown, not empty
         else:
             series = {}
             for sname, key, _le, v, _ln in raw.samples:
