@@ -98,7 +98,8 @@ class Advisor:
         except MetricsError as e:
             self.on_scrape_error(e, t)
             return False
-        self._count_scrape("success")
+        # a page read with parts skipped (a bad sample, a broken line) is a "bad_sample" scrape
+        self._count_scrape("bad_sample" if snap.warnings else "success")
         self.last_page_warnings = snap.warnings
         self.stats.page_warnings += len(snap.warnings)
         self.up = True

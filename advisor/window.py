@@ -142,7 +142,7 @@ class Window:
         self._seq = 0
         self._restarts: deque[float] = deque()
         # running state of the histograms: last raw series per family, merged running sums
-        self._hlast: dict[str, dict[LabelKey, Histogram]] = {}
+        self._hlast: dict[str, dict[LabelKey, tuple[tuple[float, ...], list[float]]]] = {}
         self._hacc: dict[str, tuple[tuple[float, ...], list[float]]] = {}
         self._aggs: dict[tuple[object, ...], _Series] = {}
         # memo of derived values, valid while no snapshot is added and the clock stands still
@@ -213,29 +213,32 @@ class Window:
             if fam.type not in ("histogram", "gaugehistogram"):
                 continue
             last = self._hlast.setdefault(name, {})
-            acc_entry = self._hacc.get(name)
+            entry = self._hacc.get(name)
             for key, h in fam.series.items():
                 if not isinstance(h, Histogram) or not h.buckets:
                     continue
-                bounds = tuple(b for b, _ in h.buckets)
-                if acc_entry is None:
-                    acc_entry = self._hacc[name] = (bounds, [0.0] * (len(bounds) + 2))
+                bounds = tuple([b for b, _ in h.buckets])
+                counts = [c for _, c in h.buckets]
+                counts.append(h.count)
+                counts.append(h.sum)
+                if entry is None:
+                    entry = self._hacc[name] = (bounds, [0.0] * (len(bounds) + 2))
                 p = last.get(key)
-                last[key] = h
+                last[key] = (bounds, counts)
                 if p is None:
                     continue  # a series' first reading is its baseline
-                inc = _increase(h, p)
-                acc_bounds, acc = acc_entry
-                if bounds == acc_bounds:
-                    counts = [c for _, c in inc.buckets]
-                else:  # other bounds than the family's first series: read as a step function
-                    counts = [inc.cumulative(b) for b in acc_bounds]
-                for i, c in enumerate(counts):
-                    acc[i] += c
-                acc[-2] += inc.count
-                acc[-1] += inc.sum
-            if acc_entry is not None:
-                parts.append((name, acc_entry[0], acc_entry[1]))
+                inc = counts
+                if bounds == p[0] and h.count >= p[1][-2]:
+                    inc = [c - pc for c, pc in zip(counts, p[1], strict=True)]
+                    if min(inc[:-1]) < 0:
+                        inc = counts  # a bucket went down: a reset after all
+                acc_bounds, acc = entry
+                if bounds != acc_bounds:  # other bounds than the family's first series: a step function
+                    step = Histogram(tuple(zip(bounds, inc, strict=False)), 0.0, 0.0)
+                    inc = [step.cumulative(b) for b in acc_bounds] + inc[-2:]
+                acc[:] = [a + x for a, x in zip(acc, inc, strict=True)]
+            if entry is not None:
+                parts.append((name, entry[0], entry[1]))
         sig = tuple((n, b) for n, b, _ in parts)
         hlayout = prev.hlayout if prev is not None and prev.hlayout.sig == sig else _HLayout(sig)
         return hlayout, array("d", [x for _, _, acc in parts for x in acc])
@@ -507,17 +510,6 @@ def _restarted(prev: _Frame, cur: _Frame) -> bool:
         if a is not None and b is not None and b < a:
             return True
     return False
-
-
-def _increase(h: Histogram, p: Histogram) -> Histogram:
-    """Bucket increases from ``p`` to ``h``; a reset (the count or any bucket went down,
-    or other bounds) counts ``h`` from zero."""
-    if h.count < p.count or len(h.buckets) != len(p.buckets):
-        return h
-    inc = tuple((b, c - pc) for (b, c), (pb, pc) in zip(h.buckets, p.buckets, strict=True) if b == pb)
-    if len(inc) != len(h.buckets) or any(c < 0 for _, c in inc):
-        return h
-    return Histogram(inc, h.count - p.count, h.sum - p.sum)
 
 
 def _snapshot_of(f: _Frame) -> Snapshot:

@@ -291,3 +291,27 @@ def test_what_is_not_prometheus_text_is_still_refused() -> None:
         with pytest.raises(m.MetricsError) as e:
             m.parse_page(text, t=0)
         assert e.value.kind == "not_prometheus"
+
+
+def test_the_advisor_counts_a_page_with_a_bad_sample_and_stays_up() -> None:
+    """What the daemon exports for issue 17 #2: `vllm_advisor_scrapes_total{result="bad_sample"}`
+    (the page was read, parts skipped), `up` stays 1, and the next clean page is a success."""
+    from prometheus_client.exposition import generate_latest as latest
+
+    from advisor.config import Config
+    from advisor.outputs.exporter import ExportState, make_registry
+    from advisor.ruleset import load_rules
+    from advisor.runner import Advisor, ReplayClock
+
+    text = page("cpu-0.32-preempt_mns16-during.prom")
+    anchor = text.index("\n", text.index("vllm:time_to_first_token_seconds_bucket{")) + 1
+    bad = text[:anchor] + 'vllm:time_to_first_token_seconds_bucket{engine="0",le="abc"} 1\n' + text[anchor:]
+    clock = ReplayClock(100.0)
+    adv = Advisor(Config(), load_rules(), clock=clock)
+    assert adv.on_page(bad, 100.0) and adv.up
+    assert [w.family for w in adv.last_page_warnings] == [names.TTFT]
+    assert adv.on_page(text, 105.0) and adv.last_page_warnings == ()
+    assert adv.stats.scrapes == {"bad_sample": 1, "success": 1} and adv.stats.page_warnings == 1
+    st = ExportState(adv.diagnose(105.0), adv.up, (), dict(adv.stats.scrapes))
+    body = latest(make_registry(lambda: st)).decode()
+    assert 'vllm_advisor_scrapes_total{result="bad_sample"} 1.0' in body

@@ -146,6 +146,7 @@ def tokenize(
     typ = "untyped"
     samples: list[Sample] = []
     allowed: tuple[str, ...] = ()
+    created = False  # the current family is a `_created` one (never read)
     cache = _HEAD_CACHE
     if len(cache) > _MAX_CACHE:
         cache.clear()
@@ -188,6 +189,7 @@ def tokenize(
                 if cand != name:
                     close()
                     name, typ, samples, allowed = cand, "untyped", [], (cand,)
+                    created = name.endswith("_created")
                 doc = parts[3] if len(parts) == 4 else ""
                 if "\\" in doc:
                     doc = _HELP_ESCAPE_RE.sub(lambda m: "\\" if m.group(0) == "\\\\" else "\n", doc)
@@ -198,6 +200,7 @@ def tokenize(
                 if cand != name:
                     close()
                     name, doc, samples = cand, "", []
+                    created = name.endswith("_created")
                 typ = parts[3]
                 allowed = tuple(name + sfx for sfx in _SUFFIXES.get(typ, ("",)))
             continue
@@ -225,16 +228,16 @@ def tokenize(
             key, le = key_of(labels.items())
         else:
             sname, key, le = ent
-            if _bad_value(val, v):
+            if v - v != 0.0 and _bad_value(val, v):  # only infinities (and NaN) get here
                 warnings.append(ParseWarning(sname, lineno, f"value {val[:20]!r} is out of range: skipped"))
                 continue
-        sample = (sname, key, le, v, lineno)
         if sname in allowed:
-            samples.append(sample)
+            if not created:  # creation timestamps are never read: not kept
+                samples.append((sname, key, le, v, lineno))
         else:  # a new untyped family of one sample, as prometheus_client reads it
             close()
             name, doc, typ, samples, allowed = "", "", "untyped", [], ()
-            out.append(_build(sname, "", "untyped", [sample], warnings))
+            out.append(_build(sname, "", "untyped", [(sname, key, le, v, lineno)], warnings))
     close()
     return out
 
@@ -342,6 +345,22 @@ def assemble(raws: list[RawFamily], warnings: list[ParseWarning]) -> dict[str, F
     return families
 
 
+_BOUNDS: dict[str | None, float] = {None: math.inf}
+
+
+def _bound(le: str | None) -> float:
+    """A bucket's ``le`` as a float (NaN when it is not a number), remembered across pages."""
+    b = _BOUNDS.get(le)
+    if b is None:
+        try:
+            b = math.nan if le is None or "_" in le else float(le)
+        except ValueError:
+            b = math.nan
+        if len(_BOUNDS) < 10_000:
+            _BOUNDS[le] = b
+    return b
+
+
 def _histograms(raw: RawFamily, warnings: list[ParseWarning]) -> dict[LabelKey, Histogram]:
     buckets: dict[LabelKey, list[tuple[float, float]]] = defaultdict(list)
     counts: dict[LabelKey, float] = {}
@@ -352,11 +371,8 @@ def _histograms(raw: RawFamily, warnings: list[ParseWarning]) -> dict[LabelKey, 
             warnings.append(ParseWarning(raw.name, ln, f"NaN in {sname}: skipped"))
             continue
         if sname.endswith("_bucket"):
-            try:
-                bound = float(le) if le is not None else math.inf
-            except ValueError:
-                bound = math.nan
-            if bound != bound or "_" in (le or ""):
+            bound = _bound(le)
+            if bound != bound:
                 warnings.append(
                     ParseWarning(raw.name, ln, f"bucket bound le={le!r} is not a number: skipped")
                 )
