@@ -150,6 +150,7 @@ def _snapshot(
                 "not_prometheus", f"no vLLM metrics on the page (is this vLLM's /metrics?){why}"
             )
         raise MetricsError("not_prometheus", f"no metric families on the page{why}")
+    warnings.sort(key=lambda w: (w.line is None, w.line or 0))  # in page order
     return Snapshot(t=t, families=families, warnings=tuple(warnings))
 
 

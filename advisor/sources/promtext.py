@@ -49,7 +49,7 @@ _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _HELP_ESCAPE_RE = re.compile(r"\\[\\n]")
 _INF_WORDS = frozenset({"inf", "infinity"})
-_MAX_CACHE = 200_000
+_MAX_CACHE = 20_000  # series heads remembered (a 16-engine vLLM page has ~6,000)
 # "name{labels}" -> (sample name, label key, le); shared across pages (the series repeat)
 _HEAD_CACHE: dict[str, tuple[str, LabelKey, str | None]] = {}
 
