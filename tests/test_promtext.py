@@ -28,6 +28,7 @@ from advisor.model import Histogram as Hist
 from advisor.model import Snapshot
 from advisor.session import Session
 from advisor.sources import metrics as m
+from advisor.sources import promtext
 from tests.pages import PAGES, as_ray, as_v0, page, with_engines
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -48,11 +49,23 @@ def norm(s: Snapshot) -> dict[str, Any]:
     }
 
 
+def raw_samples(raws: list[promtext.RawFamily]) -> list[tuple[Any, ...]]:
+    """Tokenized families sample by sample (creation timestamps, never read, left out)."""
+    return [
+        (r.name, r.type, r.help, [(s[0], s[1], s[2], "NaN" if s[3] != s[3] else s[3]) for s in r.samples])
+        for r in raws
+        if not r.name.endswith("_created")
+    ]
+
+
 def same_as_reference(text: str, keep: tuple[str, ...] | None = m.KEEP_PREFIXES) -> Snapshot:
     fast = m.parse_page(text, 1.0, keep=keep)
     ref = m.parse_page_reference(text, 1.0, keep=keep)
     assert fast.warnings == ()
     assert norm(fast) == norm(ref)
+    # and before assembly: the same families, in the same order, sample for sample
+    tokens = promtext.tokenize(text, keep, [], drop_unterminated=True)
+    assert raw_samples(tokens) == raw_samples(promtext.tokenize_reference(text, keep))
     return fast
 
 
