@@ -244,7 +244,7 @@ def _diagnose(
             return d
         if metrics_files or log_file:
             # a log alone: its periodic stats lines are the data (evidence.pages_from_stats)
-            _, d = inputs.from_files(
+            adv, d = inputs.from_files(
                 list(metrics_files),
                 log_file,
                 cfg,
@@ -252,6 +252,8 @@ def _diagnose(
                 config_path=engine_config,
                 command=command,
             )
+            for line in adv.input_warnings:  # what was skipped on the pages, one line each
+                click.echo(f"warning: {line}", err=True)
             return d
         from advisor import daemon
 

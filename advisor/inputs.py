@@ -15,7 +15,7 @@ from advisor.ruleset import Rule
 from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.session import Session
 from advisor.sources.engine import PastedCommand
-from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, parse_page
+from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warning, parse_page
 
 
 class InputError(Exception):
@@ -118,6 +118,7 @@ def from_files(
             start = _single_page_start(adv, text, t)
         if not adv.on_page(text, t):
             raise InputError(f"{path}: {adv.stats.last_error}")
+        adv.input_warnings.extend(describe_warning(w, path) for w in adv.last_page_warnings)
     d = adv.diagnose(times[-1])
     if len(metric_files) == 1 and adv.window.latest is not None:
         d = evidence.single_page_verdict(d, adv.window.latest, start[0], start[1])

@@ -45,6 +45,7 @@ def inspect(
 ) -> dict[str, Any]:
     pages: list[Snapshot] = []
     page_errors: list[str] = []
+    warnings: list[str] = []  # parts of pages skipped as unreadable, one line each
     lines: list[str] = []
     argv: Sequence[str] | None = None
     base: dict[str, Any] = {}
@@ -53,6 +54,7 @@ def inspect(
         try:
             page = metrics_src.fetch(_metrics_url(url))
             pages.append(metrics_src.parse_page(page.text, page.t))
+            warnings.extend(metrics_src.describe_warning(w, url) for w in pages[-1].warnings)
         except metrics_src.MetricsError as e:
             raise InspectError(str(e)) from None
         port = urlparse(url).port
@@ -72,12 +74,16 @@ def inspect(
         for t, text in s.iter_scrapes():
             try:
                 pages.append(metrics_src.parse_page(text, t))
+                warnings.extend(
+                    metrics_src.describe_warning(w, f"page at {t:.3f}") for w in pages[-1].warnings
+                )
             except metrics_src.MetricsError as e:
                 page_errors.append(f"page at {t:.3f}: {e}")
         lines.extend(s.log_lines())
     for i, path in enumerate(metrics_files):
         try:
             pages.append(metrics_src.read_file(path, t=float(i)))
+            warnings.extend(metrics_src.describe_warning(w, path) for w in pages[-1].warnings)
         except metrics_src.MetricsError as e:
             raise InspectError(str(e)) from None
         except OSError as e:
@@ -114,7 +120,7 @@ def inspect(
     report = {
         "engine": engine_src.to_json(info),
         "logs": _logs_report(events),
-        "metrics": _metrics_report(pages, page_errors),
+        "metrics": _metrics_report(pages, page_errors, warnings),
     }
     if command is not None:
         report["command"] = command
@@ -133,9 +139,16 @@ def _logs_report(events: Iterable[LogEvent]) -> dict[str, Any]:
     return {"lines": n, "counts": counts, "errors": errors}
 
 
-def _metrics_report(pages: Sequence[Snapshot], errors: list[str]) -> dict[str, Any]:
+def _metrics_report(pages: Sequence[Snapshot], errors: list[str], warnings: list[str]) -> dict[str, Any]:
     if not pages:
-        return {"pages": 0, "families": [], "engines": [], "model_names": [], "errors": errors}
+        return {
+            "pages": 0,
+            "families": [],
+            "engines": [],
+            "model_names": [],
+            "errors": errors,
+            "warnings": warnings,
+        }
     fams: set[str] = set()
     engines: set[str] = set()
     models: set[str] = set()
@@ -149,6 +162,7 @@ def _metrics_report(pages: Sequence[Snapshot], errors: list[str]) -> dict[str, A
         "engines": sorted(engines),
         "model_names": sorted(models),
         "errors": errors,
+        "warnings": warnings,
     }
 
 
@@ -182,6 +196,8 @@ def render_text(report: dict[str, Any]) -> str:
     )
     for err in m.get("errors", [])[:5]:
         con.print(f"  bad page: {err}")
+    for w in m.get("warnings", []):
+        con.print(f"  warning: {w}", soft_wrap=True)
     return buf.getvalue()
 
 

@@ -86,9 +86,7 @@ def start(
 ) -> LiveExperiment:
     """A knob change was noticed at ``restart_t`` (the first page after the restart)."""
     before_pages = [
-        s.t
-        for s in window.snapshots()
-        if s.t < restart_t and (previous_after is None or s.t >= previous_after)
+        t for t in window.times() if t < restart_t and (previous_after is None or t >= previous_after)
     ]
     before = (before_pages[0], before_pages[-1]) if before_pages else (restart_t, restart_t)
     req = window.slice(*before).counter_delta(n.REQUEST_SUCCESS) or 0.0
@@ -97,21 +95,22 @@ def start(
 
 def _busy_seconds(w: Window) -> float:
     busy = 0.0
-    for a, b in pairwise(w.snapshots()):
-        if (a.total(n.NUM_RUNNING) or 0) > 0 or (b.total(n.NUM_RUNNING) or 0) > 0:
-            busy += b.t - a.t
+    for (ta, ra), (tb, rb) in pairwise(w.totals(n.NUM_RUNNING)):
+        if (ra or 0) > 0 or (rb or 0) > 0:
+            busy += tb - ta
     return busy
 
 
 def _busy_rates(w: Window) -> list[float]:
     """Generation tokens per second over each interval with requests running at both ends."""
     rates = []
-    for a, b in pairwise(w.snapshots()):
-        ga, gb = a.total(n.GENERATION_TOKENS), b.total(n.GENERATION_TOKENS)
-        if ga is None or gb is None or gb < ga or b.t <= a.t:
+    running = w.totals(n.NUM_RUNNING)
+    generated = w.totals(n.GENERATION_TOKENS)
+    for ((ta, ga), (tb, gb)), ((_, ra), (_, rb)) in zip(pairwise(generated), pairwise(running), strict=True):
+        if ga is None or gb is None or gb < ga or tb <= ta:
             continue
-        if (a.total(n.NUM_RUNNING) or 0) > 0 and (b.total(n.NUM_RUNNING) or 0) > 0:
-            rates.append((gb - ga) / (b.t - a.t))
+        if (ra or 0) > 0 and (rb or 0) > 0:
+            rates.append((gb - ga) / (tb - ta))
     return rates
 
 

@@ -98,11 +98,27 @@ class Family:
 
 
 @dataclass(frozen=True)
+class ParseWarning:
+    """Something on a page that was skipped (a broken line, a bad sample, a cut-off histogram)."""
+
+    family: str | None  # the family it belongs to, as the page spells it, when known
+    line: int | None  # 1-based line number in the page, when known
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line is not None else ""
+        fam = f"{self.family}: " if self.family else ""
+        return f"{where}{fam}{self.reason}"
+
+
+@dataclass(frozen=True)
 class Snapshot:
-    """One parsed ``/metrics`` page at time ``t`` (unix seconds)."""
+    """One parsed ``/metrics`` page at time ``t`` (unix seconds). ``warnings``: what the
+    parser skipped on that page (empty for a clean page)."""
 
     t: float
     families: Mapping[str, Family]
+    warnings: tuple[ParseWarning, ...] = ()
 
     def has(self, name: str) -> bool:
         return name in self.families

@@ -81,6 +81,8 @@ MEAN_AGGREGATED = frozenset({KV_CACHE_USAGE, CPU_KV_CACHE_USAGE, "vllm:prefix_ca
 # Labels that identify a series' origin and are kept through parsing.
 ENGINE_LABEL = "engine"
 MODEL_LABEL = "model_name"
+# other spellings of those labels -> the canonical one (Triton's vLLM backend says `model`)
+LABEL_ALIASES: dict[str, str] = {"model": MODEL_LABEL}
 
 # --- the advisor's own series -------------------------------------------------
 OUTPUT_PREFIX = "vllm_advisor_"

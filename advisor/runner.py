@@ -19,7 +19,7 @@ from advisor import live_experiment as lx
 from advisor.advise import Diagnosis, diagnose
 from advisor.config import Config
 from advisor.evaluate import Evaluator
-from advisor.model import EngineInfo, LogEvent, Provenanced, Snapshot
+from advisor.model import EngineInfo, LogEvent, ParseWarning, Provenanced, Snapshot
 from advisor.ruleset import Rule
 from advisor.sources import engine as engine_src
 from advisor.sources import logs as log_src
@@ -51,6 +51,7 @@ class Stats:
     last_scrape_t: float | None = None
     last_scrape_duration_s: float | None = None
     last_error: str | None = None
+    page_warnings: int = 0  # parts of pages skipped as unreadable (model.ParseWarning), all pages
 
 
 class Advisor:
@@ -86,6 +87,8 @@ class Advisor:
         self.experiment: lx.LiveExperiment | None = None
         self.finished_experiments: list[lx.LiveExperiment] = []  # drained by the daemon (ledger)
         self._latest_good: Snapshot | None = None
+        self.last_page_warnings: tuple[ParseWarning, ...] = ()  # what the last page's parse skipped
+        self.input_warnings: list[str] = []  # one line each, for the user (inputs.from_files)
         self.engine = self._resolve()
 
     # ---------------------------------------------------------------- inputs
@@ -96,7 +99,10 @@ class Advisor:
         except MetricsError as e:
             self.on_scrape_error(e, t)
             return False
-        self._count_scrape("success")
+        # a page read with parts skipped (a bad sample, a broken line) is a "bad_sample" scrape
+        self._count_scrape("bad_sample" if snap.warnings else "success")
+        self.last_page_warnings = snap.warnings
+        self.stats.page_warnings += len(snap.warnings)
         self.up = True
         self.stats.last_scrape_t = t
         self.stats.last_scrape_duration_s = duration_s

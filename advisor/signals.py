@@ -147,9 +147,7 @@ def _engines(c: Context, v: Values) -> Value:
 
 
 def _running_per_engine_max(c: Context, v: Values) -> Value:
-    vals = [s.maximum(n.NUM_RUNNING) for s in c.window.snapshots(c.seconds)]
-    vals2 = [x for x in vals if x is not None]
-    return max(vals2) if vals2 else None
+    return c.window.gauge_max(n.NUM_RUNNING, c.seconds, agg="max")
 
 
 def _kv_tokens(c: Context, v: Values) -> Value:

@@ -1,19 +1,36 @@
-"""A bounded, time-ordered store of snapshots and log events, with an injected clock.
+"""A bounded, time-ordered store of what the signals read from each page, with an injected clock.
 
 Deltas and rates survive counter resets (a server restart): per series, a value
 lower than the one before counts from zero, as PromQL's ``increase`` does.
 Histogram quantiles over a window come from bucket deltas, the meaning of
-``histogram_quantile(q, rate(x_bucket[w]))``. Everything can be asked per engine
-or model (``match``) or aggregated across them.
+``histogram_quantile(q, rate(x_bucket[w]))``. Scalars (gauges, counters) can be asked
+per engine or model (``match``) or aggregated across them.
+
+Nothing is rescanned per cycle. Each page becomes a compact *frame* when it is added:
+
+- scalar series (gauges, counters) as two arrays of floats, the values and a running
+  reset-aware sum of each series' increases; the series' names and labels (the *layout*)
+  are shared between frames while they do not change;
+- each histogram family as one array: the running reset-aware sum of its bucket
+  increases over all series (engines, models) merged, which is all the signals read.
+
+A counter's increase over a window is then the difference of two running sums, a
+histogram's bucket deltas likewise, and restarts are detected once, when a page arrives.
+Memory per frame is a few floats per scalar series and one array per histogram family,
+whatever the interval; the window keeps at most ``max_snapshots`` frames.
 """
 
 from __future__ import annotations
 
+import math
 import time
+from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import islice, pairwise
+from typing import Any
 
 from advisor.model import Family, Histogram, LabelKey, LogEvent, Snapshot, labels_match
 
@@ -21,12 +38,15 @@ Clock = Callable[[], float]
 
 # Families kept besides vllm:*, so that a snapshot stays small in memory.
 KEEP_EXTRA = ("process_start_time_seconds", "process_cpu_seconds", "process_resident_memory_bytes")
+# Counters whose going down means the server restarted.
+RESTART_COUNTERS = ("vllm:request_success", "vllm:generation_tokens", "vllm:prompt_tokens")
+START_TIME = "process_start_time_seconds"
 
 
 def slim(snapshot: Snapshot) -> Snapshot:
     """Drop families the advisor never reads (HTTP and GC series of the API server)."""
     fams = {n: f for n, f in snapshot.families.items() if n.startswith("vllm:") or n in KEEP_EXTRA}
-    return Snapshot(t=snapshot.t, families=fams)
+    return Snapshot(t=snapshot.t, families=fams, warnings=snapshot.warnings)
 
 
 @dataclass(frozen=True)
@@ -38,8 +58,72 @@ class Outage:
     message: str
 
 
+class _Layout:
+    """Where each scalar family's series sit in a frame's arrays (shared between frames)."""
+
+    __slots__ = ("fams", "idx", "sig", "size")
+
+    def __init__(self, sig: tuple[tuple[str, str, tuple[LabelKey, ...]], ...]) -> None:
+        self.sig = sig
+        self.fams: dict[str, tuple[str, int, tuple[LabelKey, ...], dict[LabelKey, int]]] = {}
+        self.idx: dict[tuple[object, ...], list[int]] = {}  # (family, match) -> positions
+        start = 0
+        for name, typ, keys in sig:
+            self.fams[name] = (typ, start, keys, {k: i for i, k in enumerate(keys)})
+            start += len(keys)
+        self.size = start
+
+
+class _HLayout:
+    """Where each histogram family sits in a frame's histogram array: bounds and offset."""
+
+    __slots__ = ("fams", "sig")
+
+    def __init__(self, sig: tuple[tuple[str, tuple[float, ...]], ...]) -> None:
+        self.sig = sig
+        self.fams: dict[str, tuple[tuple[float, ...], int]] = {}
+        start = 0
+        for name, bounds in sig:
+            self.fams[name] = (bounds, start)
+            start += len(bounds) + 2  # cumulative bucket counts, count, sum
+
+
+class _Frame:
+    __slots__ = ("adj", "hist", "hlayout", "layout", "raw", "seq", "t")
+
+    def __init__(
+        self,
+        seq: int,
+        t: float,
+        layout: _Layout,
+        raw: array[float],
+        adj: array[float],
+        hlayout: _HLayout,
+        hist: array[float],
+    ) -> None:
+        self.seq = seq
+        self.t = t
+        self.layout = layout
+        self.raw = raw
+        self.adj = adj
+        self.hlayout = hlayout
+        self.hist = hist
+
+
+class _Series:
+    """Per-frame aggregates of one scalar family (total, mean or max over matching series),
+    kept in step with the frames so that a query reads a slice, not every page again."""
+
+    __slots__ = ("first_seq", "ts", "vals")
+
+    def __init__(self, first_seq: int) -> None:
+        self.first_seq = first_seq
+        self.ts: list[float] = []
+        self.vals: list[float | None] = []
+
+
 class Window:
-    """Snapshots and events of the last ``max_age_s`` seconds (and at most ``max_snapshots``)."""
+    """Frames and events of the last ``max_age_s`` seconds (and at most ``max_snapshots`` frames)."""
 
     def __init__(
         self,
@@ -49,24 +133,118 @@ class Window:
         clock: Clock = time.time,
     ) -> None:
         self.max_age_s = max_age_s
+        self.max_snapshots = max_snapshots
         self.clock = clock
-        self._snaps: deque[Snapshot] = deque(maxlen=max_snapshots)
+        self._frames: deque[_Frame] = deque()
         self._events: deque[LogEvent] = deque(maxlen=max_events)
         self._outages: deque[Outage] = deque(maxlen=1000)
+        self._latest: Snapshot | None = None
+        self._seq = 0
+        self._restarts: deque[float] = deque()
+        # running state of the histograms: last raw series per family, merged running sums
+        self._hlast: dict[str, dict[LabelKey, tuple[tuple[float, ...], list[float]]]] = {}
+        self._hacc: dict[str, tuple[tuple[float, ...], list[float]]] = {}
+        self._aggs: dict[tuple[object, ...], _Series] = {}
         # memo of derived values, valid while no snapshot is added and the clock stands still
         self._memo: dict[tuple[object, ...], object] = {}
         self._memo_at: tuple[float, float] | None = None
 
     # ---------------------------------------------------------------- input
     def add_snapshot(self, snapshot: Snapshot) -> None:
-        if self._snaps and snapshot.t < self._snaps[-1].t:
+        if self._frames and snapshot.t < self._frames[-1].t:
             return  # out of order: ignore rather than corrupt deltas
-        self._snaps.append(slim(snapshot))
+        snap = slim(snapshot)
+        prev = self._frames[-1] if self._frames else None
+        frame = self._frame(snap, prev)
+        if prev is not None and _restarted(prev, frame):
+            self._restarts.append(frame.t)
+        self._frames.append(frame)
+        self._latest = snap
         self._memo.clear()
         self._expire()
 
+    def _frame(self, snap: Snapshot, prev: _Frame | None) -> _Frame:
+        scal = [(n, f) for n, f in snap.families.items() if f.type not in ("histogram", "gaugehistogram")]
+        sig = tuple((n, f.type, tuple(f.series)) for n, f in scal)
+        layout = prev.layout if prev is not None and prev.layout.sig == sig else _Layout(sig)
+        raw = array(
+            "d", [v if isinstance(v, float) else float(v) for _, f in scal for v in f.series.values()]
+        )
+        if prev is not None and prev.layout is layout:
+            adj = array(
+                "d", [a + (c - p if c >= p else c) for a, c, p in zip(prev.adj, raw, prev.raw, strict=True)]
+            )
+        else:
+            adj = self._adj_slow(layout, raw)
+        hlayout, hist = self._histograms(snap, prev)
+        self._seq += 1
+        return _Frame(self._seq, snap.t, layout, raw, adj, hlayout, hist)
+
+    def _adj_slow(self, layout: _Layout, raw: array[float]) -> array[float]:
+        """Running sums when the series changed: per family, against the last frame holding it;
+        a series new since then starts from its last known running sum (or its value)."""
+        adj = array("d", raw)
+        for name, (_typ, start, keys, _index) in layout.fams.items():
+            last = next((f for f in reversed(self._frames) if name in f.layout.fams), None)
+            for i, key in enumerate(keys):
+                cur = raw[start + i]
+                if last is not None:
+                    _t, s0, _k, index = last.layout.fams[name]
+                    j = index.get(key)
+                    if j is not None:
+                        p = last.raw[s0 + j]
+                        adj[start + i] = last.adj[s0 + j] + (cur - p if cur >= p else cur)
+                        continue
+                base = self._last_adj(name, key)
+                adj[start + i] = cur if base is None else base
+        return adj
+
+    def _last_adj(self, name: str, key: LabelKey) -> float | None:
+        for f in reversed(self._frames):
+            fam = f.layout.fams.get(name)
+            if fam is not None and key in fam[3]:
+                return f.adj[fam[1] + fam[3][key]]
+        return None
+
+    def _histograms(self, snap: Snapshot, prev: _Frame | None) -> tuple[_HLayout, array[float]]:
+        """Merge each histogram family's reset-aware bucket increases into its running sum."""
+        parts: list[tuple[str, tuple[float, ...], list[float]]] = []
+        for name, fam in snap.families.items():
+            if fam.type not in ("histogram", "gaugehistogram"):
+                continue
+            last = self._hlast.setdefault(name, {})
+            entry = self._hacc.get(name)
+            for key, h in fam.series.items():
+                if not isinstance(h, Histogram) or not h.buckets:
+                    continue
+                bounds = tuple([b for b, _ in h.buckets])
+                counts = [c for _, c in h.buckets]
+                counts.append(h.count)
+                counts.append(h.sum)
+                if entry is None:
+                    entry = self._hacc[name] = (bounds, [0.0] * (len(bounds) + 2))
+                p = last.get(key)
+                last[key] = (bounds, counts)
+                if p is None:
+                    continue  # a series' first reading is its baseline
+                inc = counts
+                if bounds == p[0] and h.count >= p[1][-2]:
+                    inc = [c - pc for c, pc in zip(counts, p[1], strict=True)]
+                    if min(inc[:-1]) < 0:
+                        inc = counts  # a bucket went down: a reset after all
+                acc_bounds, acc = entry
+                if bounds != acc_bounds:  # other bounds than the family's first series: a step function
+                    step = Histogram(tuple(zip(bounds, inc, strict=False)), 0.0, 0.0)
+                    inc = [step.cumulative(b) for b in acc_bounds] + inc[-2:]
+                acc[:] = [a + x for a, x in zip(acc, inc, strict=True)]
+            if entry is not None:
+                parts.append((name, entry[0], entry[1]))
+        sig = tuple((n, b) for n, b, _ in parts)
+        hlayout = prev.hlayout if prev is not None and prev.hlayout.sig == sig else _HLayout(sig)
+        return hlayout, array("d", [x for _, _, acc in parts for x in acc])
+
     def _cached(self, key: tuple[object, ...], compute: Callable[[], object]) -> object:
-        stamp = (self._snaps[-1].t if self._snaps else 0.0, self.now())
+        stamp = (self._frames[-1].t if self._frames else 0.0, self.now())
         if stamp != self._memo_at:
             self._memo.clear()
             self._memo_at = stamp
@@ -82,8 +260,11 @@ class Window:
 
     def _expire(self) -> None:
         horizon = self.now() - self.max_age_s
-        while self._snaps and self._snaps[0].t < horizon:
-            self._snaps.popleft()
+        while self._frames and (self._frames[0].t < horizon or len(self._frames) > self.max_snapshots):
+            self._frames.popleft()
+        first = self._frames[0].t if self._frames else math.inf
+        while self._restarts and self._restarts[0] <= first:
+            self._restarts.popleft()
         while self._events and self._events[0].t is not None and self._events[0].t < horizon:
             self._events.popleft()
 
@@ -92,26 +273,38 @@ class Window:
 
     def slice(self, t0: float, t1: float) -> Window:
         """A window over the snapshots taken in [t0, t1], its clock standing at t1."""
-        snaps = [s for s in self._snaps if t0 <= s.t <= t1]
-        w = Window(max_age_s=float("inf"), max_snapshots=max(1, len(snaps)), clock=lambda: t1)
-        w._snaps.extend(snaps)
+        frames = [f for f in self._frames if t0 <= f.t <= t1]
+        w = Window(max_age_s=float("inf"), max_snapshots=max(1, len(frames)), clock=lambda: t1)
+        w._frames.extend(frames)
+        if frames:
+            w._restarts.extend(r for r in self._restarts if frames[0].t < r <= frames[-1].t)
+            w._latest = self._latest if self._latest is not None and self._latest.t == frames[-1].t else None
         return w
 
     # ---------------------------------------------------------------- selection
+    def _start(self, seconds: float | None) -> int:
+        """Index of the first frame of the last ``seconds``."""
+        if seconds is None:
+            return 0
+        return bisect_left(self._frames, self.now() - seconds, key=lambda f: f.t)
+
+    def _in(self, seconds: float | None) -> list[_Frame]:
+        i = self._start(seconds)
+        return list(islice(self._frames, i, None)) if i else list(self._frames)
+
     @property
     def latest(self) -> Snapshot | None:
-        return self._snaps[-1] if self._snaps else None
+        if self._latest is not None and self._frames and self._latest.t == self._frames[-1].t:
+            return self._latest
+        return _snapshot_of(self._frames[-1]) if self._frames else None
 
     def snapshots(self, seconds: float | None = None) -> list[Snapshot]:
-        """Snapshots of the last ``seconds`` (relative to the clock), oldest first."""
-        if seconds is None:
-            return list(self._snaps)
+        """Snapshots of the last ``seconds`` (relative to the clock), oldest first, rebuilt from
+        the frames: the scalar families (gauges, counters, info), not the histograms."""
+        return [_snapshot_of(f) for f in self._in(seconds)]
 
-        def select() -> list[Snapshot]:
-            horizon = self.now() - seconds
-            return [s for s in self._snaps if s.t >= horizon]
-
-        return list(self._cached(("snaps", seconds), select))  # type: ignore[call-overload]
+    def times(self, seconds: float | None = None) -> list[float]:
+        return [f.t for f in self._in(seconds)]
 
     def events(self, kind: str | None = None, seconds: float | None = None) -> list[LogEvent]:
         horizon = None if seconds is None else self.now() - seconds
@@ -126,86 +319,137 @@ class Window:
         return [o for o in self._outages if horizon is None or o.t >= horizon]
 
     def duration(self, seconds: float | None = None) -> float:
-        snaps = self.snapshots(seconds)
-        return snaps[-1].t - snaps[0].t if len(snaps) >= 2 else 0.0
+        i = self._start(seconds)
+        n = len(self._frames) - i
+        return self._frames[-1].t - self._frames[i].t if n >= 2 else 0.0
 
     # ---------------------------------------------------------------- counters
+    def _ends(self, name: str, seconds: float | None) -> tuple[_Frame, _Frame, int] | None:
+        """First and last frame of the window holding a scalar family, and the first's index."""
+        i = self._start(seconds)
+        n = len(self._frames)
+        last = self._frames[-1] if n else None
+        if last is None or name not in last.layout.fams:
+            last = next((f for f in reversed(self._frames) if name in f.layout.fams), None)
+        if last is None:
+            return None
+        for j in range(i, n):
+            f = self._frames[j]
+            if name in f.layout.fams:
+                return (f, last, j) if f is not last else None
+        return None
+
+    @staticmethod
+    def _indices(layout: _Layout, name: str, match: Mapping[str, str] | None) -> list[int]:
+        k = (name, tuple(sorted(match.items())) if match else None)
+        idx = layout.idx.get(k)
+        if idx is None:
+            _t, start, keys, _ = layout.fams[name]
+            idx = layout.idx[k] = [start + i for i, key in enumerate(keys) if labels_match(key, match)]
+        return idx
+
     def counter_delta(
         self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
     ) -> float | None:
         """Increase of a counter over the window, summed over matching series; resets
         count from zero. None when the family is absent or fewer than two snapshots."""
-        snaps = [s for s in self.snapshots(seconds) if s.has(name)]
-        if len(snaps) < 2:
+        ends = self._ends(name, seconds)
+        if ends is None:
             return None
-        total = 0.0
-        for prev, cur in _pairs(snaps):
-            p = prev.families[name].series
-            for key, v in cur.families[name].series.items():
-                if isinstance(v, Histogram) or not labels_match(key, match):
-                    continue
-                before = p.get(key)
-                if before is None or isinstance(before, Histogram):
-                    continue  # a series new in this window: no baseline
-                total += v - before if v >= before else v
-        return total
+        first, last, i = ends
+        if first.layout is last.layout:
+            idx = self._indices(last.layout, name, match)
+            a0, a1 = first.adj, last.adj
+            return sum(a1[j] for j in idx) - sum(a0[j] for j in idx)
+        # the series changed inside the window: per series, its first and last frame in it
+        first_adj: dict[LabelKey, float] = {}
+        last_adj: dict[LabelKey, float] = {}
+        for j in range(i, len(self._frames)):
+            f = self._frames[j]
+            fam = f.layout.fams.get(name)
+            if fam is None:
+                continue
+            _t, start, keys, _ = fam
+            for k, key in enumerate(keys):
+                if labels_match(key, match):
+                    first_adj.setdefault(key, f.adj[start + k])
+                    last_adj[key] = f.adj[start + k]
+        return sum(last_adj[k] - first_adj[k] for k in last_adj)
 
     def rate(
         self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
     ) -> float | None:
-        snaps = [s for s in self.snapshots(seconds) if s.has(name)]
-        if len(snaps) < 2 or snaps[-1].t <= snaps[0].t:
+        ends = self._ends(name, seconds)
+        if ends is None or ends[1].t <= ends[0].t:
             return None
         delta = self.counter_delta(name, seconds, match)
-        return None if delta is None else delta / (snaps[-1].t - snaps[0].t)
+        return None if delta is None else delta / (ends[1].t - ends[0].t)
 
     # ---------------------------------------------------------------- histograms
-    def histogram_delta(
-        self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
-    ) -> Histogram | None:
-        """Bucket increases over the window, merged over matching series (reset-aware)."""
-        key = ("hist", name, seconds, tuple(sorted(match.items())) if match else None)
-        out = self._cached(key, lambda: self._histogram_delta(name, seconds, match))
+    def histogram_delta(self, name: str, seconds: float | None = None) -> Histogram | None:
+        """Bucket increases over the window, all series (engines, models) merged, reset-aware."""
+        out = self._cached(("hist", name, seconds), lambda: self._histogram_delta(name, seconds))
         return out if isinstance(out, Histogram) else None
 
-    def _histogram_delta(
-        self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
-    ) -> Histogram | None:
-        snaps = [s for s in self.snapshots(seconds) if s.has(name)]
-        if len(snaps) < 2:
+    def _histogram_delta(self, name: str, seconds: float | None) -> Histogram | None:
+        i = self._start(seconds)
+        frames = [f for f in islice(self._frames, i, None) if name in f.hlayout.fams]
+        if len(frames) < 2:
             return None
-        # Per series: split at resets (count went down); each segment contributes its
-        # last value minus its base (the value before it, or zero after a reset).
-        acc: dict[LabelKey, Histogram] = {}
-        first: dict[LabelKey, Histogram] = {}
-        last: dict[LabelKey, Histogram] = {}
-        for s in snaps:
-            for key, h in s.families[name].series.items():
-                if not isinstance(h, Histogram) or not labels_match(key, match):
-                    continue
-                prev = last.get(key)
-                if prev is None:
-                    first[key] = h  # baseline: the series' first sample in the window
-                elif h.count < prev.count:  # reset: close the segment, restart from zero
-                    seg = prev.minus(first[key])
-                    acc[key] = seg if key not in acc else acc[key].merged(seg)
-                    first[key] = Histogram(tuple((b, 0.0) for b, _ in h.buckets), 0.0, 0.0)
-                last[key] = h
-        for key, h in last.items():
-            seg = h.minus(first[key])
-            acc[key] = seg if key not in acc else acc[key].merged(seg)
-        out: Histogram | None = None
-        for h in acc.values():
-            out = h if out is None else out.merged(h)
-        return out
+        first, last = frames[0], frames[-1]
+        bounds, s1 = last.hlayout.fams[name]
+        b0, s0 = first.hlayout.fams[name]
+        n = len(bounds)
+        h1 = last.hist[s1 : s1 + n + 2]
+        h0 = first.hist[s0 : s0 + len(b0) + 2]
+        if b0 == bounds:
+            counts = [h1[k] - h0[k] for k in range(n)]
+        else:
+            start = Histogram(tuple(zip(b0, h0[: len(b0)], strict=True)), 0.0, 0.0)
+            counts = [h1[k] - start.cumulative(b) for k, b in enumerate(bounds)]
+        return Histogram(tuple(zip(bounds, counts, strict=True)), h1[n] - h0[-2], h1[n + 1] - h0[-1])
 
-    def quantile(
-        self, name: str, q: float, seconds: float | None = None, match: Mapping[str, str] | None = None
-    ) -> float | None:
-        h = self.histogram_delta(name, seconds, match)
+    def quantile(self, name: str, q: float, seconds: float | None = None) -> float | None:
+        h = self.histogram_delta(name, seconds)
         return h.quantile(q) if h is not None and h.count > 0 else None
 
     # ---------------------------------------------------------------- gauges
+    def _per_frame(self, name: str, match: Mapping[str, str] | None, agg: str) -> _Series:
+        """Per-frame aggregate of a family, extended with the frames added since last asked."""
+        key = (name, tuple(sorted(match.items())) if match else None, agg)
+        first_seq = self._frames[0].seq if self._frames else self._seq + 1
+        s = self._aggs.get(key)
+        if s is None or s.first_seq > first_seq:
+            s = self._aggs[key] = _Series(first_seq)
+        drop = first_seq - s.first_seq
+        if drop > 0:
+            del s.ts[:drop]
+            del s.vals[:drop]
+            s.first_seq = first_seq
+        for f in islice(self._frames, len(s.vals), None):
+            s.ts.append(f.t)
+            s.vals.append(self._frame_value(f, name, match, agg))
+        return s
+
+    def _frame_value(self, f: _Frame, name: str, match: Mapping[str, str] | None, agg: str) -> float | None:
+        if name not in f.layout.fams:
+            return None
+        idx = self._indices(f.layout, name, match)
+        if not idx:
+            return None
+        raw = f.raw
+        if agg == "max":
+            return max(raw[j] for j in idx)
+        total = sum(raw[j] for j in idx)
+        return total / len(idx) if agg == "mean" else total
+
+    def _values(
+        self, name: str, seconds: float | None, match: Mapping[str, str] | None, agg: str
+    ) -> tuple[_Series, int]:
+        s = self._per_frame(name, match, agg)
+        i = 0 if seconds is None else bisect_left(s.ts, self.now() - seconds)
+        return s, i
+
     def gauge_series(
         self,
         name: str,
@@ -213,45 +457,67 @@ class Window:
         match: Mapping[str, str] | None = None,
         agg: str = "total",
     ) -> list[tuple[float, float]]:
-        """(t, value) per snapshot; engines aggregated by ``total`` (counts) or ``mean`` (ratios)."""
-        out = []
-        for s in self.snapshots(seconds):
-            v = s.mean(name, match) if agg == "mean" else s.total(name, match)
-            if v is not None:
-                out.append((s.t, v))
-        return out
+        """(t, value) per snapshot; engines aggregated by ``total`` (counts), ``mean``
+        (ratios) or ``max`` (the highest engine)."""
+        s, i = self._values(name, seconds, match, agg)
+        return [(t, v) for t, v in zip(s.ts[i:], s.vals[i:], strict=True) if v is not None]
 
     def gauge_avg(
         self, name: str, seconds: float | None = None, agg: str = "total", **kw: str
     ) -> float | None:
-        vals = [v for _, v in self.gauge_series(name, seconds, kw or None, agg)]
+        s, i = self._values(name, seconds, kw or None, agg)
+        vals = [v for v in s.vals[i:] if v is not None]
         return sum(vals) / len(vals) if vals else None
 
     def gauge_max(
         self, name: str, seconds: float | None = None, agg: str = "total", **kw: str
     ) -> float | None:
-        vals = [v for _, v in self.gauge_series(name, seconds, kw or None, agg)]
+        s, i = self._values(name, seconds, kw or None, agg)
+        vals = [v for v in s.vals[i:] if v is not None]
         return max(vals) if vals else None
+
+    def totals(self, name: str, seconds: float | None = None) -> list[tuple[float, float | None]]:
+        """(t, sum over series) per snapshot, None where the page lacked the family."""
+        s, i = self._values(name, seconds, None, "total")
+        return list(zip(s.ts[i:], s.vals[i:], strict=True))
 
     # ---------------------------------------------------------------- restarts
     def restart_times(self, seconds: float | None = None) -> list[float]:
         """Times of snapshots taken after a server restart: the API server's
-        ``process_start_time_seconds`` changed, or request counters went down."""
-        out = []
-        for prev, cur in _pairs(self.snapshots(seconds)):
-            a = prev.total("process_start_time_seconds")
-            b = cur.total("process_start_time_seconds")
-            if (a is not None and b is not None and abs(a - b) > 1.0) or _went_down(prev, cur):
-                out.append(cur.t)
-        return out
+        ``process_start_time_seconds`` changed, or request counters went down (detected once,
+        when each page was added)."""
+        i = self._start(seconds)
+        if i >= len(self._frames):
+            return []
+        first = self._frames[i].t
+        return [t for t in self._restarts if t > first]
 
 
-def _went_down(prev: Snapshot, cur: Snapshot) -> bool:
-    for name in ("vllm:request_success", "vllm:generation_tokens", "vllm:prompt_tokens"):
-        a, b = prev.total(name), cur.total(name)
+def _total(f: _Frame, name: str) -> float | None:
+    fam = f.layout.fams.get(name)
+    if fam is None or not fam[2]:
+        return None
+    start = fam[1]
+    return sum(f.raw[start : start + len(fam[2])])
+
+
+def _restarted(prev: _Frame, cur: _Frame) -> bool:
+    a, b = _total(prev, START_TIME), _total(cur, START_TIME)
+    if a is not None and b is not None and abs(a - b) > 1.0:
+        return True
+    for name in RESTART_COUNTERS:
+        a, b = _total(prev, name), _total(cur, name)
         if a is not None and b is not None and b < a:
             return True
     return False
+
+
+def _snapshot_of(f: _Frame) -> Snapshot:
+    fams: dict[str, Family] = {}
+    for name, (typ, start, keys, _) in f.layout.fams.items():
+        series: dict[LabelKey, Any] = {k: f.raw[start + i] for i, k in enumerate(keys)}
+        fams[name] = Family(name=name, type=typ, help="", series=series)
+    return Snapshot(t=f.t, families=fams)
 
 
 def _pairs(snaps: list[Snapshot]) -> Iterator[tuple[Snapshot, Snapshot]]:

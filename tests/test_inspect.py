@@ -65,11 +65,6 @@ def test_inspect_files_without_a_session() -> None:
     [
         (b"<html><body>502</body></html>\n", "--metrics-file", "not_prometheus"),
         (b"\x00\x01\x02\xff" * 1000 + b"\n", "--metrics-file", "not_prometheus"),
-        (
-            b'vllm:num_requests_running{engine="0"} 1\nvllm:num_requests_waiting{engine=',
-            "--metrics-file",
-            "truncated",
-        ),
     ],
 )
 def test_bad_files_get_a_clear_error(tmp_path: Path, content: bytes, flag: str, message: str) -> None:
@@ -78,6 +73,29 @@ def test_bad_files_get_a_clear_error(tmp_path: Path, content: bytes, flag: str, 
     res = CliRunner().invoke(main, ["inspect", flag, str(p)])
     assert res.exit_code == 1
     assert message in res.output and str(p) in res.output and "Traceback" not in res.output
+
+
+def test_a_cut_or_hand_edited_page_is_read_with_one_warning_line_each(tmp_path: Path) -> None:
+    """Issue 14: what is on the page is read; each skipped line is named (file:line)."""
+    p = tmp_path / "pasted.prom"
+    p.write_bytes(
+        b'vllm:num_requests_running{engine="0"} 1\n'
+        b'vllm:num_requests_waiting{...,reason="capacity"} 3\n'
+        b'vllm:kv_cache_usage_perc{engine="0"} 0.5\n'
+        b"vllm:num_requests_waiting{engine="
+    )
+    res = CliRunner().invoke(main, ["inspect", "--metrics-file", str(p)])
+    assert res.exit_code == 0, res.output
+    assert f"warning: {p}:2: vllm:num_requests_waiting: unreadable sample line" in res.output
+    assert f"warning: {p}:4: the page does not end with a newline" in res.output
+    assert "Traceback" not in res.output
+    d = inspect_json("--metrics-file", str(p))
+    assert "vllm:num_requests_running" in d["metrics"]["families"] and len(d["metrics"]["warnings"]) == 2
+    res = CliRunner().invoke(main, ["explain", "--metrics-file", str(p)])
+    # one page with no process start: no time base, so no verdict (exit 4), but the warnings
+    assert "Traceback" not in res.output and res.exit_code == 4, res.output
+    assert "INSUFFICIENT-DATA" in res.output
+    assert f"warning: {p}:2: vllm:num_requests_waiting: unreadable sample line" in res.output
 
 
 def test_binary_and_huge_log_lines_are_counted_not_fatal(tmp_path: Path) -> None:

@@ -145,17 +145,21 @@ def test_bad_pages_get_a_clear_error(text: str, kind: str) -> None:
     assert e.value.kind == kind
 
 
-def test_a_page_cut_in_the_middle_is_truncated_not_half_read() -> None:
+def test_a_page_cut_in_the_middle_is_read_up_to_the_cut_and_says_so() -> None:
+    """Issue 14: a cut page is not refused whole; what is cut is skipped and named."""
     text = page("cpu-0.32-preempt_mns16-during.prom")
     for cut in (len(text) // 3, len(text) // 2, len(text) - 7):
-        with pytest.raises(m.MetricsError) as e:
-            m.parse_page(text[:cut], t=0)
-        assert e.value.kind in ("truncated", "not_prometheus")
-    # cut exactly at a line end inside a histogram: no +Inf bucket
+        snap = m.parse_page(text[:cut], t=0)
+        assert snap.warnings and any("newline" in w.reason for w in snap.warnings)
+        whole = m.parse_page(text, t=0)
+        for name, fam in snap.families.items():  # nothing half read: what is kept is as on the whole page
+            for key, v in fam.series.items():
+                if not (cut == len(text) - 7 and name == "vllm:cache_config_info"):
+                    assert whole.families[name].series[key] == v, (cut, name, key)
+    # cut exactly at a line end inside a histogram: no +Inf bucket, that histogram is skipped
     i = text.index('vllm:time_to_first_token_seconds_bucket{engine="0",le="0.001"')
-    with pytest.raises(m.MetricsError) as e:
-        m.parse_page(text[: text.index("\n", i) + 1], t=0)
-    assert e.value.kind == "truncated"
+    snap = m.parse_page(text[: text.index("\n", i) + 1], t=0)
+    assert not snap.has(names.TTFT) and [w.family for w in snap.warnings] == [names.TTFT]
 
 
 # ---------------------------------------------------------------- fetch over HTTP

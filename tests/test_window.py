@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import pytest
 
 from advisor import names
 from advisor.model import Family, Histogram, Snapshot, label_key
+from advisor.session import Session
 from advisor.sources.metrics import parse_page
 from advisor.window import Window
+from tests.pages import page as page_text
+from tests.pages import with_engines
+from tests.reference_window import Window as ReferenceWindow
 
-DEMO_SESSION = Path(__file__).resolve().parents[1] / "advisor" / "data" / "sessions"
+SESSIONS = Path(__file__).resolve().parents[1] / "advisor" / "data" / "sessions"
 
 
 class Clock:
@@ -111,18 +114,14 @@ def test_gauges_mean_across_engines_over_time() -> None:
 
 
 def _h200_pages(scenario: str) -> list[Snapshot]:
-    """Every page of the bundled H200 session (the whole capture, a page every 2 s)."""
-    out = []
-    for f in sorted((DEMO_SESSION / f"h200-{scenario}" / "metrics").glob("*.prom.gz")):
-        t = int(f.name.split(".")[0]) / 1000
-        out.append(parse_page(gzip.decompress(f.read_bytes()).decode(), t))
-    return out
+    """The pages of a session recorded from vLLM 0.25 on an H200 (bundled with the package)."""
+    s = Session.load(SESSIONS / scenario)
+    return [parse_page(text, t) for t, text in s.iter_scrapes()]
 
 
 def test_real_h200_run_window_matches_the_run_totals() -> None:
-    """Over the whole A_s256 capture (39 pages): 158 preemptions and 400 requests, as the README says."""
-    pages = _h200_pages("A_s256")
-    assert len(pages) == 39
+    """Over the whole A_s256 capture: 158 preemptions and 400 requests, as the README says."""
+    pages = _h200_pages("h200-A_s256")
     w = Window(max_age_s=10_000, clock=Clock(pages[-1].t))
     for p in pages:
         w.add_snapshot(p)
@@ -132,3 +131,133 @@ def test_real_h200_run_window_matches_the_run_totals() -> None:
     # the histogram's p50 lands in the bucket holding the bench's measured p50 (23.1 s)
     assert 20 <= (ttft.quantile(0.5) or 0) <= 25
     assert w.gauge_max(names.KV_CACHE_USAGE, agg="mean") == pytest.approx(1.0, abs=0.01)
+
+
+# ---------------------------------------------------------------- incremental vs the old window
+SESSION_DIRS = [
+    *sorted((Path(__file__).parent / "fixtures" / "sessions").iterdir()),
+    SESSIONS / "h200-A_s256",
+]
+COUNTERS = [names.NUM_PREEMPTIONS, names.PROMPT_TOKENS, names.GENERATION_TOKENS, names.REQUEST_SUCCESS]
+HISTOGRAMS = [names.TTFT, names.ITL, names.TPOT, names.E2E, names.QUEUE_TIME, names.REQUEST_PROMPT_TOKENS]
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and a == pytest.approx(b, rel=1e-9))
+
+
+def _compare(new: Window, old: ReferenceWindow, seconds: float | None) -> None:
+    for c in COUNTERS:
+        assert _same(new.counter_delta(c, seconds), old.counter_delta(c, seconds)), c
+        assert _same(new.rate(c, seconds), old.rate(c, seconds)), c
+    assert _same(
+        new.rate(names.REQUEST_SUCCESS, seconds, {"finished_reason": "stop"}),
+        old.rate(names.REQUEST_SUCCESS, seconds, {"finished_reason": "stop"}),
+    )
+    for hname in HISTOGRAMS:
+        hn, ho = new.histogram_delta(hname, seconds), old.histogram_delta(hname, seconds)
+        assert (hn is None) == (ho is None), hname
+        if hn is not None and ho is not None:
+            assert hn.buckets == ho.buckets and hn.count == ho.count, hname
+            assert _same(hn.sum, ho.sum), hname
+        for q in (0.5, 0.95, 0.99):
+            assert _same(new.quantile(hname, q, seconds), old.quantile(hname, q, seconds)), (hname, q)
+    for g, agg in (
+        (names.KV_CACHE_USAGE, "mean"),
+        (names.NUM_RUNNING, "total"),
+        (names.NUM_WAITING, "total"),
+    ):
+        assert _same(new.gauge_avg(g, seconds, agg), old.gauge_avg(g, seconds, agg)), g
+        assert _same(new.gauge_max(g, seconds, agg), old.gauge_max(g, seconds, agg)), g
+    assert new.gauge_series(names.NUM_RUNNING, seconds) == old.gauge_series(names.NUM_RUNNING, seconds)
+    assert new.restart_times(seconds) == old.restart_times(seconds)
+    assert new.duration(seconds) == old.duration(seconds)
+
+
+@pytest.mark.parametrize("session", SESSION_DIRS, ids=lambda p: p.name)
+def test_incremental_window_equals_the_old_one_on_recorded_sessions(session: Path) -> None:
+    """After every page of a real recorded session: the same deltas, rates, bucket deltas,
+    quantiles, gauges and restarts as the window that rescanned every snapshot."""
+    clock = Clock(0)
+    new, old = Window(max_age_s=60, clock=clock), ReferenceWindow(max_age_s=60, clock=clock)
+    for t, text in Session.load(session).iter_scrapes():
+        clock.t = t
+        snap = parse_page(text, t)
+        new.add_snapshot(snap)
+        old.add_snapshot(snap)
+        for seconds in (None, 20.0):
+            _compare(new, old, seconds)
+    t0, t1 = old.snapshots()[0].t, old.snapshots()[-1].t
+    mid = (t0 + t1) / 2
+    _compare(new.slice(t0, mid), old.slice(t0, mid), None)
+
+
+def test_restarts_across_counter_resets_and_process_start_times() -> None:
+    """Two restarts: counters going down, then a new process start time with counters that
+    happen to be higher (found by the start time alone). Detected once, when added; they
+    leave the window with the pages that showed them."""
+    clock = Clock(0)
+    new, old = Window(max_age_s=100, clock=clock), ReferenceWindow(max_age_s=100, clock=clock)
+
+    def page(t: float, success: float, start: float) -> Snapshot:
+        fams = {
+            names.REQUEST_SUCCESS: Family(
+                names.REQUEST_SUCCESS, "counter", "", {label_key({"engine": "0"}): success}
+            ),
+            "process_start_time_seconds": Family("process_start_time_seconds", "gauge", "", {(): start}),
+        }
+        return Snapshot(t=t, families=fams)
+
+    seq = [(0, 10, 1.0), (10, 20, 1.0), (20, 2, 15.0), (30, 5, 15.0), (40, 50, 35.0), (50, 60, 35.0)]
+    for t, v, start in seq:
+        clock.t = t
+        new.add_snapshot(page(t, v, start))
+        old.add_snapshot(page(t, v, start))
+        assert new.restart_times() == old.restart_times()
+        assert new.counter_delta(names.REQUEST_SUCCESS) == old.counter_delta(names.REQUEST_SUCCESS)
+    assert new.restart_times() == [20, 40]
+    assert new.restart_times(seconds=15) == []  # the pair showing the restart is not in the last 15 s
+    assert new.counter_delta(names.REQUEST_SUCCESS) == 10 + 2 + 3 + 45 + 10
+    clock.t = 125  # the pages before t=25 expire: so does the first restart
+    new.add_snapshot(page(125, 61, 35.0))
+    old.add_snapshot(page(125, 61, 35.0))
+    assert new.restart_times() == old.restart_times() == [40]
+
+
+def test_series_appearing_and_disappearing_count_as_the_old_window_counted() -> None:
+    clock = Clock(100)
+    new, old = Window(clock=clock), ReferenceWindow(clock=clock)
+    for t, series in [
+        (0, {"0": 1}),
+        (10, {"0": 3, "1": 5}),
+        (20, {"1": 9}),
+        (30, {"0": 4, "1": 10}),
+        (40, {"0": 6}),
+    ]:
+        new.add_snapshot(snap(t, series))
+        old.add_snapshot(snap(t, series))
+        assert new.counter_delta(names.NUM_PREEMPTIONS) == old.counter_delta(names.NUM_PREEMPTIONS)
+        assert new.counter_delta(names.NUM_PREEMPTIONS, match={"engine": "1"}) == old.counter_delta(
+            names.NUM_PREEMPTIONS, match={"engine": "1"}
+        )
+
+
+def test_memory_per_frame_does_not_grow_with_the_histograms_engines() -> None:
+    """Histograms are kept merged over engines (what every signal reads): a frame of a page
+    with 16 engines holds as many histogram numbers as a frame of one engine; scalars grow
+    by one float pair per series; the number of frames is bounded whatever the interval."""
+    text = page_text("h200-0.25-A_s256-peak.prom")
+    sizes = {}
+    for engines in (1, 16):
+        clock = Clock(0)
+        w = Window(max_age_s=900, max_snapshots=50, clock=clock)
+        body = with_engines(text, engines)
+        for i in range(120):  # 0.2 s apart: more pages than max_snapshots
+            clock.t = i * 0.2
+            w.add_snapshot(parse_page(body, clock.t))
+        frames = list(w._frames)
+        assert len(frames) == 50
+        assert len({id(f.layout) for f in frames}) == 1  # one layout shared by all frames
+        sizes[engines] = (len(frames[-1].hist), len(frames[-1].raw))
+    assert sizes[16][0] == sizes[1][0]
+    assert sizes[16][1] <= 16 * sizes[1][1]

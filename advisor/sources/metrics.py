@@ -1,4 +1,5 @@
-"""Read vLLM's ``/metrics`` page: fetch it (requests) and parse it (prometheus_client).
+"""Read vLLM's ``/metrics`` page: fetch it (sources/http.py) and parse it (the fast path in
+:mod:`advisor.sources.promtext`, checked against prometheus_client).
 
 Every family is normalised to its canonical name through ``names.canonical_family``
 (V0/V1 renames, ``ray_vllm:`` prefixes, counters with or without ``_total``).
@@ -11,17 +12,12 @@ Errors are distinct and clear: :class:`MetricsError` carries a ``kind`` in
 
 from __future__ import annotations
 
-import math
 import time
-from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
 
 from advisor import names
-from advisor.model import Family, Histogram, LabelKey, Snapshot, label_key
-from advisor.sources import http
+from advisor.model import Family, ParseWarning, Snapshot
+from advisor.sources import http, promtext
 
 DEFAULT_TIMEOUT_S = 5.0
 # Families the advisor reads; everything else on the page (the API server's HTTP and GC
@@ -76,83 +72,71 @@ def _root_cause(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def _keep(line: str, prefixes: tuple[str, ...]) -> bool:
-    if line.startswith("#"):
-        parts = line.split(None, 3)  # "# HELP name text" / "# TYPE name type"
-        return len(parts) >= 3 and parts[2].startswith(prefixes)
-    return line.startswith(prefixes)
-
-
-def parse_page(
-    text: str, t: float, *, strict: bool = True, keep: tuple[str, ...] | None = KEEP_PREFIXES
-) -> Snapshot:
-    """Parse Prometheus text into a :class:`Snapshot` with canonical family names.
-
-    ``strict`` (default) rejects a truncated page (no final newline, or a histogram
-    without its ``+Inf`` bucket) rather than reading half of it. ``keep``: name prefixes
-    of the families to read (None: all).
-    """
+def _refuse_non_text(text: str) -> None:
     if not text.strip():
         raise MetricsError("not_prometheus", "empty page")
     head = text.lstrip()[:200].lower()
     if head.startswith(("<!doctype", "<html", "<?xml", "{")):
         raise MetricsError("not_prometheus", "not Prometheus text (looks like HTML/XML/JSON)")
-    if strict and not text.endswith("\n"):
-        raise MetricsError("truncated", "page does not end with a newline (cut off?)")
-    if keep is not None:
-        text = "\n".join(ln for ln in text.split("\n") if _keep(ln, keep)) + "\n"
+
+
+def parse_page(
+    text: str, t: float, *, strict: bool = True, keep: tuple[str, ...] | None = KEEP_PREFIXES
+) -> Snapshot:
+    """Parse Prometheus text into a :class:`Snapshot` with canonical family names (the fast
+    path, :mod:`advisor.sources.promtext`).
+
+    What cannot be read is skipped and named in ``Snapshot.warnings`` (family, line, why): a
+    broken or hand-elided line, a bad sample (``le="abc"``, a 400-digit value, NaN in a
+    counter), a histogram cut off before its ``+Inf`` bucket. Only what is not Prometheus
+    text at all raises :class:`MetricsError`. ``strict`` (default): a last line without its
+    newline may be cut mid-value and is skipped (with a warning); otherwise it is read.
+    ``keep``: name prefixes of the families to read (None: all).
+    """
+    _refuse_non_text(text)
+    warnings: list[ParseWarning] = []
+    raws = promtext.tokenize(text, keep, warnings, drop_unterminated=strict)
+    families = promtext.assemble(raws, warnings)
+    return _snapshot(t, families, warnings, keep)
+
+
+def parse_page_reference(text: str, t: float, *, keep: tuple[str, ...] | None = KEEP_PREFIXES) -> Snapshot:
+    """The same page read by ``prometheus_client``'s parser (the reference the fast path is
+    checked against, and the bare parse the benchmark compares with). Raises
+    :class:`MetricsError` on the first line it cannot read."""
+    _refuse_non_text(text)
+    warnings: list[ParseWarning] = []
     try:
-        raw = list(text_string_to_metric_families(text))
+        raws = promtext.tokenize_reference(text, keep)
     except Exception as e:  # the parser raises ValueError and friends on bad lines
         raise MetricsError("not_prometheus", f"cannot parse as Prometheus text: {e}") from e
-    if not raw:
+    families = promtext.assemble(raws, warnings)
+    return _snapshot(t, families, warnings, keep)
+
+
+def _snapshot(
+    t: float, families: dict[str, Family], warnings: list[ParseWarning], keep: tuple[str, ...] | None
+) -> Snapshot:
+    if not families:
+        why = f" ({len(warnings)} unreadable lines, first: {warnings[0]})" if warnings else ""
         if keep is not None:
-            raise MetricsError("not_prometheus", "no vLLM metrics on the page (is this vLLM's /metrics?)")
-        raise MetricsError("not_prometheus", "no metric families on the page")
-    families: dict[str, Family] = {}
-    for fam in raw:
-        if fam.name.endswith("_created"):
-            continue  # creation timestamps, never values
-        name = names.canonical_family(fam.name, fam.type)
-        series = _series_of(fam, strict)
-        prev = families.get(name)
-        if prev is not None:  # the same family under an old and a new name: keep both series
-            merged = dict(prev.series)
-            merged.update(series)
-            series = merged
-        families[name] = Family(
-            name=name, type=fam.type, help=fam.documentation, series=series, source_name=fam.name
-        )
-    return Snapshot(t=t, families=families)
+            raise MetricsError(
+                "not_prometheus", f"no vLLM metrics on the page (is this vLLM's /metrics?){why}"
+            )
+        raise MetricsError("not_prometheus", f"no metric families on the page{why}")
+    warnings.sort(key=lambda w: (w.line is None, w.line or 0))  # in page order
+    return Snapshot(t=t, families=families, warnings=tuple(warnings))
 
 
-def _series_of(fam: Any, strict: bool) -> dict[LabelKey, Any]:
-    if fam.type in ("histogram", "gaugehistogram"):
-        buckets: dict[LabelKey, list[tuple[float, float]]] = defaultdict(list)
-        counts: dict[LabelKey, float] = {}
-        sums: dict[LabelKey, float] = {}
-        for s in fam.samples:
-            key = label_key(s.labels)
-            if s.name.endswith("_bucket"):
-                buckets[key].append((float(s.labels.get("le", "+Inf")), float(s.value)))
-            elif s.name.endswith("_count"):
-                counts[key] = float(s.value)
-            elif s.name.endswith("_sum"):
-                sums[key] = float(s.value)
-        out: dict[LabelKey, Any] = {}
-        for key, bs in buckets.items():
-            bs.sort()
-            if strict and not math.isinf(bs[-1][0]):
-                raise MetricsError("truncated", f"histogram {fam.name} has no +Inf bucket (cut off?)")
-            count = counts.get(key, bs[-1][1])
-            out[key] = Histogram(buckets=tuple(bs), count=count, sum=sums.get(key, 0.0))
-        return out
-    out2: dict[LabelKey, Any] = {}
-    for s in fam.samples:
-        if s.name.endswith("_created"):
-            continue
-        out2[label_key(s.labels)] = float(s.value)
-    return out2
+def describe_warning(w: ParseWarning, where: str = "") -> str:
+    """One line for a skipped part of a page: ``FILE:LINE: family: why``."""
+    loc = (
+        f"{where}:{w.line}"
+        if where and w.line is not None
+        else (where or (f"line {w.line}" if w.line else ""))
+    )
+    fam = f"{w.family}: " if w.family else ""
+    return f"{loc}: {fam}{w.reason}" if loc else f"{fam}{w.reason}"
 
 
 def read_file(path: str, t: float | None = None) -> Snapshot:
