@@ -1,0 +1,120 @@
+"""`vllm-advisor predict` and docs/prediction.md on the committed H200 recordings
+(validation/runs/: real vLLM 0.25 on an H200, replayed; no GPU here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+RUNS = REPO / "validation" / "runs"
+R2_AFTER = str(RUNS / "kv-seqs-bind-r2.after")
+
+
+def _load(name: str) -> Any:
+    sys.path.insert(0, str(REPO / "validation"))
+    spec = importlib.util.spec_from_file_location(f"validation_{name}", REPO / "validation" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def predictions() -> Any:
+    return _load("predictions")
+
+
+def test_predict_json_has_exactly_the_documented_shape() -> None:
+    res = CliRunner().invoke(
+        main, ["predict", "--session", R2_AFTER, "--set", "max_num_seqs=72", "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    keys = {
+        "output_tokens_per_second",
+        "ttft_seconds_p50",
+        "ttft_seconds_p95",
+        "tpot_seconds_p95",
+        "itl_seconds_p95",
+        "preemptions_per_second",
+        "running",
+    }
+    assert set(d) == {"knob", "current", "value", "binding_after", "predicted", "measured", "confidence"}
+    assert set(d["predicted"]) == keys and set(d["measured"]) == keys
+    assert (d["knob"], d["current"], d["value"]) == ("max_num_seqs", 48, 72)
+    # the cap binds now; 72 fits in the 12 GiB cache at the sizes seen (~76 requests)
+    assert d["binding_after"] == "max_num_seqs"
+    assert d["predicted"]["running"] > d["measured"]["running"] * 1.3
+    assert d["predicted"]["output_tokens_per_second"] > d["measured"]["output_tokens_per_second"]
+    assert d["predicted"]["tpot_seconds_p95"] > d["measured"]["tpot_seconds_p95"]
+    assert d["predicted"]["ttft_seconds_p95"] < d["measured"]["ttft_seconds_p95"]
+    assert 0 < d["confidence"] <= 1
+
+
+def test_predict_text_and_flag_spellings() -> None:
+    res = CliRunner().invoke(
+        main, ["predict", "--session", R2_AFTER, "--set", "--kv-cache-memory-bytes=19327352832"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "kv_cache_memory_bytes: 12884901888 -> 19327352832" in res.output
+    assert "binding now: the max_num_seqs cap" in res.output
+    assert "confidence:" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "text"),
+    [
+        (["--set", "max_num_seqs=72"], 2, "give exactly one of"),
+        (["--session", R2_AFTER, "--set", "max_model_len=4096"], 2, "the model moves"),
+        (["--session", R2_AFTER, "--set", "max_num_seqs"], 2, "KNOB=VALUE"),
+        (["--session", R2_AFTER, "--set", "max_num_seqs=lots"], 2, "not a value"),
+        # KV size fixed in bytes: gpu_memory_utilization does not size it
+        (["--session", R2_AFTER, "--set", "gpu_memory_utilization=0.5"], 4, "kv_cache_memory_bytes is set"),
+        (["--session", "/nonexistent/session", "--set", "max_num_seqs=72"], 1, "nonexistent"),
+    ],
+)
+def test_predict_exit_codes(args: list[str], code: int, text: str) -> None:
+    res = CliRunner().invoke(main, ["predict", *args])
+    assert res.exit_code == code, res.output
+    assert text in res.output
+
+
+def test_an_idle_recording_is_insufficient_data(tmp_path: Path) -> None:
+    """Two pages of a server that ran nothing: exit 4, saying why."""
+    page = (REPO / "tests" / "fixtures" / "pages").glob("*.prom")
+    first = next(iter(sorted(page)))
+    a, b = tmp_path / "a.prom", tmp_path / "b.prom"
+    a.write_text(first.read_text())
+    b.write_text(first.read_text())
+    res = CliRunner().invoke(
+        main, ["predict", "--metrics-file", str(a), "--metrics-file", str(b), "--set", "max_num_seqs=8"]
+    )
+    assert res.exit_code == 4, res.output
+    assert "insufficient data" in res.output
+
+
+def test_prediction_meets_the_goal_on_the_h200_pairs(predictions: Any) -> None:
+    """Throughput and TPOT p95 within 20% on at least 80% of the committed H200 pairs."""
+    rows = [r for r in predictions.evaluate() if r["h200"]]
+    assert len(rows) >= 9
+    assert sum(r["ok"] for r in rows) >= 0.8 * len(rows)
+
+
+def test_docs_prediction_is_current() -> None:
+    p = subprocess.run(
+        [sys.executable, str(REPO / "validation" / "predictions.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr
