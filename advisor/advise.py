@@ -10,7 +10,7 @@ little data).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor import knobs
@@ -59,6 +59,7 @@ class Recommendation:
     rollback: str
     references: tuple[str, ...]
     note: str = ""
+    predicted: dict[str, Any] | None = None  # the model's prediction of the change (whatif.refine)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +81,7 @@ class Recommendation:
             "rollback": self.rollback,
             "references": list(self.references),
             "note": self.note,
+            "predicted": self.predicted,
         }
 
 
@@ -426,8 +428,37 @@ def diagnose(
     rec = None
     if best is not None:
         sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)
+        refined = by_prediction(best, window, engine, values, cfg)
+        if refined is not None and refined.withdrawn:
+            return without_advice("inconclusive", f"{best.finding.rule.id}: {refined.withdrawn}")
+        if refined is not None and refined.value is not None:
+            best = replace(best, proposed=refined.value)
         rec = recommendation_of(best, values, sev)
+        if refined is not None and refined.predicted is not None:
+            note = " ".join(x for x in (rec.note, refined.note) if x)
+            rec = replace(rec, predicted=refined.predicted, note=note)
     return Diagnosis(status, reason, rec, tuple(fjson), eng, ctx, now, values)
+
+
+def by_prediction(
+    c: _Candidate, window: Window, engine: EngineInfo, values: Mapping[str, float | None], cfg: Config
+) -> Any:
+    """The advised knob's value chosen by the performance model (whatif.refine), or None."""
+    from advisor import whatif
+
+    limits = knobs.Limits.from_engine(engine, _host_gpus(engine, cfg))
+    return whatif.refine(
+        window,
+        engine,
+        values,
+        cfg.targets,
+        c.choice.name,
+        c.choice.direction,
+        c.current,
+        c.proposed,
+        limits,
+        seconds=cfg.window_s,
+    )
 
 
 def provenanced_engine(values: Mapping[str, Any], source: str = "config") -> EngineInfo:

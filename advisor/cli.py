@@ -634,7 +634,8 @@ def compare(
 @click.option("--limit", default=50, show_default=True)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: str) -> None:
-    """The experiments the advisor judged: knob, old -> new, verdict and why."""
+    """The experiments the advisor judged: knob, old -> new, verdict and why; predicted vs measured."""
+    from advisor import whatif
     from advisor.ledger import Ledger, LedgerError
 
     cfg = _cfg(config_file)
@@ -662,6 +663,9 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
             f"#{r['id']} {when} {r.get('knob')} {r.get('old_value')} -> {r.get('new_value')}: "
             f"{r['verdict'].upper()} ({r['source']}) {reason}"
         )
+        line = whatif.prediction_line(r.get("prediction"))
+        if line:
+            click.echo(f"    {line}")
 
 
 @main.group()

@@ -229,6 +229,7 @@ class Model:
     prompt_mean: float | None
     prompt_p95: float | None
     output_mean: float | None
+    output_p95: float | None
     kv_per_running: float | None  # KV tokens a running request holds on average
     running: float  # running requests per engine (busy mean)
     decode: float  # decode tokens per step
@@ -276,10 +277,13 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def build(window: Window, engine: EngineInfo, values: Mapping[str, float | None]) -> Model:
-    """Fit the model to a window of pages. Raises InsufficientData when it cannot."""
+def build(
+    window: Window, engine: EngineInfo, values: Mapping[str, float | None], seconds: float | None = None
+) -> Model:
+    """Fit the model to a window of pages (its last ``seconds``; None: all of it). Raises
+    InsufficientData when it cannot."""
     engines = int(values.get("engines") or 1)
-    snaps = window.snapshots()
+    snaps = window.snapshots(seconds)
     busy = intervals(snaps, engines)
     if not busy:
         raise InsufficientData("no interval with requests running and tokens generated")
@@ -364,6 +368,7 @@ def build(window: Window, engine: EngineInfo, values: Mapping[str, float | None]
         prompt_mean=_num(values.get("prompt_tokens_mean")),
         prompt_p95=_num(values.get("prompt_tokens_p95")),
         output_mean=_num(values.get("generation_tokens_mean")),
+        output_p95=_num(values.get("generation_tokens_p95")),
         kv_per_running=kv_per_running,
         running=running,
         decode=decode,
@@ -428,6 +433,7 @@ def state(m: Model, cfg: Config) -> State:
     batch = max(batch, 1.0)
     share, pressure = 0.0, None
     if cfg.kv_cache_tokens and p_mean is not None and g_mean is not None and math.isfinite(admit):
+        # the admitted requests all at their end (they are not: a conservative bound)
         pressure = admit * (p_mean + g_mean) / cfg.kv_cache_tokens
         share = max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
     scale = batch / max(m.running, 1e-9)
@@ -447,8 +453,10 @@ def state(m: Model, cfg: Config) -> State:
     itl_step = m.fit.at(x, chunk) if m.fit is not None else 1.0
     prefill_time = 1.0
     if p_mean and m.fit is not None:
-        piece = min(p_mean, room) if room is not None else p_mean
-        prefill_time = math.ceil(p_mean / piece) * m.fit.at(x, piece)
+        # a prompt in chunks of the budget left beside the decodes: each chunk a step's fixed
+        # cost, every prompt token its prefill cost
+        chunks = math.ceil(p_mean / room) if room is not None else 1
+        prefill_time = chunks * m.fit.at(x, 0.0) + m.fit.c * p_mean
     return State(batch, binding, step, itl_step, decode, prefill, share, pressure, prefill_time)
 
 

@@ -73,8 +73,12 @@ def goodput(metrics: Mapping[str, float | None], targets: Mapping[str, float]) -
     return thr * (ttft if ttft is not None else 1.0) * itl_share
 
 
+WORSE = 0.10  # a latency already past its target may not get worse by more (compare's guard tolerance)
+
+
 def breaks_target(p: pm.Prediction, targets: Mapping[str, float]) -> str | None:
-    """Which target the change is predicted to push past (one that holds now), or None."""
+    """Which target the change is predicted to push past (one that holds now), or to push
+    further past by more than 10% (one already broken), or None."""
     checks = (
         ("itl_seconds_p95", "itl_p95_seconds", "ITL p95"),
         ("tpot_seconds_p95", "itl_p95_seconds", "TPOT p95"),
@@ -85,9 +89,27 @@ def breaks_target(p: pm.Prediction, targets: Mapping[str, float]) -> str | None:
         after, now = p.predicted.get(metric), p.measured.get(metric)
         if t is None or after is None:
             continue
-        if after > t and (now is None or now <= t or after > now * 1.05):
-            return f"{label} predicted {_fmt(after, 's')} against its {_fmt(t, 's')} target"
+        if now is not None and now > t:  # broken already: may not get worse by more than WORSE
+            if after > now * (1 + WORSE):
+                return f"{label} predicted {fmt(after, 's')}, {fmt(now, 's')} now, against its {fmt(t, 's')} target"
+        elif after * (1 + band(p.confidence)) > t and (now is None or after > now):
+            # met now: a change that raises it must keep it met within the prediction's error
+            return f"{label} predicted {fmt(after, 's')} against its {fmt(t, 's')} target"
     return None
+
+
+def targets_met(p: pm.Prediction, targets: Mapping[str, float]) -> int:
+    """How many of the TTFT p95 and ITL p95 targets the predicted state meets."""
+    met = 0
+    for metric, name in (("ttft_seconds_p95", "ttft_p95_seconds"), ("itl_seconds_p95", "itl_p95_seconds")):
+        v, t = p.predicted.get(metric), targets.get(name)
+        met += v is not None and t is not None and v * (1 + band(p.confidence)) <= t
+    return met
+
+
+def band(confidence: float) -> float:
+    """The relative error a prediction of this confidence stands for (docs/prediction.md)."""
+    return (1 - confidence) + 0.05
 
 
 # ------------------------------------------------------------------ choosing a value
@@ -152,9 +174,11 @@ def choose(
     values_in: Sequence[Any],
     values: Mapping[str, float | None],
     targets: Mapping[str, float],
+    prefer: Any = None,
 ) -> Choice | None:
-    """The candidate the model expects best by goodput within the targets: the smallest move
-    within 1% of the best. None when no candidate can be predicted or all break a target."""
+    """The candidate the model expects best by goodput within the targets: among those within
+    1% of the best, ``prefer`` (the rule's own step) if it is one, else the smallest move. None
+    when no candidate can be predicted or all break a target."""
     scored: list[tuple[Any, pm.Prediction, float | None]] = []
     considered: list[tuple[Any, float | None, str | None]] = []
     base = goodput(model.measured, targets)
@@ -171,22 +195,26 @@ def choose(
             scored.append((v, p, g))
     if not scored:
         return None
+    # within the targets first: the values that meet the most targets, then the best goodput
+    most = max(targets_met(p, targets) for _, p, _ in scored)
+    scored = [x for x in scored if targets_met(x[1], targets) == most]
     best_g = max((g for _, _, g in scored if g is not None), default=None)
     if best_g is None:
         v, p, g = scored[0]
         return Choice(v, p, g, "the model cannot score goodput here: the nearest value", tuple(considered))
     good = [(v, p, g) for v, p, g in scored if g is not None and g >= best_g * (1 - FLAT)]
-    v, p, g = good[0]  # candidates are sorted nearest first
+    pick = [x for x in good if prefer is not None and x[0] == prefer]
+    v, p, g = (pick or good)[0]  # candidates are sorted nearest first
     moves = base is None or g is None or g > base * (1 + FLAT)
     reason = (
-        f"predicted goodput {_fmt(g, 'tok/s')} (now {_fmt(base, 'tok/s')}), the best of "
+        f"predicted goodput {fmt(g, 'tok/s')} (now {fmt(base, 'tok/s')}), the best of "
         f"{len(considered)} values within the targets"
     )
     return Choice(v, p, g, reason, tuple(considered), moves)
 
 
 # ------------------------------------------------------------------ rendering
-def _fmt(x: float | None, unit: str) -> str:
+def fmt(x: float | None, unit: str) -> str:
     if x is None:
         return "unknown"
     if unit == "s":
@@ -218,7 +246,7 @@ def render_text(p: pm.Prediction, model: pm.Model | None = None) -> str:
     for m in pm.METRICS:
         label, unit = LABELS[m]
         lines.append(
-            f"{label:<18}{_fmt(p.measured.get(m), unit):>16}{_fmt(p.predicted.get(m), unit):>16}"
+            f"{label:<18}{fmt(p.measured.get(m), unit):>16}{fmt(p.predicted.get(m), unit):>16}"
             f"{change_pct(p, m):>9}"
         )
     for note in p.notes:
@@ -230,7 +258,7 @@ def render_text(p: pm.Prediction, model: pm.Model | None = None) -> str:
 
 def interval_pct(confidence: float) -> str:
     """The error band a confidence stands for (docs/prediction.md measures it)."""
-    return f"±{round((1 - confidence) * 100 + 5):.0f}%"
+    return f"±{band(confidence) * 100:.0f}%"
 
 
 def _int_if_whole(x: float) -> Any:
@@ -313,3 +341,177 @@ def from_source(
     # the model wants the whole recording, not only the evaluation window
     values = Values(Context(adv.window, adv.engine, None, dict(cfg.targets))).all()
     return model_of(adv.window, adv.engine, values), values
+
+
+# ------------------------------------------------------------------ advice by prediction
+@dataclass(frozen=True)
+class Refined:
+    """The advised value after prediction: the value, the prediction (JSON) and a note; or
+    ``withdrawn``: why the model advises against every value of this knob."""
+
+    value: Any = None
+    predicted: dict[str, Any] | None = None
+    note: str = ""
+    withdrawn: str | None = None
+
+
+def kv_memory_room(model: pm.Model) -> float | None:
+    """Bytes the KV cache may grow by on the device: its free memory (None: unknown)."""
+    return model.config.gpu_memory_free_bytes
+
+
+def refine(
+    window: Window,
+    engine: EngineInfo,
+    values: Mapping[str, float | None],
+    targets: Mapping[str, float],
+    knob: str,
+    direction: str,
+    current: Any,
+    proposed: Any,
+    limits: knobs.Limits,
+    seconds: float | None = None,
+) -> Refined | None:
+    """Choose the value of the advised knob by predicted goodput. None when the model cannot
+    say (the rule's own step stands)."""
+    if knob not in pm.KNOBS or direction not in STEPS or current is None:
+        return None
+    try:
+        model = pm.build(window, engine, values, seconds)
+    except pm.InsufficientData:
+        return None
+    bound = None
+    if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "increase":
+        # beyond what the KV cache holds at the observed sizes the batch cannot grow
+        c = model.config
+        if c.kv_cache_tokens is not None and model.kv_per_running:
+            bound = c.kv_cache_tokens / model.kv_per_running * model.engines
+    cands = candidates(knob, current, direction, limits, extra=[proposed], bound=bound)
+    notes: list[str] = []
+    if knob == "kv_cache_memory_bytes" and direction == "increase":
+        room = kv_memory_room(model)
+        if room is None:
+            # the device's free memory is unknown: no more than the rule's own step
+            cands = [v for v in cands if float(v) <= float(proposed)]
+            notes.append("the device's free memory is unknown: no more than the rule's step")
+        else:
+            fits = [v for v in cands if float(v) - float(current) <= room]
+            if not fits:
+                return Refined(
+                    withdrawn=f"more KV memory does not fit: the device has {knobs.format_bytes(room)} free"
+                )
+            cands = fits
+    choice = choose(model, knob, cands, values, targets, prefer=proposed)
+    if choice is None:
+        why = "; ".join(
+            f"{knobs.format_value(v)}: {w}" for v, _, w in _excluded(cands, model, knob, values, targets)
+        )
+        return Refined(withdrawn=f"the model predicts every value of {knob} breaks a target ({why})")
+    p = choice.prediction
+    pre0, pre1 = p.measured.get("preemptions_per_second"), p.predicted.get("preemptions_per_second")
+    more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
+    if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
+        notes.append(
+            "the model predicts preemptions will not fall: the batch grows into the new memory "
+            f"and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
+        )
+    if not choice.moves_target:
+        notes.append("the model predicts goodput will not move with this knob")
+    data = p.to_json()
+    data["goodput_tokens_per_second"] = {
+        "measured": goodput(p.measured, targets),
+        "predicted": choice.goodput,
+    }
+    data["considered"] = [
+        {"value": v, "goodput_tokens_per_second": g, "excluded": w} for v, g, w in choice.considered
+    ]
+    data["why"] = choice.reason
+    data["binding_now"] = p.binding_before
+    return Refined(
+        value=choice.value, predicted=data, note=" ".join(n[0].upper() + n[1:] + "." for n in notes)
+    )
+
+
+def _excluded(
+    cands: Sequence[Any],
+    model: pm.Model,
+    knob: str,
+    values: Mapping[str, float | None],
+    targets: Mapping[str, float],
+) -> list[tuple[Any, float | None, str | None]]:
+    out: list[tuple[Any, float | None, str | None]] = []
+    for v in cands:
+        try:
+            p = predict(model, knob, float(v), values)
+        except ValueError as e:
+            out.append((v, None, str(e)))
+            continue
+        out.append((v, goodput(p.predicted, targets), breaks_target(p, targets)))
+    return out
+
+
+# ------------------------------------------------------------------ closing the loop
+def predict_change(
+    window: Window, engine: EngineInfo, targets: Mapping[str, float], knob: str, value: Any
+) -> dict[str, Any] | None:
+    """The model's prediction for a knob change, from the window before it (None: the model
+    cannot say: too little data, a knob it does not move, or an input it needs is unknown)."""
+    from advisor.signals import Context, Values
+
+    if knob not in pm.KNOBS:
+        return None
+    try:
+        v = float(value)
+        values = Values(Context(window, engine, None, dict(targets))).all()
+        model = pm.build(window, engine, values)
+        return predict(model, knob, v, values).to_json()
+    except (pm.InsufficientData, ValueError, TypeError):
+        return None
+
+
+def prediction_error(
+    prediction: Mapping[str, Any], window: Window, engine: EngineInfo, targets: Mapping[str, float]
+) -> dict[str, Any]:
+    """The measured after-state of ``window`` set against ``prediction``: per metric the
+    predicted and measured value and the error (predicted / measured - 1; None where either is
+    unknown or zero)."""
+    from advisor.signals import Context, Values
+
+    try:
+        values = Values(Context(window, engine, None, dict(targets))).all()
+        measured: Mapping[str, float | None] = pm.build(window, engine, values).measured
+    except pm.InsufficientData as e:
+        return {**prediction, "measured_after": None, "error": None, "why": str(e)}
+    pred = prediction.get("predicted") or {}
+    err: dict[str, float | None] = {}
+    for k in pm.METRICS:
+        p, m = pred.get(k), measured.get(k)
+        err[k] = None if p is None or m is None or m == 0 else p / m - 1
+    return {**prediction, "measured_after": {k: measured.get(k) for k in pm.METRICS}, "error": err}
+
+
+HISTORY_METRICS = (
+    "output_tokens_per_second",
+    "ttft_seconds_p95",
+    "tpot_seconds_p95",
+    "preemptions_per_second",
+)
+
+
+def prediction_line(pred: Mapping[str, Any] | None) -> str:
+    """One line for ``history``: predicted vs measured after the change, with the error."""
+    if not pred:
+        return ""
+    after = pred.get("measured_after")
+    predicted = pred.get("predicted") or {}
+    if not after:
+        why = pred.get("why")
+        return "predicted; not measured" + (f" ({why})" if why else "")
+    parts = []
+    for m in HISTORY_METRICS:
+        label, unit = LABELS[m]
+        p, a = predicted.get(m), after.get(m)
+        err = (pred.get("error") or {}).get(m)
+        e = f" ({err * 100:+.0f}%)" if isinstance(err, int | float) else ""
+        parts.append(f"{label} {fmt(p, unit)} predicted / {fmt(a, unit)} measured{e}")
+    return "; ".join(parts)

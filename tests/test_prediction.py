@@ -118,3 +118,36 @@ def test_docs_prediction_is_current() -> None:
         timeout=600,
     )
     assert p.returncode == 0, p.stderr
+
+
+def test_history_shows_predicted_against_measured(tmp_path: Path) -> None:
+    from advisor.ledger import ExperimentRecord, Ledger
+
+    path = tmp_path / "ledger.db"
+    pred = {
+        "knob": "max_num_seqs",
+        "predicted": {
+            "output_tokens_per_second": 6000.0,
+            "ttft_seconds_p95": 17.0,
+            "tpot_seconds_p95": 0.012,
+        },
+        "measured_after": {
+            "output_tokens_per_second": 5927.0,
+            "ttft_seconds_p95": 18.1,
+            "tpot_seconds_p95": 0.0124,
+        },
+        "error": {"output_tokens_per_second": 6000.0 / 5927.0 - 1, "ttft_seconds_p95": 17.0 / 18.1 - 1},
+    }
+    Ledger(path).add(
+        ExperimentRecord(
+            started_at=1_800_000_000.0, verdict="keep", source="daemon", knob="max_num_seqs", old_value=48,
+            new_value=72, prediction=pred,
+        )
+    )  # fmt: skip
+    res = CliRunner().invoke(main, ["history", "--ledger", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "max_num_seqs 48 -> 72: KEEP" in res.output
+    assert "output tokens/s 6,000 tok/s predicted / 5,927 tok/s measured (+1%)" in res.output
+    assert "TTFT p95 17.00 s predicted / 18.10 s measured (-6%)" in res.output
+    res = CliRunner().invoke(main, ["history", "--ledger", str(path), "--format", "json"])
+    assert json.loads(res.output)[0]["prediction"]["error"]["output_tokens_per_second"] > 0
