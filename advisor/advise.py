@@ -417,6 +417,18 @@ def diagnose(
             return without_advice(
                 "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
             )
+    if status == "healthy":
+        # a rule whose known conditions all hold but whose other inputs are unknown (a recording
+        # without the device's memory, say) might fire: not healthy, say what is missing
+        blocked = [f for f in findings if f.state == "unknown"]
+        if blocked:
+            return without_advice(
+                "inconclusive",
+                "no rule fired, but "
+                + "; ".join(
+                    f"{f.rule.id} could not be checked (missing {', '.join(f.missing)})" for f in blocked
+                ),
+            )
     # rules whose conditions hold but not yet for long enough: with no advice, the evidence is
     # building; with advice, a better-ranked one holds it back rather than flip to a lesser knob
     pending = building(findings, best.finding.rule if best is not None else None, cfg)

@@ -151,3 +151,53 @@ def test_history_shows_predicted_against_measured(tmp_path: Path) -> None:
     assert "TTFT p95 17.00 s predicted / 18.10 s measured (-6%)" in res.output
     res = CliRunner().invoke(main, ["history", "--ledger", str(path), "--format", "json"])
     assert json.loads(res.output)[0]["prediction"]["error"]["output_tokens_per_second"] > 0
+
+
+RULE_NEEDING_MEMORY = """\
+version: advisor/v1
+id: queue-budget-on-a-large-gpu
+summary: A budget under 16384 on a large GPU.
+severity: info
+priority: 40
+category: token-budget
+when:
+  - {signal: max_num_batched_tokens, op: "<", value: 16384}
+  - {signal: gpu_memory_bytes, op: ">=", value: 75161927680}
+for: 20s
+knob:
+  name: max_num_batched_tokens
+  direction: increase
+  step: "x2"
+explain:
+  what: a queue on a large GPU
+  why: a test rule
+  expect: nothing
+  verify: [requests_waiting_avg]
+  rollback: restore
+  evidence: [max_num_batched_tokens, gpu_memory_bytes]
+  references:
+    - https://docs.vllm.ai/en/latest/configuration/optimization.html
+examples:
+  fires:
+    - {max_num_batched_tokens: 8192, gpu_memory_bytes: 150000000000}
+  quiet:
+    - {max_num_batched_tokens: 8192, gpu_memory_bytes: 1000000000}
+"""
+
+
+def test_a_rule_that_could_fire_but_lacks_an_input_is_inconclusive_never_healthy(tmp_path: Path) -> None:
+    """Issue 13, miss 3: the H200 sessions recorded no GPU memory size, so a rule that checks it
+    can never fire in replay; the answer names what is missing instead of "healthy"."""
+    for f in (REPO / "rules").glob("*.yaml"):
+        (tmp_path / f.name).write_text(f.read_text())
+    healthy = ["explain", "--session", str(RUNS / "healthy.before"), "--format", "json"]
+    assert (
+        json.loads(CliRunner().invoke(main, [*healthy, "--rules-dir", str(tmp_path)]).output)["status"]
+        == "healthy"
+    )
+    (tmp_path / "queue-budget-on-a-large-gpu.yaml").write_text(RULE_NEEDING_MEMORY)
+    res = CliRunner().invoke(main, [*healthy, "--rules-dir", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert d["status"] == "inconclusive", d["reason"]
+    assert "queue-budget-on-a-large-gpu could not be checked (missing gpu_memory_bytes)" in d["reason"]
