@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from advisor import names as n
-from advisor.model import EngineInfo, Histogram, Snapshot
+from advisor.model import EngineInfo, Snapshot
 from advisor.window import Window
 
 KNOBS = (
@@ -99,11 +99,11 @@ def intervals(snaps: Sequence[Snapshot], engines: int = 1) -> list[Interval]:
         gen = _delta(prev, cur, n.GENERATION_TOKENS)
         if gen is None or gen <= 0:
             continue
-        it = _hdelta(prev, cur, n.ITERATION_TOKENS)
+        it = _count_sum_delta(prev, cur, n.ITERATION_TOKENS)
         running = (r0 + r1) / 2 / e
-        if it is not None and it.count > 0:
-            steps = it.count / e
-            total = it.sum / e
+        if it is not None and it[0] > 0:
+            steps = it[0] / e
+            total = it[1] / e
         else:  # no step counter: every running request decodes one token a step
             steps = gen / e / max(running, 1.0)
             prompt = _delta(prev, cur, n.PROMPT_TOKENS)
@@ -135,11 +135,14 @@ def _delta(a: Snapshot, b: Snapshot, name: str) -> float | None:
     return y - x if y >= x else y
 
 
-def _hdelta(a: Snapshot, b: Snapshot, name: str) -> Histogram | None:
+def _count_sum_delta(a: Snapshot, b: Snapshot, name: str) -> tuple[float, float] | None:
+    """A histogram's (count, sum) increase between two pages (after a reset: since it)."""
     x, y = a.histogram(name), b.histogram(name)
     if x is None or y is None:
         return None
-    return y.minus(x)
+    if y.count < x.count:
+        return y.count, y.sum
+    return y.count - x.count, y.sum - x.sum
 
 
 # ------------------------------------------------------------------ the fitted step time
