@@ -201,3 +201,42 @@ def test_a_rule_that_could_fire_but_lacks_an_input_is_inconclusive_never_healthy
     d = json.loads(res.output)
     assert d["status"] == "inconclusive", d["reason"]
     assert "queue-budget-on-a-large-gpu could not be checked (missing gpu_memory_bytes)" in d["reason"]
+
+
+def _values_with(**base: float | None) -> Any:
+    """The catalog's budget signals over constant inputs (the inputs' own functions are tested
+    elsewhere)."""
+    from advisor.signals import CATALOG, Context, Signal, Values
+    from advisor.window import Window
+
+    cat = dict(CATALOG)
+    for name, value in base.items():
+        cat[name] = Signal(name, "x", "", lambda c, v, value=value: value, None)
+    return Values(Context(Window()), cat)
+
+
+def test_a_queue_that_is_the_budgets_prefill_backlog_counts_as_prefill_time() -> None:
+    """Issue 13, miss 3: 512-token budget, 3,000-token prompts, 150 outputs: the budget sustains
+    512 / (1 + 20) = 24 running requests; 64 clients wait and run, the cap is 256. TTFT is 96%
+    queue time and that queue is the budget's backlog."""
+    v = _values_with(
+        max_num_batched_tokens=512.0, prompt_tokens_mean=3000.0, generation_tokens_mean=150.0,
+        requests_in_system_max=64.0, engines=1.0, max_num_seqs=256.0,
+        prefill_share_of_ttft=0.03, queue_share_of_ttft=0.96,
+    )  # fmt: skip
+    assert v["budget_sustained_batch"] == pytest.approx(512 / 21)
+    assert v["prefill_budget_binds"] == 1.0
+    assert v["prefill_backlog_share_of_ttft"] == pytest.approx(0.99)
+    assert v["queue_share_outside_budget"] == 0.0
+    # the H200 itl-stutter case: budget 2048, ~6k prompts, 128 outputs, 24 clients: the budget
+    # sustains ~42, so the queue is not its backlog (a bigger budget did not help there)
+    h200 = _values_with(
+        max_num_batched_tokens=2048.0, prompt_tokens_mean=6030.0, generation_tokens_mean=128.0,
+        requests_in_system_max=24.0, engines=1.0, max_num_seqs=256.0,
+        prefill_share_of_ttft=0.26, queue_share_of_ttft=0.8,
+    )  # fmt: skip
+    assert h200["prefill_budget_binds"] == 0.0
+    assert h200["prefill_backlog_share_of_ttft"] == pytest.approx(0.26)
+    assert h200["queue_share_outside_budget"] == pytest.approx(0.8)
+    # unknown inputs stay unknown
+    assert _values_with(prompt_tokens_mean=None)["prefill_budget_binds"] is None
