@@ -403,9 +403,10 @@ def refine(
             cands = fits
     choice = choose(model, knob, cands, values, targets, prefer=proposed)
     if choice is None:
-        why = "; ".join(
-            f"{knobs.format_value(v)}: {w}" for v, _, w in _excluded(cands, model, knob, values, targets)
-        )
+        excluded = _excluded(cands, model, knob, values, targets)
+        if not any(g is not None for _, g, _ in excluded):
+            return None  # the model cannot predict this knob here (an input is unknown): the rule's step
+        why = "; ".join(f"{knobs.format_value(v)}: {w}" for v, _, w in excluded)
         return Refined(withdrawn=f"the model predicts every value of {knob} breaks a target ({why})")
     p = choice.prediction
     pre0, pre1 = p.measured.get("preemptions_per_second"), p.predicted.get("preemptions_per_second")

@@ -129,3 +129,29 @@ def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
     assert some.value is not None and 8 * GiB < some.value <= 11 * GiB
     none = refine(0.5)
     assert none is not None and none.withdrawn is not None and "does not fit" in none.withdrawn
+
+
+def test_a_knob_the_model_cannot_predict_here_keeps_the_rules_step() -> None:
+    """gpu_memory_utilization where the KV bytes per token are unknown (no fixed KV size): the
+    model cannot say, so the rule's own step stands (no prediction, nothing withdrawn)."""
+    from advisor import inputs
+    from advisor.config import Config
+    from advisor.ruleset import load_rules
+
+    run = Path(__file__).resolve().parent.parent / "validation" / "runs" / "kv-capacity.before"
+    adv, d = inputs.from_session(run, Config(), load_rules())
+    assert d is not None
+    values = {**engine.EngineInfo(adv.engine.values).values}
+    values.pop("kv_cache_memory_bytes", None)
+    eng = engine.EngineInfo(
+        {
+            **values,
+            "gpu_memory_utilization": engine.Provenanced(0.5, "cmdline"),
+            "gpu_memory_gib": engine.Provenanced(140.0, "default"),
+        }
+    )
+    got = whatif.refine(
+        adv.window, eng, d.signals, Config().targets, "gpu_memory_utilization", "increase", 0.5, 0.55,
+        knobs.Limits.from_engine(eng), seconds=Config().window_s,
+    )  # fmt: skip
+    assert got is None
