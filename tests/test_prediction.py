@@ -39,7 +39,7 @@ def test_predict_json_has_exactly_the_documented_shape() -> None:
         main, ["predict", "--session", R2_AFTER, "--set", "max_num_seqs=72", "--format", "json"]
     )
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     keys = {
         "output_tokens_per_second",
         "ttft_seconds_p50",
@@ -150,7 +150,7 @@ def test_history_shows_predicted_against_measured(tmp_path: Path) -> None:
     assert "output tokens/s 6,000 tok/s predicted / 5,927 tok/s measured (+1%)" in res.output
     assert "TTFT p95 17.00 s predicted / 18.10 s measured (-6%)" in res.output
     res = CliRunner().invoke(main, ["history", "--ledger", str(path), "--format", "json"])
-    assert json.loads(res.output)[0]["prediction"]["error"]["output_tokens_per_second"] > 0
+    assert json.loads(res.stdout)[0]["prediction"]["error"]["output_tokens_per_second"] > 0
 
 
 RULE_NEEDING_MEMORY = """\
@@ -192,13 +192,13 @@ def test_a_rule_that_could_fire_but_lacks_an_input_is_inconclusive_never_healthy
         (tmp_path / f.name).write_text(f.read_text())
     healthy = ["explain", "--session", str(RUNS / "healthy.before"), "--format", "json"]
     assert (
-        json.loads(CliRunner().invoke(main, [*healthy, "--rules-dir", str(tmp_path)]).output)["status"]
+        json.loads(CliRunner().invoke(main, [*healthy, "--rules-dir", str(tmp_path)]).stdout)["status"]
         == "healthy"
     )
     (tmp_path / "queue-budget-on-a-large-gpu.yaml").write_text(RULE_NEEDING_MEMORY)
     res = CliRunner().invoke(main, [*healthy, "--rules-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    d = json.loads(res.output)
+    d = json.loads(res.stdout)
     assert d["status"] == "inconclusive", d["reason"]
     assert "queue-budget-on-a-large-gpu could not be checked (missing gpu_memory_bytes)" in d["reason"]
 
