@@ -10,7 +10,7 @@ little data).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor import knobs
@@ -59,6 +59,7 @@ class Recommendation:
     rollback: str
     references: tuple[str, ...]
     note: str = ""
+    predicted: dict[str, Any] | None = None  # the model's prediction of the change (whatif.refine)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +81,7 @@ class Recommendation:
             "rollback": self.rollback,
             "references": list(self.references),
             "note": self.note,
+            "predicted": self.predicted,
         }
 
 
@@ -417,6 +419,18 @@ def diagnose(
             return without_advice(
                 "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
             )
+    if status == "healthy":
+        # a rule whose known conditions all hold but whose other inputs are unknown (a recording
+        # without the device's memory, say) might fire: not healthy, say what is missing
+        blocked = [f for f in findings if f.state == "unknown"]
+        if blocked:
+            return without_advice(
+                "inconclusive",
+                "no rule fired, but "
+                + "; ".join(
+                    f"{f.rule.id} could not be checked (missing {', '.join(f.missing)})" for f in blocked
+                ),
+            )
     # rules whose conditions hold but not yet for long enough: with no advice, the evidence is
     # building; with advice, a better-ranked one holds it back rather than flip to a lesser knob
     pending = building(findings, best.finding.rule if best is not None else None, cfg)
@@ -428,8 +442,37 @@ def diagnose(
     rec = None
     if best is not None:
         sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)
+        refined = by_prediction(best, window, engine, values, cfg)
+        if refined is not None and refined.withdrawn:
+            return without_advice("inconclusive", f"{best.finding.rule.id}: {refined.withdrawn}")
+        if refined is not None and refined.value is not None:
+            best = replace(best, proposed=refined.value)
         rec = recommendation_of(best, values, sev)
+        if refined is not None and refined.predicted is not None:
+            note = " ".join(x for x in (rec.note, refined.note) if x)
+            rec = replace(rec, predicted=refined.predicted, note=note)
     return Diagnosis(status, reason, rec, tuple(fjson), eng, ctx, now, values)
+
+
+def by_prediction(
+    c: _Candidate, window: Window, engine: EngineInfo, values: Mapping[str, float | None], cfg: Config
+) -> Any:
+    """The advised knob's value chosen by the performance model (whatif.refine), or None."""
+    from advisor import whatif
+
+    limits = knobs.Limits.from_engine(engine, _host_gpus(engine, cfg))
+    return whatif.refine(
+        window,
+        engine,
+        values,
+        cfg.targets,
+        c.choice.name,
+        c.choice.direction,
+        c.current,
+        c.proposed,
+        limits,
+        seconds=cfg.window_s,
+    )
 
 
 def provenanced_engine(values: Mapping[str, Any], source: str = "config") -> EngineInfo:

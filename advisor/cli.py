@@ -302,6 +302,73 @@ def daemon_errors() -> tuple[type[BaseException], ...]:
     return (MetricsError, EngineSourceError, DaemonError, OSError)
 
 
+# ------------------------------------------------------------------ predict
+@main.command()
+@click.option("--session", "session_dir", type=click.Path(), help="A recorded session directory.")
+@click.option("--url", help="vLLM base URL (or its /metrics URL) to observe for --window.")
+@click.option(
+    "--metrics-file", "metrics_files", multiple=True, type=click.Path(), help="Saved page (repeatable)."
+)
+@click.option("--log-file", type=click.Path(), help="vLLM's log file (startup facts).")
+@click.option("--set", "setting", required=True, help="KNOB=VALUE, e.g. max_num_seqs=72.")
+@click.option("--window", default="60s", show_default=True, help="How long to observe --url.")
+@click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
+@click.option("--config", "config_file", type=click.Path(), help="The advisor's own config file.")
+def predict(
+    session_dir: str | None,
+    url: str | None,
+    metrics_files: tuple[str, ...],
+    log_file: str | None,
+    setting: str,
+    window: str,
+    interval: str,
+    fmt: str,
+    engine_config: str | None,
+    config_file: str | None,
+) -> None:
+    """What would one knob's change do, under the same load? (exit 4: too little data)"""
+    from advisor import inputs, whatif
+    from advisor.perfmodel import InsufficientData
+    from advisor.session import SessionError
+
+    if sum([bool(session_dir), bool(metrics_files), bool(url)]) != 1:
+        _fail("give exactly one of --session, --metrics-file or --url", 2)
+    try:
+        knob, value = whatif.parse_set(setting)
+    except ValueError as e:
+        _fail(str(e), 2)
+        raise
+    cfg = _cfg(config_file, engine_config=engine_config)
+    try:
+        model, values = whatif.from_source(
+            cfg,
+            _rules(None),
+            session_dir=session_dir,
+            metrics_files=metrics_files,
+            log_file=log_file,
+            url=url,
+            window_s=config_mod.parse_duration_s(window),
+            interval_s=config_mod.parse_duration_s(interval),
+            config_path=engine_config,
+        )
+        p = whatif.predict(model, knob, value, values)
+    except (inputs.InputError, SessionError) as e:
+        _fail(str(e))
+        raise
+    except InsufficientData as e:
+        _fail(f"insufficient data: {e}", 4)
+        raise
+    except ValueError as e:
+        _fail(f"cannot predict {knob}: {e}", 4)
+        raise
+    except daemon_errors() as e:
+        _fail(str(e))
+        raise
+    click.echo(json.dumps(p.to_json(), indent=2) if fmt == "json" else whatif.render_text(p, model))
+
+
 # ------------------------------------------------------------------ inspect
 @main.command()
 @click.option("--url", help="vLLM base URL (or its /metrics URL): read one page now.")
@@ -746,7 +813,8 @@ def compare(
     help="Output format.",
 )
 def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: str) -> None:
-    """The experiments the advisor judged: knob, old -> new, verdict and why."""
+    """The experiments the advisor judged: knob, old -> new, verdict and why; predicted vs measured."""
+    from advisor import whatif
     from advisor.ledger import Ledger, LedgerError
 
     cfg = _cfg(config_file)
@@ -774,6 +842,9 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
             f"#{r['id']} {when} {r.get('knob')} {r.get('old_value')} -> {r.get('new_value')}: "
             f"{r['verdict'].upper()} ({r['source']}) {reason}"
         )
+        line = whatif.prediction_line(r.get("prediction"))
+        if line:
+            click.echo(f"    {line}")
 
 
 @main.group()

@@ -157,6 +157,7 @@ class Daemon:
                 load_profile=exp.load,
                 buckets=list(comp.get("buckets", [])),
                 reasons=list(exp.reasons),
+                prediction=exp.prediction,
             )
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)

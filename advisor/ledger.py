@@ -18,7 +18,7 @@ from typing import Any
 
 from advisor.redact import redact_obj
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SOURCES = ("daemon", "compare")
 VERDICTS = ("keep", "revert", "inconclusive")
 
@@ -38,12 +38,15 @@ CREATE TABLE IF NOT EXISTS experiments (
     buckets       TEXT NOT NULL DEFAULT '[]',
     verdict       TEXT NOT NULL CHECK (verdict IN ('keep', 'revert', 'inconclusive')),
     reasons       TEXT NOT NULL DEFAULT '[]',
-    source        TEXT NOT NULL CHECK (source IN ('daemon', 'compare'))
+    source        TEXT NOT NULL CHECK (source IN ('daemon', 'compare')),
+    prediction    TEXT
 );
 CREATE INDEX IF NOT EXISTS experiments_started ON experiments (started_at);
 """
+# version 1 -> 2: the model's prediction of the change and its error (advisor/whatif.py)
+_MIGRATIONS = {1: "ALTER TABLE experiments ADD COLUMN prediction TEXT;"}
 
-_JSON_COLUMNS = ("old_value", "new_value", "load_profile", "buckets", "reasons")
+_JSON_COLUMNS = ("old_value", "new_value", "load_profile", "buckets", "reasons", "prediction")
 
 
 class LedgerError(RuntimeError):
@@ -69,6 +72,7 @@ class ExperimentRecord:
     load_profile: Mapping[str, Any] = field(default_factory=dict)
     buckets: list[Any] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    prediction: Mapping[str, Any] | None = None  # predicted, measured_after, error per metric
 
 
 redact = redact_obj
@@ -128,7 +132,11 @@ class Ledger:
             conn.execute("PRAGMA journal_mode=WAL")
             if version < SCHEMA_VERSION:
                 with conn:
-                    conn.executescript(_SCHEMA)
+                    if version == 0:
+                        conn.executescript(_SCHEMA)
+                    else:
+                        for v in range(version, SCHEMA_VERSION):
+                            conn.executescript(_MIGRATIONS[v])
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as e:
             raise LedgerError(f"{self.path} is not an SQLite ledger database ({e})") from None
@@ -144,6 +152,7 @@ class Ledger:
             raise LedgerError(f"source must be one of {', '.join(SOURCES)}, got {rec.source!r}")
         row = asdict(rec)
         row["load_profile"] = dict(rec.load_profile)
+        row["prediction"] = dict(rec.prediction) if rec.prediction is not None else None
         row = {k: redact(v) for k, v in row.items()}
         for col in _JSON_COLUMNS:
             try:

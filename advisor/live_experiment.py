@@ -45,6 +45,7 @@ class LiveExperiment:
     comparison: dict[str, Any] | None = None
     ended_at: float | None = None
     load: dict[str, Any] = field(default_factory=dict)
+    prediction: dict[str, Any] | None = None  # the model's, made at the change; its error once judged
 
     @property
     def knob(self) -> str:
@@ -78,6 +79,7 @@ class LiveExperiment:
             "after_requests": self.after_requests,
             "load": self.load,
             "comparison": self.comparison,
+            "prediction": self.prediction,
         }
 
 

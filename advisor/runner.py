@@ -198,6 +198,18 @@ class Advisor:
             self.experiment = lx.start(
                 self.window, [lx.Change(c.knob, c.old, c.new, c.source) for c in changed], restart_t, prev
             )
+            self.experiment = dc_replace(self.experiment, prediction=self._predict(old, changed))
+
+    def _predict(self, old: EngineInfo, changed: Sequence[KnobChange]) -> dict[str, Any] | None:
+        """What the model predicted for this change, from the window before it (one knob only)."""
+        from advisor import whatif
+
+        exp = self.experiment
+        if len(changed) != 1 or exp is None:
+            return None
+        c = changed[0]
+        before = self.window.slice(*exp.before)
+        return whatif.predict_change(before, old, self.cfg.targets, c.knob, c.new)
 
     def discard_changes_since(self, t: float) -> int:
         """Forget knob changes noticed at ``t`` or later, and the experiments they started: they
@@ -228,6 +240,13 @@ class Advisor:
         exp = lx.advance(
             exp, self.window, now, max_wait_s=self.cfg.experiment_max_wait_s, targets=self.cfg.targets
         )
+        if exp.state == "done" and exp.prediction is not None:
+            from advisor import whatif
+
+            after = self.window.slice(exp.after_start, now)
+            exp = dc_replace(
+                exp, prediction=whatif.prediction_error(exp.prediction, after, self.engine, self.cfg.targets)
+            )
         self.experiment = exp
         if exp.state == "done":
             self.finished_experiments.append(exp)

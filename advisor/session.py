@@ -281,6 +281,7 @@ def resolve_engine(
     near: float | None = None,
     argv: Sequence[str] | None = None,
     t: float = 0.0,
+    host: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """engine.json content from what a recording saw, via advisor.sources.engine; ({}, why)
     when that module is missing or fails (never loses the recording).
@@ -297,13 +298,26 @@ def resolve_engine(
     try:
         events = list(lg.parse_lines(list(log_lines), near=near))
         snapshot = mt.parse_page(first_page, t, strict=False) if first_page else None
-        info = eng.resolve(argv=list(argv) if argv else None, events=events, snapshot=snapshot)
+        info = eng.resolve(argv=list(argv) if argv else None, events=events, snapshot=snapshot, host=host)
         data = eng.to_json(info)
     except Exception as e:  # another module's contract; record what happened, keep the session
         return {}, f"advisor.sources.engine failed ({type(e).__name__}: {e}): engine.json left empty"
     if not isinstance(data, dict):
         return {}, "advisor.sources.engine.to_json() did not return an object: engine.json left empty"
     return data, ""
+
+
+def _host(base_url: str, probe: Callable[[], Mapping[str, Any]] | None) -> Mapping[str, Any] | None:
+    """The device's facts (GPUs, total and free memory) when the server runs on this host: the
+    memory a "more KV memory" advice needs (``probe``: the engine source's host probe)."""
+    if urlsplit(base_url).hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    from advisor.sources.engine import host_facts
+
+    try:
+        return dict((probe or host_facts)())
+    except Exception:  # a probe's failure must never lose the recording
+        return None
 
 
 def _local_server_argv(base_url: str) -> list[str] | None:
@@ -375,6 +389,7 @@ def record(
     extra_meta: Mapping[str, Any] | None = None,
     http: Any = None,
     server_argv: Sequence[str] | None = None,
+    host_probe: Callable[[], Mapping[str, Any]] | None = None,
 ) -> RecordResult:
     """Scrape ``url``'s /metrics every ``interval_s`` for ``duration_s`` into a session dir.
 
@@ -461,6 +476,7 @@ def record(
         near=started_at.timestamp(),
         argv=server_argv if server_argv is not None else _local_server_argv(base_url),
         t=start,
+        host=_host(base_url, host_probe),
     )
     writer.write_engine(engine)
     meta: dict[str, Any] = {

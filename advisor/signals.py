@@ -207,6 +207,55 @@ def _budget_for_itl_target(c: Context, v: Values) -> Value:
     return float(2 ** math.floor(math.log2(tokens))) if tokens >= 1 else 1.0
 
 
+def _budget_batch(c: Context, v: Values) -> Value:
+    """The running batch one engine's token budget sustains: a request needs its prompt and its
+    output, the output one token a step, so a step of max_num_batched_tokens tokens carries at
+    most budget / (1 + prompt/output) requests' worth of work."""
+    b, p, g = v["max_num_batched_tokens"], v["prompt_tokens_mean"], v["generation_tokens_mean"]
+    if b is None or p is None or g is None or g <= 0:
+        return None
+    return b / (1.0 + p / g)
+
+
+def _budget_binds(c: Context, v: Values) -> Value:
+    """1 when the token budget, not the cap or the load, limits the batch: the requests waiting
+    and running (per engine, at their highest) outnumber the batch the budget sustains, which is
+    below max_num_seqs. Then the queue is the prefill backlog of the budget."""
+    sustained, engines = v["budget_sustained_batch"], v["engines"] or 1.0
+    demand_v = v["requests_in_system_max"]
+    if sustained is None or demand_v is None:
+        return None
+    demand = demand_v / engines
+    cap = v["max_num_seqs"]
+    return 1.0 if sustained < min(demand, cap if cap is not None else math.inf) else 0.0
+
+
+def _in_system_max(c: Context, v: Values) -> Value:
+    """Requests waiting plus running on one page, at the highest (all engines): the offered load."""
+    vals = []
+    for snap in c.window.snapshots(c.seconds):
+        run, wait = snap.total(n.NUM_RUNNING), snap.total(n.NUM_WAITING)
+        if run is not None and wait is not None:
+            vals.append(run + wait)
+    return max(vals) if vals else None
+
+
+def _backlog_share(c: Context, v: Values) -> Value:
+    pre, q, binds = v["prefill_share_of_ttft"], v["queue_share_of_ttft"], v["prefill_budget_binds"]
+    if pre is None or binds is None:
+        return None
+    if not binds:
+        return pre
+    return None if q is None else pre + q
+
+
+def _queue_outside_budget(c: Context, v: Values) -> Value:
+    q, binds = v["queue_share_of_ttft"], v["prefill_budget_binds"]
+    if q is None or binds is None:
+        return None
+    return 0.0 if binds else q
+
+
 def _recompute_ratio(c: Context, v: Values) -> Value:
     """Recomputed prefill tokens per prompt token. Where preempted prefills show up in
     ``prefix_cache_queries`` (vLLM 0.25 on GPU), that excess is measured; otherwise it is
@@ -526,6 +575,45 @@ def _build() -> Iterator[Signal]:
         f" - ({_hmean_q('vllm:request_queue_time_seconds')})"
         f" - ({_hmean_q('vllm:request_prefill_time_seconds')}), 0)"
         f" / ({_hmean_q('vllm:time_to_first_token_seconds')})",
+    )
+    yield S(
+        "requests_in_system_max",
+        "requests",
+        "Requests waiting plus running at once, highest (all engines): the offered load.",
+        _in_system_max,
+        "max_over_time((sum(vllm:num_requests_running) + sum(vllm:num_requests_waiting))[{w}:])",
+    )
+    yield S(
+        "budget_sustained_batch",
+        "requests",
+        "Running batch one engine's max_num_batched_tokens sustains at the observed prompt and output "
+        "lengths: budget / (1 + prompt/output).",
+        _budget_batch,
+        None,
+    )
+    yield S(
+        "prefill_budget_binds",
+        "info",
+        "1 when the token budget limits the batch (more requests wait and run than it sustains, below "
+        "the cap): the queue is the prefill backlog of the budget.",
+        _budget_binds,
+        None,
+    )
+    yield S(
+        "prefill_backlog_share_of_ttft",
+        "ratio",
+        "Share of TTFT that is prefill work: prefill time, plus queue time where the queue is the "
+        "budget's prefill backlog (prefill_budget_binds).",
+        _backlog_share,
+        None,
+    )
+    yield S(
+        "queue_share_outside_budget",
+        "ratio",
+        "Share of TTFT spent queued for something other than the token budget (0 where the queue is "
+        "its prefill backlog).",
+        _queue_outside_budget,
+        None,
     )
     yield S(
         "prompt_tokens_per_generation_token",

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import requests
@@ -369,8 +370,64 @@ def main() -> int:
             f"| daemon RSS once the window is full (max; growth over the second half) | {d.engines} | {where} "
             f"| | | {max(rss):.0f} MiB; {flat:+.1f} MiB | | {t2} |"
         )
+    prediction_rows(base, rounds)
     print(f"\nbench took {time.monotonic() - t_start:.0f} s")
     return 0
+
+
+INTERVAL = 5.0  # the prediction rows' replay interval (the daemon's default)
+
+
+def warm_advisor(pages: list[str]) -> tuple[Advisor, ReplayClock, float]:
+    """An advisor fed ``pages`` INTERVAL apart (a window of history before the measured cycles)."""
+    clock = ReplayClock(1_800_000_000.0)
+    adv = Advisor(Config(), load_rules(), clock=clock)
+    for text in pages:
+        clock.t += INTERVAL
+        adv.on_page(text, clock.t)
+    return adv, clock, clock.t
+
+
+def prediction_rows(pages: list[str], repeat: int) -> None:
+    """Issue 13: the cost of the advice's prediction (the performance model fitted to the window
+    and every candidate value predicted, advisor/whatif.py) per scrape-and-evaluate cycle, next
+    to the same cycles without it: two advisors warmed alike, then fed the same next pages."""
+    from advisor import advise
+
+    n = min(repeat, len(pages) - 24)
+
+    def run(predict: bool) -> tuple[float, Any]:
+        adv, clock, _ = warm_advisor(pages[:24])
+        real = advise.by_prediction
+        if not predict:
+            advise.by_prediction = lambda *a, **k: None  # type: ignore[assignment]
+        times, d = [], None
+        try:
+            for page in pages[24 : 24 + n]:
+                clock.t += INTERVAL
+                t0 = time.process_time()  # CPU time: the machine may be shared
+                adv.on_page(page, clock.t)
+                d = adv.diagnose(clock.t)
+                if d.status == "advice":  # the cycles that predict (with the model on)
+                    times.append((time.process_time() - t0) * 1000)
+        finally:
+            advise.by_prediction = real  # type: ignore[assignment]
+        return statistics.median(times), d
+
+    without, _ = run(False)
+    with_pred, d = run(True)
+    rec = d.recommendation if d is not None else None
+    predicted = rec is not None and rec.predicted is not None
+    cost = with_pred - without
+    print(
+        f"\nPrediction per cycle (median of the cycles with advice among {n}; last advice: "
+        f"{rec.change if rec else d.status if d else '-'}; predicted: {predicted})\n"
+    )
+    print(
+        "| cycle CPU ms without prediction | with prediction | prediction CPU ms / cycle | share of one core at 5 s |"
+    )
+    print("|---|---|---|---|")
+    print(f"| {without:.1f} | {with_pred:.1f} | {cost:.1f} | {cost / (INTERVAL * 1000) * 100:.2f}% |")
 
 
 if __name__ == "__main__":

@@ -150,3 +150,42 @@ def test_record_from_a_real_comparison(tmp_path: Path) -> None:
     assert got["reasons"] == list(c.reasons)
     assert got["load_profile"]["same"] is True
     assert got["buckets"][0]["metrics"]["itl_p95"]["significant"] is True
+
+
+V1_SCHEMA = """
+CREATE TABLE experiments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, started_at REAL NOT NULL, ended_at REAL, knob TEXT,
+    flag TEXT, old_value TEXT, new_value TEXT, model TEXT, vllm_version TEXT, gpus TEXT,
+    load_profile TEXT NOT NULL DEFAULT '{}', buckets TEXT NOT NULL DEFAULT '[]',
+    verdict TEXT NOT NULL CHECK (verdict IN ('keep', 'revert', 'inconclusive')),
+    reasons TEXT NOT NULL DEFAULT '[]', source TEXT NOT NULL CHECK (source IN ('daemon', 'compare'))
+);
+INSERT INTO experiments (started_at, verdict, source, knob, old_value, new_value)
+    VALUES (1700000000.0, 'keep', 'daemon', 'max_num_seqs', '48', '72');
+PRAGMA user_version = 1;
+"""
+
+
+def test_a_version_1_ledger_gains_the_prediction_column_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V1_SCHEMA)
+    led = Ledger(path)
+    (old,) = led.list(10)
+    assert (old["knob"], old["old_value"], old["new_value"], old["prediction"]) == (
+        "max_num_seqs",
+        48,
+        72,
+        None,
+    )
+    pred = {
+        "knob": "max_num_seqs",
+        "predicted": {"output_tokens_per_second": 6000.0},
+        "measured_after": {"output_tokens_per_second": 5900.0},
+        "error": {"output_tokens_per_second": 6000.0 / 5900.0 - 1},
+    }
+    rid = led.add(_record(1, prediction=pred))
+    got = led.get(rid)
+    assert got is not None and got["prediction"] == pred
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2

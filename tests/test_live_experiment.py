@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from advisor.advise import Diagnosis
 from advisor.config import Config
 from advisor.ruleset import load_rules
@@ -107,3 +109,24 @@ def test_no_new_advice_while_the_experiment_runs() -> None:
     assert statuses, "the experiment never observed"
     assert all(st == "insufficient-data" for st, _ in statuses)
     assert any("experiment running" in r for _, r in statuses)
+
+
+def test_the_prediction_made_at_the_change_is_set_against_the_after_window() -> None:
+    """Issue 13's loop: at the change (cap 6 -> 4) the model predicts the after-state from the
+    window before it; once judged, the measured after-state and the error per metric are kept."""
+    adv = play("cpu-long-binds", "cpu-long-binds-after")
+    exp = adv.experiment
+    assert exp is not None and exp.state == "done"
+    pred = exp.prediction
+    assert pred is not None, "no prediction made at the change"
+    assert (pred["knob"], pred["current"], pred["value"]) == ("max_num_seqs", 6, 4)
+    # a smaller cap: a smaller batch, fewer preemptions
+    assert pred["predicted"]["running"] < pred["measured"]["running"]
+    after, err = pred["measured_after"], pred["error"]
+    assert after is not None and err is not None
+    for metric in ("output_tokens_per_second", "running"):
+        p, m = pred["predicted"][metric], after[metric]
+        assert err[metric] == pytest.approx(p / m - 1)
+    # the batch the cap allows is what ran (within the noise of a 2-core machine's replay)
+    assert abs(err["running"]) < 0.35
+    assert adv.finished_experiments[-1].prediction == pred

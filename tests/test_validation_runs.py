@@ -84,13 +84,18 @@ def compare(
         # 2048 took ITL p95 153 -> 64 ms
         ("itl-stutter.before", "itl-stutter-prefill-chunks", "max_num_batched_tokens", 16384, 2048),
         ("itl-stutter.after", "itl-stutter-prefill-chunks", "max_num_batched_tokens", 8192, 2048),
-        # the cap binds with the cache half empty and a queue: +50% (measured: +33% throughput)
-        ("queue-headroom.before", "queue-seqs-cap-binds", "max_num_seqs", 16, 24),
-        ("queue-headroom.after", "queue-seqs-cap-binds", "max_num_seqs", 24, 36),
+        # the cap binds with the cache half empty and a queue. +50% (16 -> 24) measured +33%
+        # throughput and the after-run still queued at the cap: the model (docs/prediction.md)
+        # takes the cap to what the 6 GiB cache holds at the measured ~1,290 KV tokens a running
+        # request, in one step (issue 13)
+        ("queue-headroom.before", "queue-seqs-cap-binds", "max_num_seqs", 16, 38),
+        ("queue-headroom.after", "queue-seqs-cap-binds", "max_num_seqs", 24, 39),
         # round 2 of kv-seqs-bind, the advice followed step by step: more KV (preemptions 76 -> 0),
         # then the cap, which binds with the cache 71% full (+15% throughput), then more KV again
         (f"{R2}.before", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
-        (f"{R2}.after", "queue-seqs-cap-binds", "max_num_seqs", 48, 72),
+        # the cap by prediction: up to what the 12 GiB cache holds (~77); 63 and 72 measured
+        # +6% and +15% throughput, the model's goodput peaks where the cache binds
+        (f"{R2}.after", "queue-seqs-cap-binds", "max_num_seqs", 48, 77),
         (KV12_72, "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 12 * GiB, 18 * GiB),
         # the same configuration as kv-seqs-bind.before on another lease: the same advice
         ("kv-seqs-bind-aa.1", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
@@ -199,15 +204,18 @@ def test_the_cut_that_hurt_is_a_breach_of_throughput_and_ttft() -> None:
 
 
 def test_following_the_fixed_advice_step_by_step() -> None:
-    """Round 2 of kv-seqs-bind on the H200: each run's advice (rules now) is the change the next
-    run made, and the chain ends better than it began: +20% throughput, -21% TTFT p95, no
+    """Round 2 of kv-seqs-bind on the H200: each run's advice (rules now) moves the knob the next
+    run changed, in its direction and at least as far (the cap by prediction: 48 -> 77 where the
+    run took 72), and the chain ends better than it began: +20% throughput, -21% TTFT p95, no
     preemption, TPOT p95 +24% (12 ms, far inside its target)."""
     chain = [f"{R2}.before", f"{R2}.after", KV12_72, KV18_72]
     for run, nxt in itertools.pairwise(chain):
         rec = diagnose(run).recommendation
         assert rec is not None, run
         (flag,) = REPORT.serve_diff(RESULTS[run]["serve"], RESULTS[nxt]["serve"])
-        assert (rec.flag, rec.proposed) == (f"--{flag}", RESULTS[nxt]["serve"][flag]), run
+        was, then = RESULTS[run]["serve"][flag], RESULTS[nxt]["serve"][flag]
+        assert rec.flag == f"--{flag}", run
+        assert (rec.proposed - was) * (then - was) > 0 and abs(rec.proposed - was) >= abs(then - was), run
     first, last = REPORT.bench(RUNS / chain[0]), REPORT.bench(RUNS / chain[-1])
     assert last["output_throughput"] / first["output_throughput"] > 1.15
     assert last["p95_ttft_ms"] / first["p95_ttft_ms"] < 0.85

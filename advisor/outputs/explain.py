@@ -114,6 +114,10 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
         table.add_row(e.signal, fmt_value(e.signal, e.value, e.unit), e.help)
     con.print(table)
     con.print()
+    if rec.predicted:
+        con.print(Text(prediction_title(rec.predicted), style="bold"))
+        con.print(prediction_table(rec.predicted))
+        con.print()
     for title, body in (("What", rec.what), ("Why", rec.why), ("What should move", rec.expect)):
         con.print(Text(f"{title}: ", style="bold"), Text(body))
     con.print(Text("Verify: ", style="bold"), Text(", ".join(rec.verify) + " (same load, before vs after)"))
@@ -319,6 +323,39 @@ def rules_table(rules: Iterable[Rule]) -> str:
     return buf.getvalue()
 
 
+def prediction_title(pred: Mapping[str, Any]) -> str:
+    from advisor import whatif
+
+    conf = pred.get("confidence")
+    if not isinstance(conf, int | float):
+        return "Predicted (same load)"
+    return (
+        f"Predicted (same load; confidence {conf:.2f}, typical error {whatif.interval_pct(conf)}; "
+        f"binding now: {pred.get('binding_now', '?')}, after: {pred.get('binding_after', '?')})"
+    )
+
+
+def prediction_table(pred: Mapping[str, Any]) -> Table:
+    """The model's prediction of the advised change next to the measured state."""
+    from advisor import whatif
+
+    table = Table(show_edge=False, box=None, pad_edge=False)
+    table.add_column("metric", style="bold")
+    table.add_column("measured", justify="right")
+    table.add_column("predicted", justify="right")
+    table.add_column("change", justify="right", style="dim")
+    meas, after = pred.get("measured") or {}, pred.get("predicted") or {}
+    for metric, (label, unit) in whatif.LABELS.items():
+        a, b = meas.get(metric), after.get(metric)
+        ch = (
+            f"{(b / a - 1) * 100:+.0f}%"
+            if isinstance(a, int | float) and isinstance(b, int | float) and a
+            else ""
+        )
+        table.add_row(label, whatif.fmt(a, unit), whatif.fmt(b, unit), ch)
+    return table
+
+
 def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
     """Rebuild a Diagnosis from its JSON (``explain --daemon``), to render it the same way."""
     from advisor.advise import Evidence
@@ -348,6 +385,7 @@ def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
             rollback=str(rec.get("rollback", "")),
             references=tuple(rec.get("references", [])),
             note=str(rec.get("note", "")),
+            predicted=rec.get("predicted") if isinstance(rec.get("predicted"), Mapping) else None,
         )
     return Diagnosis(
         status=str(d.get("status")),

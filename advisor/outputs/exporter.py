@@ -171,6 +171,7 @@ class AdvisorCollector(Collector):
                 1,
             )
         yield g
+        yield _predicted_family(d)
         knobs = d.engine.get("knobs", {})
         g = GaugeMetricFamily(
             p + "engine_knob",
@@ -218,6 +219,25 @@ class AdvisorCollector(Collector):
         yield g
         if st.experiment:
             yield from _experiment_families(st.experiment)
+
+
+def _predicted_family(d: Any) -> Metric:
+    """The performance model's prediction of the advised change: the steady state after it per
+    metric (same load), and its confidence. Empty when there is no advice or no prediction."""
+    g = GaugeMetricFamily(
+        names.output_name("predicted"),
+        "The advised change's predicted steady state under the same load (advisor/perfmodel.py).",
+        labels=["metric"],
+    )
+    rec = d.recommendation
+    pred = rec.predicted if rec is not None and d.status == "advice" else None
+    if pred:
+        for metric, v in (pred.get("predicted") or {}).items():
+            if _num(v) is not None:
+                g.add_metric([metric], float(v))
+        if _num(pred.get("confidence")) is not None:
+            g.add_metric(["confidence"], float(pred["confidence"]))
+    return g
 
 
 def _experiment_families(e: dict[str, Any]) -> Iterator[Metric]:

@@ -21,6 +21,7 @@ Secrets never leave this module: :func:`redact_argv` replaces the values of ``--
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import re
 import shutil
@@ -898,34 +899,84 @@ def defaults(
 HOST_DETAIL = "host probe (nvidia-smi)"
 
 
+def _gib(text: str) -> float | None:
+    m = re.match(r"^([\d.]+)\s*(MiB|GiB|MB|GB)?$", text.strip())
+    if not m:
+        return None
+    mem = float(m.group(1))
+    unit = (m.group(2) or "MiB").lower()
+    return round(mem / 1024 if unit in ("mib", "mb") else mem, 1)
+
+
 def parse_nvidia_smi(text: str) -> dict[str, Provenanced]:
-    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader`` output -> gpu_count,
-    gpu_name (of the first GPU), gpu_memory_gib (of the first GPU). Empty on odd output."""
+    """``nvidia-smi --query-gpu=name,memory.total,memory.free --format=csv,noheader`` output ->
+    gpu_count, gpu_name, gpu_memory_gib and (where the column is there) gpu_memory_free_gib, of
+    the first GPU. Empty on odd output."""
     rows = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < 2 or not parts[0]:
             continue
-        m = re.match(r"^([\d.]+)\s*(MiB|GiB|MB|GB)?$", parts[1])
-        if not m:
+        total = _gib(parts[1])
+        if total is None:
             continue
-        mem = float(m.group(1))
-        unit = (m.group(2) or "MiB").lower()
-        gib = mem / 1024 if unit in ("mib", "mb") else mem
-        rows.append((parts[0], round(gib, 1)))
+        free = _gib(parts[2]) if len(parts) > 2 else None
+        rows.append((parts[0], total, free))
     if not rows:
         return {}
-    return {
+    out = {
         "gpu_count": Provenanced(len(rows), "default", HOST_DETAIL),
         "gpu_name": Provenanced(rows[0][0], "default", HOST_DETAIL),
         "gpu_memory_gib": Provenanced(rows[0][1], "default", HOST_DETAIL),
     }
+    if rows[0][2] is not None:
+        out["gpu_memory_free_gib"] = Provenanced(rows[0][2], "default", HOST_DETAIL)
+    return out
 
 
-def host_facts(run: Callable[[list[str]], str] | None = None) -> dict[str, Provenanced]:
-    """GPU count, name and memory from nvidia-smi when it is present; ``{}`` when it is
-    absent or fails (no GPU facts is not "no GPU": other accelerators exist)."""
-    cmd = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+NVML_DETAIL = "host probe (NVML)"
+
+
+def nvml_facts(nvml: Any) -> dict[str, Provenanced]:
+    """The same facts from NVML (the ``nvidia-ml-py`` package, imported as ``pynvml``): GPU count,
+    and the first GPU's name, total and free memory. Empty when NVML cannot start (no driver)."""
+    try:
+        nvml.nvmlInit()
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            if count < 1:
+                return {}
+            h = nvml.nvmlDeviceGetHandleByIndex(0)
+            name = nvml.nvmlDeviceGetName(h)
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+        finally:
+            nvml.nvmlShutdown()
+    except Exception:  # NVMLError and friends: no facts, not a failure
+        return {}
+    if isinstance(name, bytes):
+        name = name.decode(errors="replace")
+    return {
+        "gpu_count": Provenanced(count, "default", NVML_DETAIL),
+        "gpu_name": Provenanced(str(name), "default", NVML_DETAIL),
+        "gpu_memory_gib": Provenanced(round(mem.total / 2**30, 1), "default", NVML_DETAIL),
+        "gpu_memory_free_gib": Provenanced(round(mem.free / 2**30, 1), "default", NVML_DETAIL),
+    }
+
+
+def host_facts(run: Callable[[list[str]], str] | None = None, nvml: Any = None) -> dict[str, Provenanced]:
+    """GPU count, name, total and free memory: from NVML where ``nvidia-ml-py`` is importable,
+    else from nvidia-smi when it is present; ``{}`` when both are absent or fail (no GPU facts
+    is not "no GPU": other accelerators exist)."""
+    if nvml is None and run is None:
+        try:
+            nvml = importlib.import_module("pynvml")
+        except ImportError:
+            nvml = None
+    if nvml is not None:
+        facts = nvml_facts(nvml)
+        if facts or (run is None and shutil.which("nvidia-smi") is None):
+            return facts
+    cmd = ["nvidia-smi", "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader"]
     if run is None:
         if shutil.which("nvidia-smi") is None:
             return {}

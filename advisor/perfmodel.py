@@ -1,0 +1,640 @@
+"""A performance model of the served engine, fitted from what it exports: what a knob change
+will do, in numbers, before it is made.
+
+Pure: it reads a :class:`~advisor.window.Window` of parsed pages, the engine's knobs and the
+signal values, and returns values. Nothing here does I/O.
+
+The model (per engine, steady state under the same load):
+
+- **Step time** ``T = a + k * kv + c * p``: a fixed cost per step, a cost per KV token the
+  decodes read (``kv``: KV cache usage x KV tokens) and a cost per prefill token in the step
+  (``p``). Fitted by least squares over the recording's busy 2 s intervals, where a step's time
+  is the interval over the steps in it (``vllm:iteration_tokens_total``'s count) and its tokens
+  come from the token counters. Where the decodes' KV does not vary enough to fit ``k``, the
+  decode tokens per step take its place; where nothing can be fitted, the change is predicted
+  from ratios alone and the confidence says so.
+- **The batch** ``B = min(cap, offered load, KV holds, budget allows)``: the offered load is what
+  waits plus what runs (a closed loop of clients); the KV cache holds its tokens over the KV a
+  running request holds on average (measured: usage x tokens over running); the token budget
+  allows the batch whose prefill (prompt over output tokens per step per request) fits beside
+  its decodes. Whichever is smallest binds.
+- **Preemptions** start once the batch asks for more KV than requests hold at their end
+  (prompt + output): the share of admissions that will not fit, ``1 - KV/(B x (P + G))``,
+  times the request rate, scaled by the measured ratio where the server preempts now.
+- **Output tokens/s** ``= decodes per step / T``; **TPOT p95** moves with the mean step time;
+  **ITL p95** with the time of a step that carries the largest prefill chunk
+  (``min(budget - decodes, the chunk seen at ITL p95)``); **TTFT** is queue time (the closed
+  loop's waiting requests over the request rate) plus prefill time (prompt chunks x step time).
+
+Every prediction is the measured value times the model's ratio after/before, so the model's
+absolute bias cancels and an unchanged knob predicts exactly what was measured. Unknown inputs
+stay unknown (``None``) and lower the confidence; they never become zero.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from advisor import names as n
+from advisor.model import EngineInfo, Snapshot
+from advisor.window import Window
+
+KNOBS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "kv_cache_memory_bytes",
+    "gpu_memory_utilization",
+    "max_num_active_seqs",
+)
+"""The knobs the model can move."""
+
+METRICS = (
+    "output_tokens_per_second",
+    "ttft_seconds_p50",
+    "ttft_seconds_p95",
+    "tpot_seconds_p95",
+    "itl_seconds_p95",
+    "preemptions_per_second",
+    "running",
+)
+"""What a prediction states, in this order (the JSON keys of ``predicted`` and ``measured``)."""
+
+MIN_INTERVALS = 3  # busy intervals needed to fit a step time
+
+
+class InsufficientData(Exception):
+    """The recording cannot carry a prediction (the message names what is missing)."""
+
+
+# ------------------------------------------------------------------ observation
+@dataclass(frozen=True)
+class Interval:
+    """One interval between two pages, per engine."""
+
+    dt: float
+    steps: float
+    decode: float  # decode tokens per step
+    prefill: float  # prefill tokens per step
+    running: float
+    waiting: float
+    kv_usage: float | None
+    preemptions: float
+
+
+def intervals(snaps: Sequence[Snapshot], engines: int = 1) -> list[Interval]:
+    """Busy intervals (requests running at both ends, steps taken) between consecutive pages."""
+    out: list[Interval] = []
+    e = max(1, engines)
+    for prev, cur in itertools.pairwise(snaps):
+        dt = cur.t - prev.t
+        if dt <= 0:
+            continue
+        r0, r1 = prev.total(n.NUM_RUNNING), cur.total(n.NUM_RUNNING)
+        if not r0 or not r1:
+            continue
+        gen = _delta(prev, cur, n.GENERATION_TOKENS)
+        if gen is None or gen <= 0:
+            continue
+        it = _count_sum_delta(prev, cur, n.ITERATION_TOKENS)
+        running = (r0 + r1) / 2 / e
+        if it is not None and it[0] > 0:
+            steps = it[0] / e
+            total = it[1] / e
+        else:  # no step counter: every running request decodes one token a step
+            steps = gen / e / max(running, 1.0)
+            prompt = _delta(prev, cur, n.PROMPT_TOKENS)
+            total = (gen + (prompt or 0.0)) / e
+        if steps <= 0:
+            continue
+        decode = gen / e / steps
+        w0, w1 = prev.total(n.NUM_WAITING) or 0.0, cur.total(n.NUM_WAITING) or 0.0
+        k0, k1 = prev.mean(n.KV_CACHE_USAGE), cur.mean(n.KV_CACHE_USAGE)
+        out.append(
+            Interval(
+                dt=dt,
+                steps=steps,
+                decode=decode,
+                prefill=max(0.0, total / steps - decode),
+                running=running,
+                waiting=(w0 + w1) / 2 / e,
+                kv_usage=(k0 + k1) / 2 if k0 is not None and k1 is not None else None,
+                preemptions=max(0.0, _delta(prev, cur, n.NUM_PREEMPTIONS) or 0.0) / e,
+            )
+        )
+    return out
+
+
+def _delta(a: Snapshot, b: Snapshot, name: str) -> float | None:
+    x, y = a.total(name), b.total(name)
+    if x is None or y is None:
+        return None
+    return y - x if y >= x else y
+
+
+def _count_sum_delta(a: Snapshot, b: Snapshot, name: str) -> tuple[float, float] | None:
+    """A histogram's (count, sum) increase between two pages (after a reset: since it)."""
+    x, y = a.histogram(name), b.histogram(name)
+    if x is None or y is None:
+        return None
+    if y.count < x.count:
+        return y.count, y.sum
+    return y.count - x.count, y.sum - x.sum
+
+
+# ------------------------------------------------------------------ the fitted step time
+@dataclass(frozen=True)
+class StepTime:
+    """``T = a + k * x + c * p`` seconds; ``x`` is the KV tokens read (``feature == 'kv'``) or
+    the decode tokens (``'decode'``) per step; ``p`` the prefill tokens per step."""
+
+    a: float
+    k: float
+    c: float
+    feature: str  # kv | decode | none
+    n: int
+    r2: float | None
+
+    def at(self, x: float, p: float) -> float:
+        return self.a + self.k * x + self.c * p
+
+
+def fit_step_time(rows: Sequence[tuple[float, float, float, float]]) -> StepTime | None:
+    """Weighted least squares of (T, x, p, weight) rows; None when nothing sensible fits.
+    Negative coefficients are not physical: the feature is dropped and the rest refitted."""
+    if len(rows) < MIN_INTERVALS:
+        return None
+    full = _lstsq([(1.0, x, p) for _, x, p, _ in rows], [t for t, *_ in rows], [w for *_, w in rows])
+    if full is not None and min(full) >= 0 and full[1] > 0:
+        return StepTime(full[0], full[1], full[2], "kv", len(rows), _r2(rows, full))
+    part = _lstsq([(1.0, p) for _, _, p, _ in rows], [t for t, *_ in rows], [w for *_, w in rows])
+    if part is not None and min(part) >= 0:
+        coef = (part[0], 0.0, part[1])
+        return StepTime(part[0], 0.0, part[1], "none", len(rows), _r2(rows, coef))
+    return None
+
+
+def _r2(rows: Sequence[tuple[float, float, float, float]], coef: Sequence[float]) -> float | None:
+    ts = [t for t, *_ in rows]
+    mean = sum(ts) / len(ts)
+    tot = sum((t - mean) ** 2 for t in ts)
+    if tot <= 0:
+        return None
+    res = sum((t - (coef[0] + coef[1] * x + coef[2] * p)) ** 2 for t, x, p, _ in rows)
+    return 1.0 - res / tot
+
+
+def _lstsq(xs: Sequence[Sequence[float]], ys: Sequence[float], ws: Sequence[float]) -> list[float] | None:
+    """Solve the weighted normal equations by Gaussian elimination (a 2x2 or 3x3 system)."""
+    m = len(xs[0])
+    a = [[sum(w * x[i] * x[j] for x, w in zip(xs, ws, strict=True)) for j in range(m)] for i in range(m)]
+    b = [sum(w * x[i] * y for x, y, w in zip(xs, ys, ws, strict=True)) for i in range(m)]
+    scale = max(abs(a[i][i]) for i in range(m)) or 1.0
+    for col in range(m):
+        piv = max(range(col, m), key=lambda r: abs(a[r][col]))
+        if abs(a[piv][col]) < 1e-12 * scale:
+            return None
+        a[col], a[piv] = a[piv], a[col]
+        b[col], b[piv] = b[piv], b[col]
+        for r in range(m):
+            if r != col:
+                f = a[r][col] / a[col][col]
+                a[r] = [u - f * v for u, v in zip(a[r], a[col], strict=True)]
+                b[r] -= f * b[col]
+    return [b[i] / a[i][i] for i in range(m)]
+
+
+# ------------------------------------------------------------------ the fitted model
+@dataclass(frozen=True)
+class Config:
+    """The knobs the model reads, per engine (None: unknown)."""
+
+    max_num_seqs: float | None
+    max_num_batched_tokens: float | None
+    kv_cache_tokens: float | None
+    kv_cache_memory_bytes: float | None
+    gpu_memory_utilization: float | None
+    gpu_memory_bytes: float | None
+    gpu_memory_free_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    """The engine as measured, and the step time fitted to it."""
+
+    config: Config
+    engines: int
+    offered: float | None  # requests waiting + running per engine (closed-loop concurrency)
+    queued: bool  # a queue stood while it ran
+    prompt_mean: float | None
+    prompt_p95: float | None
+    output_mean: float | None
+    output_p95: float | None
+    kv_per_running: float | None  # KV tokens a running request holds on average
+    running: float  # running requests per engine (busy mean)
+    decode: float  # decode tokens per step
+    prefill: float  # prefill tokens per step (recompute included)
+    step: float  # mean step time, seconds
+    requests_per_second: float | None
+    preemptions_per_second: float
+    measured: dict[str, float | None]
+    fit: StepTime | None
+    missing: tuple[str, ...] = ()
+    binding: str = "unknown"
+    itl_chunk: float | None = None  # prefill tokens in a step at ITL p95
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "binding": self.binding,
+            "engines": self.engines,
+            "offered_concurrency": self.offered,
+            "running": self.running,
+            "step_seconds": self.step,
+            "decode_tokens_per_step": self.decode,
+            "prefill_tokens_per_step": self.prefill,
+            "kv_tokens_per_running_request": self.kv_per_running,
+            "step_time_fit": None
+            if self.fit is None
+            else {
+                "a_seconds": self.fit.a,
+                "per_x_seconds": self.fit.k,
+                "x": self.fit.feature,
+                "per_prefill_token_seconds": self.fit.c,
+                "intervals": self.fit.n,
+                "r2": self.fit.r2,
+            },
+            "missing": list(self.missing),
+        }
+
+
+def _num(x: Any) -> float | None:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def build(
+    window: Window, engine: EngineInfo, values: Mapping[str, float | None], seconds: float | None = None
+) -> Model:
+    """Fit the model to a window of pages (its last ``seconds``; None: all of it). Raises
+    InsufficientData when it cannot."""
+    engines = int(values.get("engines") or 1)
+    snaps = window.snapshots(seconds)
+    busy = intervals(snaps, engines)
+    if not busy:
+        raise InsufficientData("no interval with requests running and tokens generated")
+    queued = [i for i in busy if i.waiting >= 0.5]
+    steady = queued if len(queued) >= MIN_INTERVALS else busy
+    missing: list[str] = []
+
+    def wmean(f: Any, rows: Sequence[Interval]) -> float:
+        tw = sum(i.dt for i in rows)
+        return sum(f(i) * i.dt for i in rows) / tw
+
+    kv_tokens = _num(values.get("kv_cache_tokens"))
+    kv_tokens_e = kv_tokens / engines if kv_tokens is not None else None
+    cfg = Config(
+        max_num_seqs=_num(values.get("max_num_seqs")),
+        max_num_batched_tokens=_num(values.get("max_num_batched_tokens")),
+        kv_cache_tokens=kv_tokens_e,
+        kv_cache_memory_bytes=_num(engine.get("kv_cache_memory_bytes")),
+        gpu_memory_utilization=_num(engine.get("gpu_memory_utilization")),
+        gpu_memory_bytes=_num(values.get("gpu_memory_bytes")),
+        gpu_memory_free_bytes=_gib(engine.get("gpu_memory_free_gib")),
+    )
+    for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
+        if getattr(cfg, name) is None:
+            missing.append(name)
+    running = wmean(lambda i: i.running, steady)
+    step = sum(i.dt for i in steady) / sum(i.steps for i in steady)
+    decode = sum(i.decode * i.steps for i in steady) / sum(i.steps for i in steady)
+    prefill = sum(i.prefill * i.steps for i in steady) / sum(i.steps for i in steady)
+    kv_rows = [i for i in steady if i.kv_usage is not None and i.running > 0]
+    kv_per_running = None
+    if kv_tokens_e is not None and kv_rows:
+        kv_per_running = wmean(lambda i: (i.kv_usage or 0.0) * kv_tokens_e / i.running, kv_rows)
+    offered = None
+    if queued:
+        offered = max(i.running + i.waiting for i in queued)
+    preempt = sum(i.preemptions for i in steady) / sum(i.dt for i in steady)
+    rows: list[tuple[float, float, float, float]] = []
+    for i in busy:
+        x = (i.kv_usage or 0.0) * kv_tokens_e if kv_tokens_e is not None and i.kv_usage is not None else None
+        if x is None:
+            x = i.decode
+        rows.append((i.dt / i.steps, x, i.prefill, i.steps))
+    fit = fit_step_time(rows)
+    if fit is not None and kv_tokens_e is None and fit.feature == "kv":
+        fit = replace(fit, feature="decode")
+    if fit is None:
+        missing.append("a step-time fit (too few busy intervals)")
+
+    # measured latencies over the busy span: the histograms between its first and last page
+    span = _busy_span(snaps)
+
+    def hq(name: str, q: float) -> float | None:
+        if len(span) < 2:
+            return None
+        a, b = span[0].histogram(name), span[-1].histogram(name)
+        if a is None or b is None:
+            return None
+        return b.minus(a).quantile(q)
+
+    gen_rate = sum(i.decode * i.steps for i in steady) / sum(i.dt for i in steady) * engines
+    rps = _num(values.get("requests_per_second"))
+    if span and len(span) >= 2:
+        done = _delta(span[0], span[-1], n.REQUEST_SUCCESS)
+        if done is not None and span[-1].t > span[0].t:
+            rps = done / (span[-1].t - span[0].t) / engines
+    measured: dict[str, float | None] = {
+        "output_tokens_per_second": gen_rate,
+        "ttft_seconds_p50": hq(n.TTFT, 0.5),
+        "ttft_seconds_p95": hq(n.TTFT, 0.95),
+        "tpot_seconds_p95": hq(n.TPOT, 0.95),
+        "itl_seconds_p95": hq(n.ITL, 0.95),
+        "preemptions_per_second": preempt * engines,
+        "running": running * engines,
+    }
+    itl_p50 = hq(n.ITL, 0.5)
+    model = Model(
+        config=cfg,
+        engines=engines,
+        offered=offered,
+        queued=bool(queued),
+        prompt_mean=_num(values.get("prompt_tokens_mean")),
+        prompt_p95=_num(values.get("prompt_tokens_p95")),
+        output_mean=_num(values.get("generation_tokens_mean")),
+        output_p95=_num(values.get("generation_tokens_p95")),
+        kv_per_running=kv_per_running,
+        running=running,
+        decode=decode,
+        prefill=prefill,
+        step=step,
+        requests_per_second=rps,
+        preemptions_per_second=preempt,
+        measured=measured,
+        fit=fit,
+        missing=tuple(missing),
+    )
+    chunk = None
+    itl95 = measured["itl_seconds_p95"]
+    if fit is not None and fit.c > 0 and itl95 is not None and itl_p50 is not None and itl95 > itl_p50:
+        chunk = (itl95 - itl_p50) / fit.c + prefill
+    st = state(model, model.config)
+    return replace(model, binding=st.binding, itl_chunk=chunk)
+
+
+def _busy_span(snaps: Sequence[Snapshot]) -> list[Snapshot]:
+    """The pages from the one before the first with requests running to the one after the last."""
+    idx = [i for i, x in enumerate(snaps) if (x.total(n.NUM_RUNNING) or 0) > 0]
+    if not idx:
+        return []
+    return list(snaps[max(0, idx[0] - 1) : idx[-1] + 2])
+
+
+# ------------------------------------------------------------------ steady state under a config
+@dataclass(frozen=True)
+class State:
+    batch: float  # running requests per engine
+    binding: str  # max_num_seqs | kv_cache | max_num_batched_tokens | load
+    step: float  # mean step time, seconds (1.0: no fit, ratios only)
+    itl_step: float  # the time of a step with the ITL-p95 prefill chunk
+    decode: float  # decode tokens per step
+    prefill: float  # prefill tokens per step (recompute included)
+    preempt_share: float  # share of admissions preempted
+    pressure: float | None  # KV the admitted batch asks for at its end over the cache
+    prefill_time: float  # time to prefill a mean prompt: its chunks x the time of a step with one
+
+
+def state(m: Model, cfg: Config) -> State:
+    """The model's steady state under ``cfg`` for the measured load."""
+    p_mean, g_mean = m.prompt_mean, m.output_mean
+    demand = m.offered if m.offered is not None else m.running
+    cap = cfg.max_num_seqs
+    limits: list[tuple[float, str]] = [(demand, "load")]
+    if cap is not None:
+        limits.append((cap, "max_num_seqs"))
+    admit_kv = math.inf  # what the scheduler admits while prompts fit
+    if cfg.kv_cache_tokens is not None and p_mean:
+        admit_kv = cfg.kv_cache_tokens / p_mean
+    admit = min(min(x for x, _ in limits), admit_kv)
+    if cfg.kv_cache_tokens is not None and m.kv_per_running:
+        limits.append((cfg.kv_cache_tokens / m.kv_per_running, "kv_cache"))
+    if cfg.max_num_batched_tokens is not None and p_mean and g_mean:
+        per_req = 1.0 + p_mean / max(g_mean, 1.0)
+        limits.append((cfg.max_num_batched_tokens / per_req, "max_num_batched_tokens"))
+    batch, binding = min(limits, key=lambda x: x[0])
+    if binding == "load" and cap is not None and demand >= cap * 0.98:
+        binding = "max_num_seqs"
+    batch = max(batch, 1.0)
+    share, pressure = 0.0, None
+    if cfg.kv_cache_tokens and p_mean is not None and g_mean is not None and math.isfinite(admit):
+        # the admitted requests all at their end (they are not: a conservative bound)
+        pressure = admit * (p_mean + g_mean) / cfg.kv_cache_tokens
+        share = max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
+    scale = batch / max(m.running, 1e-9)
+    decode = m.decode * scale
+    fresh = m.prefill / (1.0 + _recompute(m, _measured_share(m)))
+    prefill = fresh * scale * (1.0 + _recompute(m, share))
+    x = 0.0
+    if m.fit is not None and m.fit.feature == "kv":
+        x = (m.kv_per_running or 0.0) * batch
+    elif m.fit is not None and m.fit.feature == "decode":
+        x = decode
+    room = max(1.0, cfg.max_num_batched_tokens - decode) if cfg.max_num_batched_tokens else None
+    chunk = m.itl_chunk if m.itl_chunk is not None else prefill
+    if room is not None:
+        chunk = min(chunk, room)
+    step = m.fit.at(x, prefill) if m.fit is not None else 1.0
+    itl_step = m.fit.at(x, chunk) if m.fit is not None else 1.0
+    prefill_time = 1.0
+    if p_mean and m.fit is not None:
+        # a prompt in chunks of the budget left beside the decodes: each chunk a step's fixed
+        # cost, every prompt token its prefill cost
+        chunks = math.ceil(p_mean / room) if room is not None else 1
+        prefill_time = chunks * m.fit.at(x, 0.0) + m.fit.c * p_mean
+    return State(batch, binding, step, itl_step, decode, prefill, share, pressure, prefill_time)
+
+
+def _measured_share(m: Model) -> float:
+    """The preempted share the model expects under the measured config (for the recompute)."""
+    if m.config.kv_cache_tokens is None or m.prompt_mean is None or m.output_mean is None:
+        return 0.0
+    b = min(m.running, m.config.kv_cache_tokens / max(m.prompt_mean, 1.0))
+    pressure = b * (m.prompt_mean + m.output_mean) / m.config.kv_cache_tokens
+    return max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
+
+
+def _recompute(m: Model, share: float) -> float:
+    """Extra prefill per fresh prefill token from preemptions (each redoes ~prompt + half the output)."""
+    if m.prompt_mean is None or m.output_mean is None or m.prompt_mean <= 0:
+        return 0.0
+    return share * (m.prompt_mean + m.output_mean / 2) / m.prompt_mean
+
+
+# ------------------------------------------------------------------ what-if
+@dataclass(frozen=True)
+class Prediction:
+    knob: str
+    current: float | None
+    value: float
+    binding_before: str
+    binding_after: str
+    predicted: dict[str, float | None]
+    measured: dict[str, float | None]
+    confidence: float
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "knob": self.knob,
+            "current": _whole(self.current),
+            "value": _whole(self.value),
+            "binding_after": self.binding_after,
+            "predicted": {k: self.predicted.get(k) for k in METRICS},
+            "measured": {k: self.measured.get(k) for k in METRICS},
+            "confidence": round(self.confidence, 2),
+        }
+
+    def ratio(self, metric: str) -> float | None:
+        a, b = self.predicted.get(metric), self.measured.get(metric)
+        if a is None or b is None or b == 0:
+            return None
+        return a / b
+
+
+def with_knob(m: Model, knob: str, value: float) -> tuple[Config, float | None]:
+    """The config after setting ``knob`` (and the knob's current value). ValueError when the
+    model cannot say what the knob does here (the message says what is missing)."""
+    c = m.config
+    if knob in ("max_num_seqs", "max_num_active_seqs"):
+        return replace(c, max_num_seqs=value), c.max_num_seqs
+    if knob == "max_num_batched_tokens":
+        return replace(c, max_num_batched_tokens=value), c.max_num_batched_tokens
+    if knob == "kv_cache_memory_bytes":
+        if c.kv_cache_tokens is None:
+            raise ValueError("the KV cache size in tokens is unknown")
+        if c.kv_cache_memory_bytes is None:
+            raise ValueError("the current kv_cache_memory_bytes is unknown (set neither on the command line)")
+        per = c.kv_cache_memory_bytes / (c.kv_cache_tokens * m.engines) if c.kv_cache_tokens else None
+        if not per:
+            raise ValueError("the KV bytes per token are unknown")
+        tokens = value / per / m.engines
+        return replace(c, kv_cache_tokens=tokens, kv_cache_memory_bytes=value), c.kv_cache_memory_bytes
+    if knob == "gpu_memory_utilization":
+        if c.kv_cache_memory_bytes is not None:
+            raise ValueError(
+                "kv_cache_memory_bytes is set: gpu_memory_utilization does not size the KV cache"
+            )
+        if c.gpu_memory_utilization is None or c.gpu_memory_bytes is None or c.kv_cache_tokens is None:
+            raise ValueError(
+                "the device's memory, the current gpu_memory_utilization or the KV size is unknown"
+            )
+        per = _kv_bytes_per_token(m)
+        if per is None:
+            raise ValueError("the KV bytes per token are unknown")
+        more = (value - c.gpu_memory_utilization) * c.gpu_memory_bytes / per
+        return replace(
+            c, kv_cache_tokens=max(0.0, c.kv_cache_tokens + more), gpu_memory_utilization=value
+        ), c.gpu_memory_utilization
+    raise ValueError(f"the model cannot move {knob} (it moves {', '.join(KNOBS)})")
+
+
+def _kv_bytes_per_token(m: Model) -> float | None:
+    c = m.config
+    if c.kv_cache_memory_bytes and c.kv_cache_tokens:
+        return c.kv_cache_memory_bytes / c.kv_cache_tokens
+    return None
+
+
+def predict(m: Model, knob: str, value: float, queue_share: float | None = None) -> Prediction:
+    """The steady state after setting ``knob`` to ``value`` under the same load, next to the
+    measured one. ``queue_share``: the share of TTFT spent queued (None: from the model)."""
+    cfg, current = with_knob(m, knob, value)
+    s0, s1 = state(m, m.config), state(m, cfg)
+    meas = m.measured
+    notes: list[str] = []
+    thr0, thr1 = s0.decode / s0.step, s1.decode / s1.step
+    tr = thr1 / thr0 if thr0 > 0 else 1.0
+    out: dict[str, float | None] = {}
+    out["output_tokens_per_second"] = _scale(meas["output_tokens_per_second"], tr)
+    out["running"] = _scale(meas["running"], s1.batch / s0.batch)
+    out["tpot_seconds_p95"] = _scale(meas["tpot_seconds_p95"], s1.step / s0.step)
+    out["itl_seconds_p95"] = _scale(meas["itl_seconds_p95"], s1.itl_step / s0.itl_step)
+    # TTFT: queue time (closed loop: the waiting requests over the request rate) + prefill time
+    q = queue_share
+    if q is None:
+        q = 0.9 if m.queued else 0.1
+    q = min(max(q, 0.0), 1.0)
+    demand = m.offered if m.offered is not None else m.running
+    if m.queued and demand > s0.batch:
+        qr = (max(demand - s1.batch, 0.0) / tr) / (demand - s0.batch)
+    else:
+        qr = s1.step / s0.step
+    pr = s1.prefill_time / s0.prefill_time
+    ttft_ratio = q * qr + (1 - q) * pr
+    out["ttft_seconds_p50"] = _scale(meas["ttft_seconds_p50"], ttft_ratio)
+    out["ttft_seconds_p95"] = _scale(meas["ttft_seconds_p95"], ttft_ratio)
+    # preemptions: the share of admissions that will not fit, times the request rate
+    pm = meas["preemptions_per_second"]
+    rps = (m.requests_per_second or 0.0) * m.engines
+    if s1.preempt_share <= 0:
+        out["preemptions_per_second"] = 0.0
+    elif pm is not None and pm > 0 and s0.preempt_share > 0:
+        out["preemptions_per_second"] = pm * (s1.preempt_share / s0.preempt_share) * tr
+    elif pm is not None and m.requests_per_second is not None:
+        # none measured (or none expected now): what the change adds to what was measured
+        out["preemptions_per_second"] = max(0.0, pm + (s1.preempt_share - s0.preempt_share) * rps * tr)
+    else:
+        out["preemptions_per_second"] = None
+    if pm and s0.preempt_share <= 0:
+        notes.append("the server preempts where the model expects none (prompt length spread)")
+    conf = _confidence(m, s0, s1)
+    return Prediction(
+        knob=knob,
+        current=current,
+        value=value,
+        binding_before=s0.binding,
+        binding_after=s1.binding,
+        predicted=out,
+        measured=dict(meas),
+        confidence=conf,
+        notes=tuple(notes),
+    )
+
+
+def _scale(x: float | None, r: float) -> float | None:
+    return None if x is None else x * r
+
+
+def _confidence(m: Model, s0: State, s1: State) -> float:
+    """How far to trust a prediction: high with a good step-time fit and every input known,
+    lower for each unknown input and for a batch far outside what was measured."""
+    c = 0.85
+    if m.fit is None:
+        c -= 0.35
+    elif m.fit.r2 is not None and m.fit.r2 < 0.5:
+        c -= 0.15
+    c -= 0.1 * len(m.missing)
+    r = s1.batch / s0.batch if s0.batch > 0 else 1.0
+    if r > 1.5 or r < 0.67:
+        c -= 0.15
+    if m.prompt_mean is None or m.output_mean is None:
+        c -= 0.2
+    return max(0.1, min(c, 0.95))
+
+
+def _gib(x: Any) -> float | None:
+    v = _num(x)
+    return None if v is None else v * 2**30
+
+
+def _whole(x: float | None) -> float | int | None:
+    return int(x) if x is not None and float(x).is_integer() else x

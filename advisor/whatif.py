@@ -1,0 +1,518 @@
+"""What-if: the performance model (:mod:`advisor.perfmodel`) put to use. Predict one knob's
+change, score candidate values by predicted goodput, and render a prediction.
+
+Pure except :func:`observe_url` (which watches a live server, as ``explain --url`` does).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from advisor import knobs
+from advisor import perfmodel as pm
+from advisor.model import EngineInfo
+from advisor.window import Window
+
+LABELS = {
+    "running": ("running batch", ""),
+    "output_tokens_per_second": ("output tokens/s", "tok/s"),
+    "ttft_seconds_p50": ("TTFT p50", "s"),
+    "ttft_seconds_p95": ("TTFT p95", "s"),
+    "tpot_seconds_p95": ("TPOT p95", "s"),
+    "itl_seconds_p95": ("ITL p95", "s"),
+    "preemptions_per_second": ("preemptions/s", "/s"),
+}
+BINDING_WORDS = {
+    "max_num_seqs": "the max_num_seqs cap",
+    "kv_cache": "the KV cache",
+    "max_num_batched_tokens": "the token budget (max_num_batched_tokens)",
+    "load": "the offered load (the server keeps up)",
+    "unknown": "unknown",
+}
+
+
+def model_of(window: Window, engine: EngineInfo, values: Mapping[str, float | None]) -> pm.Model:
+    """The fitted model; InsufficientData when the window cannot carry one."""
+    return pm.build(window, engine, values)
+
+
+def predict(model: pm.Model, knob: str, value: float, values: Mapping[str, float | None]) -> pm.Prediction:
+    return pm.predict(model, knob, value, values.get("queue_share_of_ttft"))
+
+
+# ------------------------------------------------------------------ goodput
+def share_within(target: float | None, p50: float | None, p95: float | None) -> float | None:
+    """The share of requests under ``target``, from a latency's p50 and p95 (linear between
+    them, ~0 far below p50); None when the target or the latency is unknown."""
+    if target is None or p95 is None:
+        return None
+    if target >= p95:
+        return 1.0
+    if p50 is None or p50 >= p95:
+        return 0.5 * target / p95
+    if target >= p50:
+        return 0.5 + 0.45 * (target - p50) / (p95 - p50)
+    return 0.5 * target / p50
+
+
+def goodput(metrics: Mapping[str, float | None], targets: Mapping[str, float]) -> float | None:
+    """Output tokens/s of the requests that meet the TTFT and ITL targets."""
+    thr = metrics.get("output_tokens_per_second")
+    if thr is None:
+        return None
+    ttft = share_within(
+        targets.get("ttft_p95_seconds"), metrics.get("ttft_seconds_p50"), metrics.get("ttft_seconds_p95")
+    )
+    itl = metrics.get("itl_seconds_p95")
+    itl_t = targets.get("itl_p95_seconds")
+    itl_share = 1.0 if itl is None or itl_t is None or itl <= itl_t else 0.95 * itl_t / itl
+    return thr * (ttft if ttft is not None else 1.0) * itl_share
+
+
+WORSE = 0.10  # a latency already past its target may not get worse by more (compare's guard tolerance)
+
+
+def breaks_target(p: pm.Prediction, targets: Mapping[str, float]) -> str | None:
+    """Which target the change is predicted to push past (one that holds now), or to push
+    further past by more than 10% (one already broken), or None."""
+    checks = (
+        ("itl_seconds_p95", "itl_p95_seconds", "ITL p95"),
+        ("tpot_seconds_p95", "itl_p95_seconds", "TPOT p95"),
+        ("ttft_seconds_p95", "ttft_p95_seconds", "TTFT p95"),
+    )
+    for metric, target_name, label in checks:
+        t = targets.get(target_name)
+        after, now = p.predicted.get(metric), p.measured.get(metric)
+        if t is None or after is None:
+            continue
+        if now is not None and now > t:  # broken already: may not get worse by more than WORSE
+            if after > now * (1 + WORSE):
+                return f"{label} predicted {fmt(after, 's')}, {fmt(now, 's')} now, against its {fmt(t, 's')} target"
+        elif after * (1 + band(p.confidence)) > t and (now is None or after > now):
+            # met now: a change that raises it must keep it met within the prediction's error
+            return f"{label} predicted {fmt(after, 's')} against its {fmt(t, 's')} target"
+    return None
+
+
+def targets_met(p: pm.Prediction, targets: Mapping[str, float]) -> int:
+    """How many of the TTFT p95 and ITL p95 targets the predicted state meets."""
+    met = 0
+    for metric, name in (("ttft_seconds_p95", "ttft_p95_seconds"), ("itl_seconds_p95", "itl_p95_seconds")):
+        v, t = p.predicted.get(metric), targets.get(name)
+        met += v is not None and t is not None and v * (1 + band(p.confidence)) <= t
+    return met
+
+
+def band(confidence: float) -> float:
+    """The relative error a prediction of this confidence stands for (docs/prediction.md)."""
+    return (1 - confidence) + 0.05
+
+
+# ------------------------------------------------------------------ choosing a value
+STEPS = {
+    "increase": ("+25%", "+50%", "x2", "x3", "x4"),
+    "decrease": ("-10%", "-25%", "/2", "/4"),
+}
+FLAT = 0.01  # goodput within 1% of the best counts as the best: the smallest move wins
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: Any
+    prediction: pm.Prediction
+    goodput: float | None
+    reason: str
+    considered: tuple[tuple[Any, float | None, str | None], ...]  # (value, goodput, excluded why)
+    moves_target: bool = True
+
+
+def candidates(
+    knob: str,
+    current: Any,
+    direction: str,
+    limits: knobs.Limits,
+    extra: Sequence[Any] = (),
+    bound: float | None = None,
+) -> list[Any]:
+    """Valid values in ``direction`` from ``current``: the knob's own step math and safe range
+    applied to a ladder of steps, plus ``extra`` (the rule's own proposal) and a model bound."""
+    out: list[Any] = []
+    for step in STEPS.get(direction, ()):
+        try:
+            v = knobs.propose(knob, current, direction, step, limits=limits)
+        except ValueError:
+            continue
+        if v is not None and v not in out:
+            out.append(v)
+    if bound is not None and math.isfinite(bound):
+        try:
+            v = knobs.propose(
+                knob,
+                current,
+                direction,
+                "+0%" if direction == "increase" else "-0%",
+                bound_hint=bound,
+                limits=limits,
+            )
+        except ValueError:
+            v = None
+        if v is not None and v not in out and v != current:
+            out.append(v)
+    for v in extra:
+        if v is not None and v not in out and v != current:
+            out.append(v)
+    return sorted(out, key=lambda x: abs(float(x) - float(current)))
+
+
+def choose(
+    model: pm.Model,
+    knob: str,
+    values_in: Sequence[Any],
+    values: Mapping[str, float | None],
+    targets: Mapping[str, float],
+    prefer: Any = None,
+) -> Choice | None:
+    """The candidate the model expects best by goodput within the targets: among those within
+    1% of the best, ``prefer`` (the rule's own step) if it is one, else the smallest move. None
+    when no candidate can be predicted or all break a target."""
+    scored: list[tuple[Any, pm.Prediction, float | None]] = []
+    considered: list[tuple[Any, float | None, str | None]] = []
+    base = goodput(model.measured, targets)
+    for v in values_in:
+        try:
+            p = predict(model, knob, float(v), values)
+        except ValueError as e:
+            considered.append((v, None, str(e)))
+            continue
+        g = goodput(p.predicted, targets)
+        why = breaks_target(p, targets)
+        considered.append((v, g, why))
+        if why is None:
+            scored.append((v, p, g))
+    if not scored:
+        return None
+    # within the targets first: the values that meet the most targets, then the best goodput
+    most = max(targets_met(p, targets) for _, p, _ in scored)
+    scored = [x for x in scored if targets_met(x[1], targets) == most]
+    best_g = max((g for _, _, g in scored if g is not None), default=None)
+    if best_g is None:
+        v, p, g = scored[0]
+        return Choice(v, p, g, "the model cannot score goodput here: the nearest value", tuple(considered))
+    good = [(v, p, g) for v, p, g in scored if g is not None and g >= best_g * (1 - FLAT)]
+    pick = [x for x in good if prefer is not None and x[0] == prefer]
+    v, p, g = (pick or good)[0]  # candidates are sorted nearest first
+    moves = base is None or g is None or g > base * (1 + FLAT)
+    reason = (
+        f"predicted goodput {fmt(g, 'tok/s')} (now {fmt(base, 'tok/s')}), the best of "
+        f"{len(considered)} values within the targets"
+    )
+    return Choice(v, p, g, reason, tuple(considered), moves)
+
+
+# ------------------------------------------------------------------ rendering
+def fmt(x: float | None, unit: str) -> str:
+    if x is None:
+        return "unknown"
+    if unit == "s":
+        return f"{x * 1000:.1f} ms" if abs(x) < 1 else f"{x:.2f} s"
+    if unit in ("tok/s",):
+        return f"{x:,.0f} tok/s"
+    if unit == "/s":
+        return f"{x:.2f}/s"
+    return f"{x:.1f}"
+
+
+def change_pct(p: pm.Prediction, metric: str) -> str:
+    r = p.ratio(metric)
+    if r is None:
+        return ""
+    return f"{(r - 1) * 100:+.0f}%"
+
+
+def render_text(p: pm.Prediction, model: pm.Model | None = None) -> str:
+    cur = knobs.format_value(_int_if_whole(p.current)) if p.current is not None else "unknown"
+    lines = [
+        f"{p.knob}: {cur} -> {knobs.format_value(_int_if_whole(p.value))} (same load)",
+        f"binding now: {BINDING_WORDS.get(p.binding_before, p.binding_before)}; "
+        f"after: {BINDING_WORDS.get(p.binding_after, p.binding_after)}",
+        f"confidence: {p.confidence:.2f} (typical error {interval_pct(p.confidence)})",
+        "",
+        f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}",
+    ]
+    for m in pm.METRICS:
+        label, unit = LABELS[m]
+        lines.append(
+            f"{label:<18}{fmt(p.measured.get(m), unit):>16}{fmt(p.predicted.get(m), unit):>16}"
+            f"{change_pct(p, m):>9}"
+        )
+    for note in p.notes:
+        lines.append(f"note: {note}")
+    if model is not None and model.missing:
+        lines.append(f"unknown inputs (lower confidence): {', '.join(model.missing)}")
+    return "\n".join(lines)
+
+
+def interval_pct(confidence: float) -> str:
+    """The error band a confidence stands for (docs/prediction.md measures it)."""
+    return f"±{band(confidence) * 100:.0f}%"
+
+
+def _int_if_whole(x: float) -> Any:
+    return int(x) if float(x).is_integer() else x
+
+
+def parse_set(text: str) -> tuple[str, float]:
+    """``KNOB=VALUE`` (flag spellings and byte sizes accepted) -> (knob, value). ValueError."""
+    if "=" not in text:
+        raise ValueError(f"--set {text!r}: expected KNOB=VALUE")
+    name, raw = text.split("=", 1)
+    key = name.strip().lstrip("-").replace("-", "_")
+    if key not in pm.KNOBS:
+        raise ValueError(f"--set {text!r}: the model moves {', '.join(pm.KNOBS)}")
+    k = knobs.KNOBS.get(key)
+    if k is None:
+        raise ValueError(f"--set {text!r}: this vLLM version has no {key}")
+    try:
+        v = knobs.coerce(k, raw.strip())
+        value = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"--set {text!r}: {raw.strip()!r} is not a value for {key}") from None
+    if value <= 0:
+        raise ValueError(f"--set {text!r}: the value must be positive")
+    return key, value
+
+
+def observe_url(
+    url: str,
+    cfg: Any,
+    rules: Any,
+    window_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """Watch a live server (as ``explain --url``) and return its advisor (window and engine)."""
+    from advisor.daemon import Daemon
+
+    cfg = cfg.with_overrides(vllm_url=url, interval_s=interval_s, window_s=max(window_s, cfg.min_window_s))
+    daemon = Daemon(cfg, rules, persist=False)
+    n = max(2, int(window_s / interval_s) + 1)
+    d = None
+    for i in range(n):
+        d = daemon.cycle()
+        if i == 0 and not daemon.advisor.up:
+            break
+        if i < n - 1:
+            sleep(interval_s)
+    return daemon.advisor, d
+
+
+def from_source(
+    cfg: Any,
+    rules: Any,
+    *,
+    session_dir: str | None = None,
+    metrics_files: Sequence[str] = (),
+    log_file: str | None = None,
+    url: str | None = None,
+    window_s: float = 60.0,
+    interval_s: float = 5.0,
+    config_path: str | None = None,
+) -> tuple[pm.Model, dict[str, float | None]]:
+    """The fitted model and the signal values of a session, saved pages or a live server.
+    Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
+    cannot carry a model."""
+    from advisor import inputs
+    from advisor.signals import Context, Values
+
+    if session_dir:
+        adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path)
+    elif metrics_files:
+        adv, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=config_path)
+    elif url:
+        adv, d = observe_url(url, cfg, rules, window_s, interval_s)
+    else:
+        raise ValueError("give --session, --metrics-file or --url")
+    if d is None:
+        raise pm.InsufficientData("no /metrics page to read")
+    # the model wants the whole recording, not only the evaluation window
+    values = Values(Context(adv.window, adv.engine, None, dict(cfg.targets))).all()
+    return model_of(adv.window, adv.engine, values), values
+
+
+# ------------------------------------------------------------------ advice by prediction
+@dataclass(frozen=True)
+class Refined:
+    """The advised value after prediction: the value, the prediction (JSON) and a note; or
+    ``withdrawn``: why the model advises against every value of this knob."""
+
+    value: Any = None
+    predicted: dict[str, Any] | None = None
+    note: str = ""
+    withdrawn: str | None = None
+
+
+def kv_memory_room(model: pm.Model) -> float | None:
+    """Bytes the KV cache may grow by on the device: its free memory (None: unknown)."""
+    return model.config.gpu_memory_free_bytes
+
+
+def refine(
+    window: Window,
+    engine: EngineInfo,
+    values: Mapping[str, float | None],
+    targets: Mapping[str, float],
+    knob: str,
+    direction: str,
+    current: Any,
+    proposed: Any,
+    limits: knobs.Limits,
+    seconds: float | None = None,
+) -> Refined | None:
+    """Choose the value of the advised knob by predicted goodput. None when the model cannot
+    say (the rule's own step stands)."""
+    if knob not in pm.KNOBS or direction not in STEPS or current is None:
+        return None
+    try:
+        model = pm.build(window, engine, values, seconds)
+    except pm.InsufficientData:
+        return None
+    bound = None
+    if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "increase":
+        # beyond what the KV cache holds at the observed sizes the batch cannot grow
+        c = model.config
+        if c.kv_cache_tokens is not None and model.kv_per_running:
+            bound = c.kv_cache_tokens / model.kv_per_running * model.engines
+    cands = candidates(knob, current, direction, limits, extra=[proposed], bound=bound)
+    notes: list[str] = []
+    if knob == "kv_cache_memory_bytes" and direction == "increase":
+        room = kv_memory_room(model)
+        if room is None:
+            # the device's free memory is unknown: no more than the rule's own step
+            cands = [v for v in cands if float(v) <= float(proposed)]
+            notes.append("the device's free memory is unknown: no more than the rule's step")
+        else:
+            fits = [v for v in cands if float(v) - float(current) <= room]
+            if not fits:
+                return Refined(
+                    withdrawn=f"more KV memory does not fit: the device has {knobs.format_bytes(room)} free"
+                )
+            cands = fits
+    choice = choose(model, knob, cands, values, targets, prefer=proposed)
+    if choice is None:
+        excluded = _excluded(cands, model, knob, values, targets)
+        if not any(g is not None for _, g, _ in excluded):
+            return None  # the model cannot predict this knob here (an input is unknown): the rule's step
+        why = "; ".join(f"{knobs.format_value(v)}: {w}" for v, _, w in excluded)
+        return Refined(withdrawn=f"the model predicts every value of {knob} breaks a target ({why})")
+    p = choice.prediction
+    pre0, pre1 = p.measured.get("preemptions_per_second"), p.predicted.get("preemptions_per_second")
+    more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
+    if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
+        notes.append(
+            "the model predicts preemptions will not fall: the batch grows into the new memory "
+            f"and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
+        )
+    if not choice.moves_target:
+        notes.append("the model predicts goodput will not move with this knob")
+    data = p.to_json()
+    data["goodput_tokens_per_second"] = {
+        "measured": goodput(p.measured, targets),
+        "predicted": choice.goodput,
+    }
+    data["considered"] = [
+        {"value": v, "goodput_tokens_per_second": g, "excluded": w} for v, g, w in choice.considered
+    ]
+    data["why"] = choice.reason
+    data["binding_now"] = p.binding_before
+    return Refined(
+        value=choice.value, predicted=data, note=" ".join(n[0].upper() + n[1:] + "." for n in notes)
+    )
+
+
+def _excluded(
+    cands: Sequence[Any],
+    model: pm.Model,
+    knob: str,
+    values: Mapping[str, float | None],
+    targets: Mapping[str, float],
+) -> list[tuple[Any, float | None, str | None]]:
+    out: list[tuple[Any, float | None, str | None]] = []
+    for v in cands:
+        try:
+            p = predict(model, knob, float(v), values)
+        except ValueError as e:
+            out.append((v, None, str(e)))
+            continue
+        out.append((v, goodput(p.predicted, targets), breaks_target(p, targets)))
+    return out
+
+
+# ------------------------------------------------------------------ closing the loop
+def predict_change(
+    window: Window, engine: EngineInfo, targets: Mapping[str, float], knob: str, value: Any
+) -> dict[str, Any] | None:
+    """The model's prediction for a knob change, from the window before it (None: the model
+    cannot say: too little data, a knob it does not move, or an input it needs is unknown)."""
+    from advisor.signals import Context, Values
+
+    if knob not in pm.KNOBS:
+        return None
+    try:
+        v = float(value)
+        values = Values(Context(window, engine, None, dict(targets))).all()
+        model = pm.build(window, engine, values)
+        return predict(model, knob, v, values).to_json()
+    except (pm.InsufficientData, ValueError, TypeError):
+        return None
+
+
+def prediction_error(
+    prediction: Mapping[str, Any], window: Window, engine: EngineInfo, targets: Mapping[str, float]
+) -> dict[str, Any]:
+    """The measured after-state of ``window`` set against ``prediction``: per metric the
+    predicted and measured value and the error (predicted / measured - 1; None where either is
+    unknown or zero)."""
+    from advisor.signals import Context, Values
+
+    try:
+        values = Values(Context(window, engine, None, dict(targets))).all()
+        measured: Mapping[str, float | None] = pm.build(window, engine, values).measured
+    except pm.InsufficientData as e:
+        return {**prediction, "measured_after": None, "error": None, "why": str(e)}
+    pred = prediction.get("predicted") or {}
+    err: dict[str, float | None] = {}
+    for k in pm.METRICS:
+        p, m = pred.get(k), measured.get(k)
+        err[k] = None if p is None or m is None or m == 0 else p / m - 1
+    return {**prediction, "measured_after": {k: measured.get(k) for k in pm.METRICS}, "error": err}
+
+
+HISTORY_METRICS = (
+    "output_tokens_per_second",
+    "ttft_seconds_p95",
+    "tpot_seconds_p95",
+    "preemptions_per_second",
+)
+
+
+def prediction_line(pred: Mapping[str, Any] | None) -> str:
+    """One line for ``history``: predicted vs measured after the change, with the error."""
+    if not pred:
+        return ""
+    after = pred.get("measured_after")
+    predicted = pred.get("predicted") or {}
+    if not after:
+        why = pred.get("why")
+        return "predicted; not measured" + (f" ({why})" if why else "")
+    parts = []
+    for m in HISTORY_METRICS:
+        label, unit = LABELS[m]
+        p, a = predicted.get(m), after.get(m)
+        err = (pred.get("error") or {}).get(m)
+        e = f" ({err * 100:+.0f}%)" if isinstance(err, int | float) else ""
+        parts.append(f"{label} {fmt(p, unit)} predicted / {fmt(a, unit)} measured{e}")
+    return "; ".join(parts)

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""The table of docs/prediction.md: the model's prediction against the measured after-run, for
+every committed run that changes one knob of another (validation/runs/).
+
+usage: .venv/bin/python validation/predictions.py [--check]
+
+Writes the block between the ``<!-- predictions:begin -->`` and ``<!-- predictions:end -->``
+markers of docs/prediction.md (the prose around it is hand-written). ``--check`` exits 1 when
+the block is not what the committed runs give (a test runs it).
+
+Per pair: the model is fitted to the base run's recorded session (nothing of the after-run is
+read), asked what the one changed knob does (``vllm-advisor predict --session BASE --set
+KNOB=VALUE``), and its predicted change is applied to the base run's benchmark numbers (``vllm
+bench serve``'s own); the after-run's benchmark numbers are the measurement. Preemptions are
+counts over the run (the session's counter); the predicted count is the predicted rate over the
+predicted run time (the same output tokens at the predicted throughput).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "validation"))
+
+import report  # noqa: E402
+
+from advisor import perfmodel as pm  # noqa: E402
+from advisor import whatif  # noqa: E402
+from advisor.config import Config  # noqa: E402
+from advisor.ruleset import load_rules  # noqa: E402
+
+DOC = REPO / "docs" / "prediction.md"
+BEGIN, END = "<!-- predictions:begin -->", "<!-- predictions:end -->"
+GOAL = 0.20  # throughput and TPOT p95 within 20%
+H200 = "0.25"  # the H200 rig's vLLM (the CPU run is vLLM 0.32 on the test machine)
+
+METRICS = (  # (label, bench key, model metric)
+    ("Output tok/s", "output_throughput", "output_tokens_per_second"),
+    ("TTFT p95", "p95_ttft_ms", "ttft_seconds_p95"),
+    ("TPOT p95", "p95_tpot_ms", "tpot_seconds_p95"),
+    ("ITL p95", "p95_itl_ms", "itl_seconds_p95"),
+)
+
+
+@functools.cache
+def _rules() -> Any:
+    return load_rules()
+
+
+def pairs() -> list[tuple[str, str, str, float]]:
+    """(base, after, knob, value) for every committed run that changes one knob of another."""
+    results = json.loads(report.RESULTS.read_text())["runs"]
+    out = []
+    for scn in report.SCENARIO_ORDER:
+        before = f"{scn}.before"
+        if before not in results:
+            continue
+        extra = sorted(r for r in results if r.startswith(scn + ".") and r not in (before, f"{scn}.after"))
+        chain = [before, f"{scn}.after", *extra]
+        for after in chain[1:]:
+            if after not in results or not (report.RUNS / after).exists():
+                continue
+            base = report.base_run(after, chain, results)
+            (flag,) = report.serve_diff(results[base]["serve"], results[after]["serve"])
+            out.append((base, after, flag.replace("-", "_"), float(results[after]["serve"][flag])))
+    return out
+
+
+def predicted(base: str, knob: str, value: float) -> pm.Prediction:
+    model, values = whatif.from_source(Config(), _rules(), session_dir=str(report.RUNS / base))
+    return whatif.predict(model, knob, value, values)
+
+
+def _ms(x: float) -> str:
+    return report._ms(x)
+
+
+def _err(pred: float, meas: float) -> float:
+    return pred / meas - 1
+
+
+@functools.cache
+def evaluate() -> tuple[dict[str, Any], ...]:
+    """Per pair: the prediction, the predicted and measured numbers and the errors."""
+    out = []
+    for base, after, knob, value in pairs():
+        p = predicted(base, knob, value)
+        b0, b1 = report.bench(report.RUNS / base), report.bench(report.RUNS / after)
+        row: dict[str, Any] = {"base": base, "after": after, "knob": knob, "value": value, "p": p}
+        for label, key, metric in METRICS:
+            r = p.ratio(metric)
+            if r is None or b0.get(key) is None or not b1.get(key):
+                row[label] = None
+                continue
+            pred, meas = b0[key] * r, b1[key]
+            row[label] = (pred, meas, _err(pred, meas))
+        # preemptions: counts over the run
+        rate = p.predicted.get("preemptions_per_second")
+        thr = b0["output_throughput"] * (p.ratio("output_tokens_per_second") or 1.0)
+        dur = b1["total_output_tokens"] / thr if thr else None
+        row["pre"] = (
+            rate * dur if rate is not None and dur is not None else None,
+            report.preemptions(report.RUNS / after),
+        )
+        row["h200"] = vllm_version(after).startswith(H200)
+        row["ok"] = all(row[k] is not None and abs(row[k][2]) <= GOAL for k in ("Output tok/s", "TPOT p95"))
+        out.append(row)
+    return tuple(out)
+
+
+def render() -> str:
+    rows = [
+        "| After-run (base -> change) | Binding after | Conf. | Output tok/s: predicted / measured (error) "
+        "| TTFT p95 | TPOT p95 | ITL p95 | Preemptions |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in evaluate():
+        p = row["p"]
+        cells = [
+            f"**{row['after']}** ({row['base'].partition('.')[2]} -> `{row['knob']}={whatif._int_if_whole(row['value'])}`)"
+        ]
+        cells += [p.binding_after, f"{p.confidence:.2f}"]
+        for label, key, _ in METRICS:
+            if row[label] is None:
+                cells.append("-")
+                continue
+            pred, meas, err = row[label]
+            fmt = (lambda x: f"{x:,.0f}") if key == "output_throughput" else _ms
+            cells.append(f"{fmt(pred)} / {fmt(meas)} ({err * 100:+.0f}%)")
+        pp, pmeas = row["pre"]
+        cells.append(f"{'-' if pp is None else f'{pp:.0f}'} / {'-' if pmeas is None else f'{pmeas:.0f}'}")
+        rows.append("| " + " | ".join(cells) + " |")
+    h200 = [r for r in evaluate() if r["h200"]]
+    within = sum(r["ok"] for r in h200)
+    misses = [r["after"] for r in h200 if not r["ok"]]
+    out = [
+        *rows,
+        "",
+        f"On the H200 (vLLM {H200}): throughput and TPOT p95 both within {GOAL * 100:.0f}% on "
+        f"**{within} of {len(h200)}** pairs ({within / max(len(h200), 1) * 100:.0f}%; the goal is 80%)."
+        + (f" Outside: {', '.join(misses)} (explained below)." if misses else ""),
+    ]
+    return "\n".join(out) + "\n"
+
+
+@functools.cache
+def vllm_version(run_id: str) -> str:
+    meta = report.RUNS / run_id / "meta.json"
+    if meta.exists():
+        return str(json.loads(meta.read_text()).get("vllm_version") or "")
+    return ""
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    doc = DOC.read_text()
+    if BEGIN not in doc or END not in doc:
+        print(f"{DOC}: the {BEGIN} / {END} markers are missing", file=sys.stderr)
+        return 2
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = head + BEGIN + "\n" + render() + END + tail
+    if argv and argv[0] == "--check":
+        if new != doc:
+            print(f"{DOC}: the predictions block is stale; run validation/predictions.py", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new)
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
