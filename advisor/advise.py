@@ -23,6 +23,14 @@ from advisor.window import Window
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 STATUSES = ("advice", "healthy", "inconclusive", "insufficient-data")
+# the reason of an "inconclusive" that would be "healthy" if every rule could be checked
+NOT_ALL_CHECKED = "no rule fired, but "
+
+
+def no_rule_fired(d: Diagnosis) -> bool:
+    """Healthy, or healthy but for rules whose inputs are unknown: no rule found anything."""
+    return d.status == "healthy" or (d.status == "inconclusive" and d.reason.startswith(NOT_ALL_CHECKED))
+
 
 # Changes that put more load on the KV cache: never advised while vLLM preempts.
 RAISES_KV_PRESSURE = {("max_num_seqs", "increase"), ("max_num_batched_tokens", "increase")}
@@ -420,13 +428,15 @@ def diagnose(
                 "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
             )
     if status == "healthy":
-        # a rule whose known conditions all hold but whose other inputs are unknown (a recording
-        # without the device's memory, say) might fire: not healthy, say what is missing
-        blocked = [f for f in findings if f.state == "unknown"]
+        # a rule whose known conditions all hold (at least one of them known: a rule with no known
+        # input at all, like a multimodal rule on a text-only server, shows nothing) but whose
+        # other inputs are unknown (a recording without the device's memory, say) might fire:
+        # not healthy, say what is missing
+        blocked = [f for f in findings if f.state == "unknown" and any(c.ok for c in f.checks)]
         if blocked:
             return without_advice(
                 "inconclusive",
-                "no rule fired, but "
+                NOT_ALL_CHECKED
                 + "; ".join(
                     f"{f.rule.id} could not be checked (missing {', '.join(f.missing)})" for f in blocked
                 ),

@@ -313,7 +313,14 @@ def daemon_errors() -> tuple[type[BaseException], ...]:
 @click.option("--set", "setting", required=True, help="KNOB=VALUE, e.g. max_num_seqs=72.")
 @click.option("--window", default="60s", show_default=True, help="How long to observe --url.")
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
 @click.option("--config", "config_file", type=click.Path(), help="The advisor's own config file.")
 def predict(

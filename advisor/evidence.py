@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from advisor import names
-from advisor.advise import Diagnosis, engine_json
+from advisor.advise import Diagnosis, engine_json, no_rule_fired
 from advisor.model import EngineInfo, Family, Histogram, LogEvent, Snapshot, label_key
 
 # A counter's creation stamp as prometheus_client prints it (the parser drops these lines).
@@ -137,7 +137,8 @@ def single_page_verdict(d: Diagnosis, page: Snapshot, start: float | None, start
         rec = d.recommendation
         said = "From one page: rates are averages since the process started (a lower bound)."
         d = replace(d, recommendation=replace(rec, note=f"{rec.note} {said}".strip()))
-    if d.status not in ("healthy", "insufficient-data"):
+    quiet = no_rule_fired(d)
+    if not quiet and d.status != "insufficient-data":
         return d
     missing = p.missing()
     signs = p.signs()
@@ -145,7 +146,7 @@ def single_page_verdict(d: Diagnosis, page: Snapshot, start: float | None, start
         # "idle" from a page that lacks the gauges, or whose gauges show work, is no verdict
         what = f"it lacks {', '.join(missing)}" if missing else f"it shows {', '.join(signs)}"
         return _withhold(d, "insufficient-data", f"one page cannot tell whether vLLM is idle: {what}")
-    if d.status != "healthy":
+    if not quiet:
         return d
     if signs:
         return _withhold(
@@ -211,7 +212,7 @@ def log_stats_verdict(d: Diagnosis, pages: Sequence[Snapshot]) -> Diagnosis:
     ctx["stats_lines"] = len(pages)
     ctx["log_span_seconds"] = pages[-1].t - pages[0].t
     d = replace(d, context=ctx)
-    if d.status != "healthy":
+    if not no_rule_fired(d):
         return d
     signs = log_pressure(pages)
     if signs:

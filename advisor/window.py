@@ -300,7 +300,8 @@ class Window:
 
     def snapshots(self, seconds: float | None = None) -> list[Snapshot]:
         """Snapshots of the last ``seconds`` (relative to the clock), oldest first, rebuilt from
-        the frames: the scalar families (gauges, counters, info), not the histograms."""
+        the frames: the scalar families (gauges, counters, info) as scraped, and each histogram
+        merged over engines as running totals (see ``_snapshot_of``)."""
         return [_snapshot_of(f) for f in self._in(seconds)]
 
     def times(self, seconds: float | None = None) -> list[float]:
@@ -513,10 +514,18 @@ def _restarted(prev: _Frame, cur: _Frame) -> bool:
 
 
 def _snapshot_of(f: _Frame) -> Snapshot:
+    """A frame as a Snapshot: the scalar series as scraped, and each histogram as ONE series
+    (every engine and model merged) of running, reset-aware totals since the window's first
+    page, so that the difference of two snapshots' histograms is the increase between them."""
     fams: dict[str, Family] = {}
     for name, (typ, start, keys, _) in f.layout.fams.items():
         series: dict[LabelKey, Any] = {k: f.raw[start + i] for i, k in enumerate(keys)}
         fams[name] = Family(name=name, type=typ, help="", series=series)
+    for name, (bounds, start) in f.hlayout.fams.items():
+        n = len(bounds)
+        h = f.hist[start : start + n + 2]
+        merged = Histogram(tuple(zip(bounds, h[:n], strict=True)), h[n], h[n + 1])
+        fams[name] = Family(name=name, type="histogram", help="", series={(): merged})
     return Snapshot(t=f.t, families=fams)
 
 
