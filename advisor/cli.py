@@ -75,7 +75,13 @@ def main() -> None:
 )
 @click.option("--log-file", type=click.Path(), help="vLLM's log file (startup facts, stats).")
 @click.option("--daemon", "daemon_url", help="Ask a running advisor daemon (its base URL).")
-@click.option("--window", default="60s", show_default=True, help="How long to observe --url.")
+@click.option("--prometheus", "prom_url", help="Read a server's scrapes from this Prometheus (base URL).")
+@click.option("--instance", help="With --prometheus: the server's `instance` label.")
+@click.option("--model", help="With --prometheus: only this model_name's series.")
+@click.option("--at", "at", default="now", show_default=True, help="With --prometheus: the window's end.")
+@click.option(
+    "--window", default=None, help="How long to observe --url (60s) or to read from --prometheus (15m)."
+)
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True)
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
@@ -89,7 +95,11 @@ def explain(
     metrics_files: tuple[str, ...],
     log_file: str | None,
     daemon_url: str | None,
-    window: str,
+    prom_url: str | None,
+    instance: str | None,
+    model: str | None,
+    at: str,
+    window: str | None,
     interval: str,
     fmt: str,
     engine_config: str | None,
@@ -113,13 +123,37 @@ def explain(
         else:
             click.echo(out.rule_text(r))
         return
-    sources = [bool(url), bool(session_dir), bool(metrics_files or log_file), bool(daemon_url)]
+    sources = [
+        bool(url),
+        bool(session_dir),
+        bool(metrics_files or log_file),
+        bool(daemon_url),
+        bool(prom_url),
+    ]
     if sum(sources) != 1:
-        _fail("give exactly one of --url, --session, --metrics-file/--log-file, --daemon, or a RULE_ID", 2)
+        _fail(
+            "give exactly one of --url, --session, --metrics-file/--log-file, --daemon, --prometheus, "
+            "or a RULE_ID",
+            2,
+        )
     cfg = _cfg(config_file, engine_config=engine_config, rules_dir=rules_dir)
-    diagnosis = _diagnose(
-        cfg, rules, url, session_dir, metrics_files, log_file, daemon_url, window, interval, engine_config
-    )
+    if prom_url:
+        if not instance:
+            _fail("--prometheus needs --instance (the server's `instance` label)", 2)
+        diagnosis = _diagnose_prometheus(cfg, rules, prom_url, str(instance), model, at, window or "15m")
+    else:
+        diagnosis = _diagnose(
+            cfg,
+            rules,
+            url,
+            session_dir,
+            metrics_files,
+            log_file,
+            daemon_url,
+            window or "60s",
+            interval,
+            engine_config,
+        )
     if isinstance(diagnosis, dict):  # from a daemon: already JSON
         status = diagnosis.get("status")
         if fmt == "json":
@@ -181,6 +215,24 @@ def _diagnose(
         _fail(str(e))
     except config_mod.ConfigError as e:
         _fail(str(e), 2)
+    return None
+
+
+def _diagnose_prometheus(
+    cfg: Any, rules: Any, prom_url: str, instance: str, model: str | None, at: str, window: str
+) -> Any:
+    from advisor import inputs
+    from advisor.sources import prometheus as prom_src
+
+    try:
+        t = prom_src.parse_time(at)
+        window_s = config_mod.parse_duration_s(window)
+        history = prom_src.read_history(prom_src.Client(prom_url), instance, t, window_s, model=model)
+        return inputs.from_prometheus(history, cfg, rules, t, window_s)[1]
+    except (ValueError, config_mod.ConfigError) as e:
+        _fail(str(e), 2)
+    except prom_src.PrometheusError as e:
+        _fail(f"Prometheus: {e}")
     return None
 
 

@@ -95,6 +95,11 @@ class Advisor:
         except MetricsError as e:
             self.on_scrape_error(e, t)
             return False
+        return self.on_snapshot(snap, duration_s)
+
+    def on_snapshot(self, snap: Snapshot, duration_s: float | None = None) -> bool:
+        """A page already parsed (or rebuilt from a Prometheus's samples), taken at ``snap.t``."""
+        t = snap.t
         self._count_scrape("success")
         self.up = True
         self.stats.last_scrape_t = t
