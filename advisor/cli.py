@@ -445,6 +445,12 @@ def _progress_printer(total_s: float) -> Any:
 )
 @click.option("--speed", default=1.0, show_default=True, help="Replay speed (with --replay).")
 @click.option(
+    "--prometheus",
+    "prom_url",
+    help="Advise every vLLM server this Prometheus scrapes (the fleet daemon) instead of one --vllm-url.",
+)
+@click.option("--selector", default="", help="With --prometheus: which servers, e.g. '{job=\"vllm\"}'.")
+@click.option(
     "--run-seconds", type=float, help="Stop after this many seconds (default: run until signalled)."
 )
 def run(
@@ -461,6 +467,8 @@ def run(
     itl_p95_target: float | None,
     replay_dir: str | None,
     speed: float,
+    prom_url: str | None,
+    selector: str,
     run_seconds: float | None,
 ) -> None:
     """Run beside a vLLM server: scrape, diagnose and export vllm_advisor_* series continuously."""
@@ -488,6 +496,14 @@ def run(
     rs = _rules(cfg.rules_dir)
     if replay_dir:
         sys.exit(daemon.run_replay(cfg, rs, replay_dir, speed, run_seconds))
+    if prom_url:
+        from advisor import fleet
+        from advisor.sources.prometheus import PrometheusError
+
+        try:
+            sys.exit(fleet.run(cfg, rs, prom_url, selector, run_seconds))
+        except PrometheusError as e:
+            _fail(f"--selector: {e}", 2)
     sys.exit(daemon.run(cfg, rs, run_seconds))
 
 

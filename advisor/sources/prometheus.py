@@ -52,6 +52,11 @@ DISCOVERY_NAMES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 SIDECAR_KNOB = names.output_name("engine_knob")
 SIDECAR_FACT = names.output_name("engine_fact")
 SIDECAR_INFO = names.output_name("engine_info")
+# The label a fleet daemon puts on what it exports (never read back as a sidecar's knobs).
+FLEET_LABEL = names.OUTPUT_PREFIX.rstrip("_")
+SIDECAR_SELECTOR = (
+    f'{{__name__=~"{SIDECAR_KNOB}|{SIDECAR_FACT}|{SIDECAR_INFO}",{FLEET_LABEL}!="fleet"}}'
+)
 
 _MATCHER_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
 
@@ -419,9 +424,7 @@ def read_history(
             client.base_url,
         )
     up = client.raw(selector('__name__="up"', inst, extra), window_s, at)
-    sidecar = client.instant(
-        selector(f"__name__=~{quote('|'.join((SIDECAR_KNOB, SIDECAR_FACT, SIDECAR_INFO)))}"), at
-    )
+    sidecar = client.instant(SIDECAR_SELECTOR, at)
     return History(
         instance=instance,
         snapshots=tuple(pages),
