@@ -54,9 +54,7 @@ SIDECAR_FACT = names.output_name("engine_fact")
 SIDECAR_INFO = names.output_name("engine_info")
 # The label a fleet daemon puts on what it exports (never read back as a sidecar's knobs).
 FLEET_LABEL = names.OUTPUT_PREFIX.rstrip("_")
-SIDECAR_SELECTOR = (
-    f'{{__name__=~"{SIDECAR_KNOB}|{SIDECAR_FACT}|{SIDECAR_INFO}",{FLEET_LABEL}!="fleet"}}'
-)
+SIDECAR_SELECTOR = f'{{__name__=~"{SIDECAR_KNOB}|{SIDECAR_FACT}|{SIDECAR_INFO}",{FLEET_LABEL}!="fleet"}}'
 
 _MATCHER_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
 
