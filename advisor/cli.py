@@ -518,16 +518,56 @@ def run(
     help="Repository root to write deploy/ and grafana/ under.",
 )
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the files under --out differ.")
-def generate(out: Path, check: bool) -> None:
+@click.option(
+    "--config",
+    "alert_config",
+    type=click.Path(),
+    help="YAML with runbook_base, dashboard_base, vllm_selector, advisor_selector, "
+    "ttft_p95_seconds, itl_p95_seconds, error_ratio (defaults: example.com placeholders).",
+)
+@click.option("--runbook-base", help="Base URL of RUNBOOK.md (the alerts' runbook_url).")
+@click.option("--dashboard-base", help="Base URL of your Grafana (the alerts' dashboard_url).")
+@click.option("--vllm-selector", help='Label matchers of the vLLM scrape job [default: job="vllm"].')
+@click.option("--advisor-selector", help='Label matchers of the advisor job [default: job="vllm-advisor"].')
+@click.option("--ttft-p95-target", type=float, help="TTFT p95 target in seconds [default: 2].")
+@click.option("--itl-p95-target", type=float, help="ITL p95 target in seconds [default: 0.1].")
+@click.option("--error-ratio", type=float, help="Failed-request ratio that alerts [default: 0.05].")
+def generate(
+    out: Path,
+    check: bool,
+    alert_config: str | None,
+    runbook_base: str | None,
+    dashboard_base: str | None,
+    vllm_selector: str | None,
+    advisor_selector: str | None,
+    ttft_p95_target: float | None,
+    itl_p95_target: float | None,
+    error_ratio: float | None,
+) -> None:
     """Write the alert and recording rules, dashboards, runbook and deploy bundle from rules/."""
     from advisor import generate as gen
+    from advisor.outputs.alerts import AlertConfigError, load_alert_config
 
+    try:
+        cfg = load_alert_config(
+            alert_config,
+            runbook_base=runbook_base,
+            dashboard_base=dashboard_base,
+            vllm_selector=vllm_selector,
+            advisor_selector=advisor_selector,
+            ttft_p95_seconds=ttft_p95_target,
+            itl_p95_seconds=itl_p95_target,
+            error_ratio=error_ratio,
+        )
+    except AlertConfigError as e:
+        _fail(str(e), 2)
+        raise
     if check:
-        problems = gen.diff(out)
+        problems = gen.diff(out, cfg=cfg)
         for problem in problems:
             click.echo(problem)
         sys.exit(1 if problems else 0)
-    for path in gen.generate(out):
+    for path in gen.generate(out, cfg=cfg):
         click.echo(str(path))
 
 

@@ -35,14 +35,17 @@ class Replay:
     clock: Callable[[], float] = time.time
     down: bool = False
     hits: int = 0
+    loop: bool = False  # start over after the last page (a restart), else hold the last page
 
     def page(self) -> str:
         elapsed = (self.clock() - self.start) * self.speed
+        if self.loop and self.rel_t[-1] > 0:
+            elapsed %= self.rel_t[-1] + 1e-9
         i = max(0, bisect.bisect_right(self.rel_t, elapsed) - 1)
         return self.pages[i]
 
 
-def session_replay(path: Path, speed: float = 1.0, start: float | None = None) -> Replay:
+def session_replay(path: Path, speed: float = 1.0, start: float | None = None, loop: bool = False) -> Replay:
     s = Session.load(path)
     scrapes = list(s.iter_scrapes())
     t0 = scrapes[0][0]
@@ -51,6 +54,7 @@ def session_replay(path: Path, speed: float = 1.0, start: float | None = None) -
         [t - t0 for t, _ in scrapes],
         speed=speed,
         start=time.time() if start is None else start,
+        loop=loop,
     )
 
 

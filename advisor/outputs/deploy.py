@@ -131,7 +131,8 @@ WEBHOOK_BASE = "http://alert-webhook.example:9095/vllm-advisor"
 
 def alertmanager_config(webhook_base: str = WEBHOOK_BASE) -> dict[str, Any]:
     """Route on ``severity`` to one webhook receiver per severity; while vLLM is down
-    (VllmServerDown) the same instance's recommendations are inhibited."""
+    (VllmServerDown, VllmAdvisorServerUnreadable) the same instance's warnings and infos are
+    inhibited."""
 
     def receiver(sev: str) -> dict[str, Any]:
         return {
@@ -158,7 +159,7 @@ def alertmanager_config(webhook_base: str = WEBHOOK_BASE) -> dict[str, Any]:
         },
         "inhibit_rules": [
             {
-                "source_matchers": ['alertname="VllmServerDown"'],
+                "source_matchers": ['alertname=~"VllmServerDown|VllmAdvisorServerUnreadable"'],
                 "target_matchers": ['severity=~"warning|info"'],
                 "equal": ["instance"],
             }
@@ -280,7 +281,7 @@ def k8s_servicemonitor() -> dict[str, Any]:
     }
 
 
-def k8s_prometheusrule(rules: Sequence[Rule]) -> dict[str, Any]:
+def k8s_prometheusrule(rules: Sequence[Rule], cfg: alerts.AlertConfig | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -288,7 +289,7 @@ def k8s_prometheusrule(rules: Sequence[Rule]) -> dict[str, Any]:
             "name": "vllm-advisor",
             "labels": {"app.kubernetes.io/name": "vllm-advisor", "release": "prometheus"},
         },
-        "spec": alerts.rule_groups(rules),
+        "spec": alerts.rule_groups(rules, cfg),
     }
 
 
