@@ -70,6 +70,8 @@ class FleetState:
     queries_last_cycle: int = 0
     cycles: int = 0
     at: float = 0.0
+    range_s: float = 0.0  # how far back the last cycle read
+    samples_last_cycle: int = 0
 
     def worst_first(self) -> list[Member]:
         return sorted(self.members, key=lambda m: (rank(m.state.diagnosis), m.server.instance))
@@ -129,6 +131,8 @@ class Fleet:
         self.cycles = 0
         self._lock = threading.Lock()
         self._state = FleetState()
+        self._range_s = 0.0
+        self._samples = 0
 
     # ---------------------------------------------------------------- state
     def state(self) -> FleetState:
@@ -193,6 +197,8 @@ class Fleet:
                 queries_last_cycle=self.client.calls - calls0,
                 cycles=self.cycles,
                 at=now,
+                range_s=self._range_s,
+                samples_last_cycle=self._samples,
             )
         except prom.PrometheusError as e:
             log.warning("prometheus cycle failed", error=str(e))
@@ -220,6 +226,7 @@ class Fleet:
             raw += self.client.raw(
                 prom.selector(f"__name__=~{prom.quote(names)}", self.matchers), range_s, now
             )
+        self._range_s, self._samples = range_s, sum(len(v) for _, v in raw)
         pages = prom.snapshots(raw, self.metadata, after=self.last_t)
         up = prom.down_times(self.client.raw(prom.selector('__name__="up"', self.matchers), range_s, now))
         sidecar = self.client.instant(prom.SIDECAR_SELECTOR, now)

@@ -255,8 +255,8 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                             for a in query(prom_url, 'ALERTS{alertstate="firing"}')
                         }
                         >= {
-                            ("VllmKvPreemptionCapacity", "a.fleet:8000"),
-                            ("VllmKvPreemptionSeqsBind", "b.fleet:8000"),
+                            ("VllmAdvisorKvPreemptionCapacity", "a.fleet:8000"),
+                            ("VllmAdvisorKvPreemptionSeqsBind", "b.fleet:8000"),
                         }
                     ),
                     120,
@@ -277,8 +277,8 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                     lambda: (
                         delivered()
                         >= {
-                            ("VllmKvPreemptionCapacity", "a.fleet:8000"),
-                            ("VllmKvPreemptionSeqsBind", "b.fleet:8000"),
+                            ("VllmAdvisorKvPreemptionCapacity", "a.fleet:8000"),
+                            ("VllmAdvisorKvPreemptionSeqsBind", "b.fleet:8000"),
                         }
                     ),
                     30,

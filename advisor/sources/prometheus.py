@@ -149,7 +149,9 @@ class Client:
 
     def get(self, path: str, params: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> Any:
         url = self.base_url.rstrip("/") + path
-        getter = self.session or requests
+        if self.session is None:
+            self.session = requests.Session()  # keep-alive: one connection for a cycle's queries
+        getter = self.session
         self.calls += 1
         self.calls_by_path[path] = self.calls_by_path.get(path, 0) + 1
         try:
