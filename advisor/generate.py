@@ -61,6 +61,12 @@ def render_all(rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | No
             deploy.k8s_prometheusrule(rs, cfg),
             "The groups of deploy/prometheus/vllm-advisor.rules.yaml, for the Prometheus Operator.",
         ),
+        "deploy/kubernetes/fleet/vllm-advisor-fleet.yaml": deploy.render_docs(
+            deploy.k8s_fleet(),
+            "The fleet advisor: one vllm-advisor reading the cluster's Prometheus for every vLLM server\n"
+            "(vllm-advisor run --prometheus), beside the sidecar bundle above. Set --prometheus to your\n"
+            "Prometheus; its ServiceMonitor keeps each server's instance label (honorLabels).",
+        ),
         "deploy/compose/docker-compose.yml": deploy.render_yaml(
             deploy.compose_file(),
             "docker compose up: vLLM (GPU), its advisor, Prometheus :9090, Alertmanager :9093, Grafana :3000.",
