@@ -114,14 +114,17 @@ def bench_fleet(n: int, interval: float, window: float, cycles: int, tmp: Path) 
             fleet = Fleet(cfg, load_rules(), prom.Client(prom_url, timeout_s=60.0), '{job="vllm"}')
             first = fleet.cycle()
             assert first.prometheus_up and len(first.members) == n, (first.last_error, len(first.members))
-            times, queries = [], []
+            times, queries, cpus, samples = [], [], [], []
             cpu0, wall0 = cpu_s(proc.pid), time.monotonic()
             for _ in range(cycles):
                 time.sleep(max(0.0, interval - (times[-1] if times else 0.0)))
+                c0 = time.process_time()
                 st = fleet.cycle()
+                cpus.append(time.process_time() - c0)
                 assert st.prometheus_up, st.last_error
                 times.append(st.cycle_seconds or 0.0)
                 queries.append(st.queries_last_cycle)
+                samples.append(st.samples_last_cycle)
             prom_cores = (cpu_s(proc.pid) - cpu0) / (time.monotonic() - wall0)
             grown = rss() - before
             advised = sum(
@@ -135,6 +138,8 @@ def bench_fleet(n: int, interval: float, window: float, cycles: int, tmp: Path) 
                 "mean": sum(times) / len(times),
                 "max": max(times),
                 "queries": max(queries),
+                "cpu": sum(cpus) / len(cpus),
+                "samples": sum(samples) / len(samples),
                 "prom_cores": prom_cores,
                 "scrape_cores": scrape_cores,
                 "rss_mib": grown / 2**20,
@@ -221,19 +226,22 @@ def main() -> None:
         f"{args.cycles} cycles measured; {psutil.cpu_count()} cores shared)\n"
     )
     print(
-        "| advised by | instances | first cycle (fills windows) | cycle, mean / max | Prometheus API requests per cycle | Prometheus CPU: scraping only / with the fleet | advisor memory |"
+        "| advised by | instances | first cycle (fills windows) | cycle wall, mean / max | advisor CPU per cycle "
+        "| samples read per cycle | Prometheus API requests per cycle | Prometheus CPU: scraping only / with the fleet "
+        "| advisor memory |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
-            f"| fleet daemon | {r['n']} | {r['first']:.2f} s | {r['mean']:.2f} / {r['max']:.2f} s | {r['queries']} | "
-            f"{r['scrape_cores']:.2f} / {r['prom_cores']:.2f} cores | +{r['rss_mib']:.0f} MiB |"
+            f"| fleet daemon | {r['n']} | {r['first']:.2f} s | {r['mean']:.2f} / {r['max']:.2f} s | {r['cpu']:.2f} s | "
+            f"{r['samples']:,.0f} | {r['queries']} | {r['scrape_cores']:.2f} / {r['prom_cores']:.2f} cores "
+            f"| +{r['rss_mib']:.0f} MiB |"
         )
     s = side
     print(
-        f"| {s['n']} sidecars | {s['n']} | - | {s['cpu']:.2f} s CPU summed ({s['wall']:.2f} s wall, one process) | "
-        f"0 ({s['requests']} scrapes of vLLM) | (scrapes vLLM directly) | {s['rss_mib']:.0f} MiB "
-        f"({s['n']} x {s['one_mib']:.0f} MiB) |"
+        f"| {s['n']} sidecars | {s['n']} | - | {s['wall']:.2f} s (all {s['n']} in turn, one process) "
+        f"| {s['cpu']:.2f} s summed | {s['n']} pages | 0 ({s['requests']} scrapes of vLLM) "
+        f"| (scrapes vLLM directly) | {s['rss_mib']:.0f} MiB ({s['n']} x {s['one_mib']:.0f} MiB) |"
     )
 
 
