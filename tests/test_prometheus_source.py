@@ -184,8 +184,8 @@ def test_sidecar_knobs_win_over_defaults() -> None:
 
 
 # ---------------------------------------------------------------------- with a real Prometheus
-def _observe(url: str, window_s: float, out: dict[str, Any]) -> None:
-    cfg = Config(state_dir="/nonexistent-not-written")
+def _observe(url: str, window_s: float, out: dict[str, Any], state_dir: Path) -> None:
+    cfg = Config(state_dir=str(state_dir))  # observe() persists nothing
     out["d"] = daemon.observe(url, cfg, load_rules(), window_s, 1.0, progress=False)
     out["end"] = time.time()
 
@@ -217,9 +217,12 @@ def test_explain_prometheus_matches_explain_url(tmp_path: Path, vllm_server: rea
                 results: dict[str, dict[str, Any]] = {"preempt": {}, "real": {}}
                 threads = [
                     threading.Thread(
-                        target=_observe, args=(f"{base}/s/preempt", window_s, results["preempt"])
+                        target=_observe,
+                        args=(f"{base}/s/preempt", window_s, results["preempt"], tmp_path / "a"),
                     ),
-                    threading.Thread(target=_observe, args=(vllm_server.url, window_s, results["real"])),
+                    threading.Thread(
+                        target=_observe, args=(vllm_server.url, window_s, results["real"], tmp_path / "b")
+                    ),
                 ]
                 for th in threads:
                     th.start()
