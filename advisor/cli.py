@@ -133,7 +133,13 @@ def main() -> None:
 )
 @click.option("--log-file", type=click.Path(), help="vLLM's log file (startup facts, stats).")
 @click.option("--daemon", "daemon_url", help="Ask a running advisor daemon (its base URL).")
-@click.option("--window", default="60s", show_default=True, help="How long to observe --url.")
+@click.option("--prometheus", "prom_url", help="Read a server's scrapes from this Prometheus (base URL).")
+@click.option("--instance", help="With --prometheus: the server's `instance` label.")
+@click.option("--model", help="With --prometheus: only this model_name's series.")
+@click.option("--at", "at", default="now", show_default=True, help="With --prometheus: the window's end.")
+@click.option(
+    "--window", default=None, help="How long to observe --url (60s) or to read from --prometheus (15m)."
+)
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
 @click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
@@ -152,7 +158,11 @@ def explain(
     metrics_files: tuple[str, ...],
     log_file: str | None,
     daemon_url: str | None,
-    window: str,
+    prom_url: str | None,
+    instance: str | None,
+    model: str | None,
+    at: str,
+    window: str | None,
     interval: str,
     fmt: str,
     engine_config: str | None,
@@ -180,29 +190,44 @@ def explain(
         else:
             click.echo(out.rule_text(r))
         return
-    sources = [bool(url), bool(session_dir), bool(metrics_files or log_file), bool(daemon_url)]
+    sources = [
+        bool(url),
+        bool(session_dir),
+        bool(metrics_files or log_file),
+        bool(daemon_url),
+        bool(prom_url),
+    ]
     if sum(sources) != 1:
         _fail(
-            "give exactly one of --url, --session, --metrics-file/--log-file, --daemon, or a RULE_ID",
+            "give exactly one of --url, --session, --metrics-file/--log-file, --daemon, --prometheus, "
+            "or a RULE_ID",
             EXIT_USAGE,
         )
     cfg = _cfg(config_file, engine_config=engine_config, rules_dir=rules_dir)
-    if command_file and daemon_url:
-        _fail("--command-file does not go with --daemon (the daemon has its own sources)", EXIT_USAGE)
+    if command_file and (daemon_url or prom_url):
+        _fail(
+            "--command-file does not go with --daemon or --prometheus (they have their own sources)",
+            EXIT_USAGE,
+        )
     command = _command(command_file)
-    diagnosis = _diagnose(
-        cfg,
-        rules,
-        url,
-        session_dir,
-        metrics_files,
-        log_file,
-        daemon_url,
-        window,
-        interval,
-        engine_config,
-        command,
-    )
+    if prom_url:
+        if not instance:
+            _fail("--prometheus needs --instance (the server's `instance` label)", EXIT_USAGE)
+        diagnosis = _diagnose_prometheus(cfg, rules, prom_url, str(instance), model, at, window or "15m")
+    else:
+        diagnosis = _diagnose(
+            cfg,
+            rules,
+            url,
+            session_dir,
+            metrics_files,
+            log_file,
+            daemon_url,
+            window or "60s",
+            interval,
+            engine_config,
+            command,
+        )
     if isinstance(diagnosis, dict):  # from a daemon: already JSON
         status = diagnosis.get("status")
         if fmt == "json":
@@ -294,6 +319,24 @@ def _command(command_file: str | None) -> Any:
     return cmd
 
 
+def _diagnose_prometheus(
+    cfg: Any, rules: Any, prom_url: str, instance: str, model: str | None, at: str, window: str
+) -> Any:
+    from advisor import inputs
+    from advisor.sources import prometheus as prom_src
+
+    try:
+        t = prom_src.parse_time(at)
+        window_s = config_mod.parse_duration_s(window)
+        history = prom_src.read_history(prom_src.Client(prom_url), instance, t, window_s, model=model)
+        return inputs.from_prometheus(history, cfg, rules, t, window_s)[1]
+    except (ValueError, config_mod.ConfigError) as e:
+        _fail(str(e), EXIT_USAGE)
+    except prom_src.PrometheusError as e:
+        _fail(f"Prometheus: {e}")
+    return None
+
+
 def daemon_errors() -> tuple[type[BaseException], ...]:
     from advisor.daemon import DaemonError
     from advisor.sources.engine import EngineSourceError
@@ -341,11 +384,11 @@ def predict(
     from advisor.session import SessionError
 
     if sum([bool(session_dir), bool(metrics_files), bool(url)]) != 1:
-        _fail("give exactly one of --session, --metrics-file or --url", 2)
+        _fail("give exactly one of --session, --metrics-file or --url", EXIT_USAGE)
     try:
         knob, value = whatif.parse_set(setting)
     except ValueError as e:
-        _fail(str(e), 2)
+        _fail(str(e), EXIT_USAGE)
         raise
     cfg = _cfg(config_file, engine_config=engine_config)
     try:
@@ -616,6 +659,12 @@ def _progress_printer(total_s: float) -> Any:
 )
 @click.option("--speed", default=1.0, show_default=True, help="Replay speed (with --replay).")
 @click.option(
+    "--prometheus",
+    "prom_url",
+    help="Advise every vLLM server this Prometheus scrapes (the fleet daemon) instead of one --vllm-url.",
+)
+@click.option("--selector", default="", help="With --prometheus: which servers, e.g. '{job=\"vllm\"}'.")
+@click.option(
     "--run-seconds", type=float, help="Stop after this many seconds (default: run until signalled)."
 )
 def run(
@@ -632,6 +681,8 @@ def run(
     itl_p95_target: float | None,
     replay_dir: str | None,
     speed: float,
+    prom_url: str | None,
+    selector: str,
     run_seconds: float | None,
 ) -> None:
     """Run beside a vLLM server: scrape, diagnose and export vllm_advisor_* series continuously."""
@@ -660,6 +711,14 @@ def run(
     rs = _rules(cfg.rules_dir)
     if replay_dir:
         sys.exit(daemon.run_replay(cfg, rs, replay_dir, speed, run_seconds))
+    if prom_url:
+        from advisor import fleet
+        from advisor.sources.prometheus import PrometheusError
+
+        try:
+            sys.exit(fleet.run(cfg, rs, prom_url, selector, run_seconds))
+        except PrometheusError as e:
+            _fail(f"--selector: {e}", EXIT_USAGE)
     sys.exit(daemon.run(cfg, rs, run_seconds))
 
 
@@ -674,12 +733,38 @@ def run(
     help="Repository root to write deploy/ and grafana/ under.",
 )
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 if the files under --out differ.")
-def generate(out: Path, check: bool) -> None:
+@click.option(
+    "--config",
+    "alert_config",
+    type=click.Path(),
+    help="YAML with runbook_base, dashboard_base, vllm_selector, advisor_selector, "
+    "ttft_p95_seconds, itl_p95_seconds, error_ratio (defaults: example.com placeholders).",
+)
+@click.option("--runbook-base", help="Base URL of RUNBOOK.md (the alerts' runbook_url).")
+@click.option("--dashboard-base", help="Base URL of your Grafana (the alerts' dashboard_url).")
+@click.option("--vllm-selector", help='Label matchers of the vLLM scrape job [default: job="vllm"].')
+@click.option("--advisor-selector", help='Label matchers of the advisor job [default: job="vllm-advisor"].')
+@click.option("--ttft-p95-target", type=float, help="TTFT p95 target in seconds [default: 2].")
+@click.option("--itl-p95-target", type=float, help="ITL p95 target in seconds [default: 0.1].")
+@click.option("--error-ratio", type=float, help="Failed-request ratio that alerts [default: 0.05].")
+def generate(
+    out: Path,
+    check: bool,
+    alert_config: str | None,
+    runbook_base: str | None,
+    dashboard_base: str | None,
+    vllm_selector: str | None,
+    advisor_selector: str | None,
+    ttft_p95_target: float | None,
+    itl_p95_target: float | None,
+    error_ratio: float | None,
+) -> None:
     """Write the alert and recording rules, dashboards, runbook and deploy bundle from rules/.
 
     --check compares with a checkout of the repository: run it from the repository root or give
     --out REPO."""
     from advisor import generate as gen
+    from advisor.outputs.alerts import AlertConfigError, load_alert_config
 
     if check and not gen.looks_like_checkout(out):
         _fail(
@@ -687,12 +772,26 @@ def generate(out: Path, check: bool) -> None:
             "deploy/ or grafana/: run it from the repository root or give --out REPO",
             EXIT_USAGE,
         )
+    try:
+        cfg = load_alert_config(
+            alert_config,
+            runbook_base=runbook_base,
+            dashboard_base=dashboard_base,
+            vllm_selector=vllm_selector,
+            advisor_selector=advisor_selector,
+            ttft_p95_seconds=ttft_p95_target,
+            itl_p95_seconds=itl_p95_target,
+            error_ratio=error_ratio,
+        )
+    except AlertConfigError as e:
+        _fail(str(e), EXIT_USAGE)
+        raise
     if check:
-        problems = gen.diff(out)
+        problems = gen.diff(out, cfg=cfg)
         for problem in problems:
             click.echo(problem)
         sys.exit(1 if problems else 0)
-    for path in gen.generate(out):
+    for path in gen.generate(out, cfg=cfg):
         click.echo(str(path))
 
 

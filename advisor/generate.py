@@ -25,8 +25,9 @@ FLEET_DASHBOARD_FILE = "grafana/vllm-advisor-fleet.json"
 SAMPLE_CONFIG_FILE = "deploy/vllm-advisor.yaml"
 
 
-def render_all(rules: Sequence[Rule] | None = None) -> dict[str, str]:
-    """Every generated file: relative path -> content. Same input, same bytes."""
+def render_all(rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | None = None) -> dict[str, str]:
+    """Every generated file: relative path -> content. Same input, same bytes. ``cfg``: the
+    site's runbook and dashboard bases, job selectors and targets (placeholders by default)."""
     rs = list(rules) if rules is not None else load_rules()
     k8s_note = (
         "vLLM with vllm-advisor as a sidecar. vLLM logs through its own logging config\n"
@@ -34,8 +35,8 @@ def render_all(rules: Sequence[Rule] | None = None) -> dict[str, str]:
         "see advisor/outputs/deploy.py for why this beats a tee pipeline or --log-cmd."
     )
     return {
-        RULES_FILE: alerts.render_rules_file(rs),
-        PROMTOOL_TESTS_FILE: alerts.render_promtool_tests(rs),
+        RULES_FILE: alerts.render_rules_file(rs, cfg),
+        PROMTOOL_TESTS_FILE: alerts.render_promtool_tests(rs, cfg),
         RUNBOOK_FILE: alerts.render_runbook(rs),
         SERVER_DASHBOARD_FILE: dashboards.render(dashboards.server_dashboard()),
         FLEET_DASHBOARD_FILE: dashboards.render(dashboards.fleet_dashboard()),
@@ -59,8 +60,14 @@ def render_all(rules: Sequence[Rule] | None = None) -> dict[str, str]:
             "Scrapes both ports of the Service; job is vllm / vllm-advisor, instance is the pod name.",
         ),
         "deploy/kubernetes/prometheusrule.yaml": deploy.render_yaml(
-            deploy.k8s_prometheusrule(rs),
+            deploy.k8s_prometheusrule(rs, cfg),
             "The groups of deploy/prometheus/vllm-advisor.rules.yaml, for the Prometheus Operator.",
+        ),
+        "deploy/kubernetes/fleet/vllm-advisor-fleet.yaml": deploy.render_docs(
+            deploy.k8s_fleet(),
+            "The fleet advisor: one vllm-advisor reading the cluster's Prometheus for every vLLM server\n"
+            "(vllm-advisor run --prometheus), beside the sidecar bundle above. Set --prometheus to your\n"
+            "Prometheus; its ServiceMonitor keeps each server's instance label (honorLabels).",
         ),
         "deploy/compose/docker-compose.yml": deploy.render_yaml(
             deploy.compose_file(),
@@ -79,10 +86,12 @@ def render_all(rules: Sequence[Rule] | None = None) -> dict[str, str]:
     }
 
 
-def generate(out_root: Path, rules: Sequence[Rule] | None = None) -> list[Path]:
+def generate(
+    out_root: Path, rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | None = None
+) -> list[Path]:
     """Write every generated file under ``out_root``; return their paths (sorted)."""
     written = []
-    for rel, text in sorted(render_all(rules).items()):
+    for rel, text in sorted(render_all(rules, cfg).items()):
         path = Path(out_root) / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -96,11 +105,13 @@ def looks_like_checkout(root: Path) -> bool:
     return (Path(root) / "deploy").is_dir() or (Path(root) / "grafana").is_dir()
 
 
-def diff(out_root: Path, rules: Sequence[Rule] | None = None) -> list[str]:
+def diff(
+    out_root: Path, rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | None = None
+) -> list[str]:
     """Files under ``out_root`` that are missing or differ from what ``generate`` would write,
     each as ``"missing: PATH"`` or a unified diff (empty list: up to date)."""
     problems = []
-    for rel, text in sorted(render_all(rules).items()):
+    for rel, text in sorted(render_all(rules, cfg).items()):
         path = Path(out_root) / rel
         if not path.is_file():
             problems.append(f"missing: {rel}")

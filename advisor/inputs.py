@@ -8,12 +8,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from advisor import evidence
+from advisor import evidence, knobs
 from advisor.advise import Diagnosis
 from advisor.config import Config
+from advisor.model import Snapshot
 from advisor.ruleset import Rule
 from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.session import Session
+from advisor.sources import prometheus as prom_src
 from advisor.sources.engine import PastedCommand
 from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warning, parse_page
 
@@ -156,6 +158,37 @@ def _from_log_stats(adv: Advisor, clock: ReplayClock, log_file: str) -> Diagnosi
     return evidence.log_stats_verdict(d, pages)
 
 
+def from_prometheus(
+    history: prom_src.History,
+    cfg: Config,
+    rules: Sequence[Rule],
+    at: float,
+    window_s: float,
+) -> tuple[Advisor, Diagnosis]:
+    """Diagnose one server from the pages a Prometheus holds (``explain --prometheus``): its
+    scrapes replayed in order, each one evaluated as the daemon would have, the answer at
+    ``at``. Knobs no source gave (vLLM's defaults assumed) are named in the context."""
+    clock = ReplayClock(history.snapshots[0].t if history.snapshots else at)
+    cfg1 = replace(
+        cfg, window_s=max(window_s, cfg.min_window_s), retention_s=max(cfg.retention_s, window_s + 60.0)
+    )
+    adv = Advisor(cfg1, rules, base=history.engine, clock=clock)
+    items: list[tuple[float, int, Snapshot | None]] = [(s.t, 1, s) for s in history.snapshots]
+    items += [(t, 0, None) for t in history.down]
+    for t, _, snap in sorted(items, key=lambda i: (i[0], i[1])):
+        clock.t = t
+        if snap is None:
+            adv.on_scrape_error(MetricsError("refused", "Prometheus could not scrape it (up == 0)"), t)
+        else:
+            adv.on_snapshot(snap)
+        adv.diagnose(t)
+    clock.t = at
+    d = adv.diagnose(at)
+    unknown = sorted(k for k in knobs.KNOBS if adv.engine.source(k) == "default")
+    ctx = {**d.context, "instance": history.instance, "knobs_unknown": unknown}
+    return adv, replace(d, context=ctx)
+
+
 def _mtime(path: str) -> float | None:
     try:
         return os.stat(path).st_mtime
@@ -190,4 +223,4 @@ def _read_page(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-__all__ = ["InputError", "MetricsError", "from_files", "from_session"]
+__all__ = ["InputError", "MetricsError", "from_files", "from_prometheus", "from_session"]

@@ -115,7 +115,14 @@ def output_name(signal_or_suffix: str) -> str:
 
 
 def alert_name(rule_id: str) -> str:
-    """``kv-cache-preemption`` -> ``VllmKvCachePreemption``."""
+    """The advice alert (the advisor's recommendation): ``kv-cache-preemption`` ->
+    ``VllmAdvisorKvCachePreemption``."""
+    return "VllmAdvisor" + "".join(part.capitalize() for part in rule_id.split("-"))
+
+
+def symptom_alert_name(rule_id: str) -> str:
+    """The symptom alert (the rule's conditions in PromQL): ``kv-cache-preemption`` ->
+    ``VllmKvCachePreemption``."""
     return "Vllm" + "".join(part.capitalize() for part in rule_id.split("-"))
 
 

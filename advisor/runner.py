@@ -99,6 +99,11 @@ class Advisor:
         except MetricsError as e:
             self.on_scrape_error(e, t)
             return False
+        return self.on_snapshot(snap, duration_s)
+
+    def on_snapshot(self, snap: Snapshot, duration_s: float | None = None) -> bool:
+        """A page already parsed (or rebuilt from a Prometheus's samples), taken at ``snap.t``."""
+        t = snap.t
         # a page read with parts skipped (a bad sample, a broken line) is a "bad_sample" scrape
         self._count_scrape("bad_sample" if snap.warnings else "success")
         self.last_page_warnings = snap.warnings

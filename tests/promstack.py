@@ -50,9 +50,15 @@ def wait_until(
 
 @contextmanager
 def prometheus(
-    tmp: Path, jobs: dict[str, str], rule_files: Sequence[Path] = (), scrape_interval: str = "1s"
+    tmp: Path,
+    jobs: dict[str, str],
+    rule_files: Sequence[Path] = (),
+    scrape_interval: str = "1s",
+    scrape_configs: Sequence[dict[str, Any]] = (),
+    alertmanager: str | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Run Prometheus scraping ``jobs`` (job name -> host:port); yields (base URL, process)."""
+    """Run Prometheus scraping ``jobs`` (job name -> host:port) and ``scrape_configs`` (whole
+    jobs), sending alerts to ``alertmanager`` (host:port) if given; yields (base URL, process)."""
     exe = shutil.which("prometheus")
     assert exe, "prometheus missing: run `make system-deps` (Debian's prometheus package)"
     port = free_port()
@@ -63,8 +69,11 @@ def prometheus(
             "scrape_timeout": scrape_interval,
         },
         "rule_files": [str(p) for p in rule_files],
-        "scrape_configs": [{"job_name": j, "static_configs": [{"targets": [t]}]} for j, t in jobs.items()],
+        "scrape_configs": [{"job_name": j, "static_configs": [{"targets": [t]}]} for j, t in jobs.items()]
+        + list(scrape_configs),
     }
+    if alertmanager:
+        cfg["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     cfg_path = tmp / "prometheus.yml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     log = (tmp / "prometheus.log").open("wb")

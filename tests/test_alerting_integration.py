@@ -279,6 +279,7 @@ def test_the_recommendation_reaches_the_webhook_with_the_knob_hint(stack: dict[s
 def _substitute(expr: str) -> str:
     return (
         expr.replace("$__rate_interval", "1m")
+        .replace("$vllm_job", alerts.VLLM_JOB)
         .replace("$job", alerts.ADVISOR_JOB)
         .replace("$instance", "127.0.0.1")
         .replace("$model_name", ".*")

@@ -65,7 +65,21 @@ def test_every_rule_has_an_alert_and_a_runbook_section() -> None:
         assert a["annotations"]["runbook_url"].endswith("#" + names.runbook_anchor(rule.id))
         assert names.runbook_anchor(rule.id) in headings
         assert f"**{rule.summary}**" in runbook
-    assert set(alert_rules) == {r.alert for r in rules} | set(alerts.META_ALERTS)
+    symptoms = {names.symptom_alert_name(r.id) for r in rules if alerts.symptom_alert(r) is not None}
+    assert set(alert_rules) == {r.alert for r in rules} | symptoms | set(alerts.SLO_ALERTS) | set(
+        alerts.META_ALERTS
+    )
+    # every rule that PromQL can express has its symptom alert; the one that cannot is named
+    assert {r.id for r in rules if alerts.symptom_alert(r) is None} == {"kv-capacity-below-context"}
+    for rule in rules:
+        sym = alert_rules.get(names.symptom_alert_name(rule.id))
+        if sym is not None:
+            assert sym["labels"] == {"severity": rule.severity, "rule": rule.id}
+            assert alerts._seconds(sym["for"]) >= rule.for_s
+            assert "vllm_advisor_recommendation_info" not in sym["expr"]
+            assert sym["annotations"]["runbook_url"].endswith("#" + names.runbook_anchor(rule.id))
+    for name in alerts.SLO_ALERTS + alerts.META_ALERTS:
+        assert alerts.github_anchor(name) in headings, name
 
 
 def test_every_runbook_url_points_at_an_existing_anchor() -> None:
@@ -73,7 +87,7 @@ def test_every_runbook_url_points_at_an_existing_anchor() -> None:
     anchors = {alerts.github_anchor(h) for h in re.findall(r"^#+ (.+)$", runbook, flags=re.M)}
     groups = yaml.safe_load((ROOT / gen.RULES_FILE).read_text())["groups"]
     urls = [r["annotations"]["runbook_url"] for r in groups[0]["rules"]]
-    assert len(urls) == len(load_rules()) + len(alerts.META_ALERTS)
+    assert len(urls) == len(alerts.all_alerts(load_rules()))
     for url in urls:
         base, _, anchor = url.partition("#")
         assert base == alerts.RUNBOOK_BASE_URL

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from advisor import generate as gen
@@ -81,3 +82,177 @@ def test_prometheusrule_has_exactly_the_generated_groups() -> None:
     rule = _docs()["PrometheusRule"]
     committed = yaml.safe_load((ROOT / gen.RULES_FILE).read_text())
     assert rule["spec"] == committed
+
+
+# ---------------------------------------------------------------------- schema validation
+FLEET = K8S / "fleet" / "vllm-advisor-fleet.yaml"
+K8S_VERSION = "1.37.0"
+_DURATION = r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+_RELABEL = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "sourceLabels": {"type": "array", "items": {"type": "string"}},
+        "targetLabel": {"type": "string"},
+        "replacement": {"type": "string"},
+        "action": {"enum": ["replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep"]},
+        "regex": {"type": "string"},
+    },
+}
+# The fields of the Prometheus Operator's monitoring.coreos.com/v1 kinds that the manifests use,
+# typed as its API reference types them (written here: the upstream CRDs are not vendored), with
+# no other property allowed, so that a typo or a misplaced field fails.
+CRD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "ServiceMonitor": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "spec": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["selector", "endpoints"],
+                "properties": {
+                    "selector": {
+                        "type": "object",
+                        "properties": {
+                            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}}
+                        },
+                    },
+                    "endpoints": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "port": {"type": "string"},
+                                "path": {"type": "string"},
+                                "interval": {"type": "string", "pattern": _DURATION},
+                                "honorLabels": {"type": "boolean"},
+                                "relabelings": {"type": "array", "items": _RELABEL},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+    "PrometheusRule": {
+        "type": "object",
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "spec": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "groups": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["name", "rules"],
+                            "properties": {
+                                "name": {"type": "string", "minLength": 1},
+                                "interval": {"type": "string", "pattern": _DURATION},
+                                "rules": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": ["expr"],
+                                        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                        "properties": {
+                                            "alert": {"type": "string"},
+                                            "record": {"type": "string"},
+                                            "expr": {"type": "string", "minLength": 1},
+                                            "for": {"type": "string", "pattern": _DURATION},
+                                            "labels": {
+                                                "type": "object",
+                                                "additionalProperties": {"type": "string"},
+                                            },
+                                            "annotations": {
+                                                "type": "object",
+                                                "additionalProperties": {"type": "string"},
+                                            },
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            },
+        },
+    },
+}
+
+
+def _all_docs() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in [*sorted(K8S.glob("*.yaml")), FLEET]:
+        out += [(path.name, d) for d in yaml.safe_load_all(path.read_text())]
+    return out
+
+
+def test_every_manifest_validates_against_its_schema() -> None:
+    """Built-in kinds against Kubernetes' own schemas (kubernetes-validate, strict: no unknown
+    field); the Prometheus Operator's kinds against CRD_SCHEMAS."""
+    import jsonschema
+    import kubernetes_validate
+
+    kinds = set()
+    for _name, doc in _all_docs():
+        kinds.add(doc["kind"])
+        if doc["kind"] in CRD_SCHEMAS:
+            jsonschema.validate(doc, CRD_SCHEMAS[doc["kind"]])
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert kinds == {"ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"}
+
+
+def test_the_validation_rejects_a_broken_manifest() -> None:
+    import jsonschema
+    import kubernetes_validate
+
+    docs = dict((d["kind"], d) for _, d in _all_docs() if d["metadata"]["name"] == "vllm")
+    bad = yaml.safe_load(yaml.safe_dump(docs["Deployment"]))
+    bad["spec"]["template"]["spec"]["containers"][0]["imagePullPolice"] = "Always"  # a typo
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+    sm = yaml.safe_load(yaml.safe_dump(docs["ServiceMonitor"]))
+    sm["spec"]["endpoints"][0]["honorlabels"] = True  # a typo
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(sm, CRD_SCHEMAS["ServiceMonitor"])
+    rule = next(d for _, d in _all_docs() if d["kind"] == "PrometheusRule")
+    rule = yaml.safe_load(yaml.safe_dump(rule))
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "1 minute"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(rule, CRD_SCHEMAS["PrometheusRule"])
+
+
+def test_images_are_pinned_to_a_current_vllm() -> None:
+    from tests import realvllm
+
+    images = [
+        c["image"]
+        for _, d in _all_docs()
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    ]
+    assert all(":" in i and not i.endswith(":latest") for i in images), images
+    vllm = next(i for i in images if i.startswith("vllm/vllm-openai:"))
+    assert vllm == f"vllm/vllm-openai:v{realvllm.VLLM_CPU_VERSION}"
+
+
+def test_the_fleet_deployment_reads_prometheus_and_keeps_instance_labels() -> None:
+    docs = {d["kind"]: d for d in yaml.safe_load_all(FLEET.read_text())}
+    cmd = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert cmd[:3] == ["vllm-advisor", "run", "--prometheus"] and "--selector" in cmd
+    ep = docs["ServiceMonitor"]["spec"]["endpoints"][0]
+    assert ep["honorLabels"] is True
+    assert ep["port"] in {p["name"] for p in docs["Service"]["spec"]["ports"]}
+    assert (
+        docs["Service"]["spec"]["selector"].items()
+        <= docs["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -32,8 +33,9 @@ from advisor.ruleset import Rule
 from advisor.signals import CATALOG, Signal, promql
 
 # ---------------------------------------------------------------- conventions (one place)
-RUNBOOK_BASE_URL = "https://github.com/vllm-advisor/vllm-advisor/blob/main/deploy/RUNBOOK.md"
-DASHBOARD_BASE_URL = "http://localhost:3000"  # the Grafana of deploy/compose; change for yours
+# Placeholders on purpose: `generate --config FILE` (or --runbook-base/--dashboard-base) sets yours.
+RUNBOOK_BASE_URL = "https://runbooks.example.com/vllm-advisor/RUNBOOK.md"
+DASHBOARD_BASE_URL = "https://grafana.example.com"
 SERVER_DASHBOARD_UID = "vllm-advisor-server"
 FLEET_DASHBOARD_UID = "vllm-advisor-fleet"
 ADVISOR_JOB = "vllm-advisor"
@@ -68,7 +70,103 @@ DESCRIPTION_SERVER_DOWN = (
     "vLLM is down, restarting or unreachable; the advisor's recommendations are on hold."
 )
 
-META_ALERTS = ("VllmAdvisorDown", "VllmServerDown")
+META_ALERTS = ("VllmAdvisorDown", "VllmAdvisorServerUnreadable")
+SLO_ALERTS = ("VllmTtftP95High", "VllmItlP95High", "VllmRequestErrorRatioHigh", "VllmServerDown")
+# Hold times of the alerts computed from vLLM's own series, by severity: a critical one pages
+# soon, a warning must last, an info is a trend.
+SEVERITY_FOR = {"critical": "2m", "warning": "10m", "info": "30m"}
+SUMMARY_SERVER_UNREACHABLE = "Prometheus cannot scrape a vLLM server (up == 0)."
+SUMMARY_TTFT = "TTFT p95 is over its target."
+SUMMARY_ITL = "ITL p95 is over its target."
+SUMMARY_ERRORS = "Too many requests fail (vLLM finished reason error/abort, or HTTP 5xx)."
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """What differs between sites: where runbooks and dashboards live, which jobs, what targets.
+    The defaults are placeholders (example.com) on purpose."""
+
+    runbook_base: str = RUNBOOK_BASE_URL
+    dashboard_base: str = DASHBOARD_BASE_URL
+    vllm_selector: str = f'job="{VLLM_JOB}"'
+    advisor_selector: str = f'job="{ADVISOR_JOB}"'
+    ttft_p95_seconds: float = 2.0
+    itl_p95_seconds: float = 0.1
+    error_ratio: float = 0.05
+
+    def targets(self) -> dict[str, float]:
+        return {"ttft_p95_seconds": self.ttft_p95_seconds, "itl_p95_seconds": self.itl_p95_seconds}
+
+
+class AlertConfigError(ValueError):
+    """A bad alert setting; the message names the file (and line) and the setting."""
+
+
+def load_alert_config(path: str | None = None, **flags: Any) -> AlertConfig:
+    """Defaults, then ``path`` (YAML mapping of AlertConfig's fields), then non-None ``flags``."""
+    from dataclasses import fields, replace
+
+    known = {f.name: f for f in fields(AlertConfig)}
+    values: dict[str, Any] = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                raw = yaml.safe_load(fh)
+        except OSError as e:
+            raise AlertConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark is not None else path
+            raise AlertConfigError(f"{where}: not YAML: {getattr(e, 'problem', e)}") from None
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise AlertConfigError(f"{path}: must be a mapping of settings ({', '.join(known)})")
+        values.update({str(k).replace("-", "_"): v for k, v in raw.items()})
+    values.update({k: v for k, v in flags.items() if v is not None})
+    cfg = AlertConfig()
+    for k, v in values.items():
+        where = f"{path}: " if path and k not in flags else ""
+        if k not in known:
+            raise AlertConfigError(f"{where}unknown setting {k!r} (known: {', '.join(known)})")
+        default = getattr(cfg, k)
+        if isinstance(default, float):
+            try:
+                v = float(v)
+            except (TypeError, ValueError):
+                raise AlertConfigError(f"{where}{k}: not a number: {v!r}") from None
+            if v <= 0:
+                raise AlertConfigError(f"{where}{k}: must be above 0, got {v:g}")
+        elif not isinstance(v, str) or not v:
+            raise AlertConfigError(f"{where}{k}: must be a non-empty string")
+        if k.endswith("_selector"):
+            _check_matchers(v, f"{where}{k}")
+        cfg = replace(cfg, **{k: v})
+    return cfg
+
+
+def _check_matchers(text: str, what: str) -> None:
+    from advisor.sources.prometheus import PrometheusError, selector_matchers
+
+    try:
+        selector_matchers("{" + text + "}")
+    except PrometheusError as e:
+        raise AlertConfigError(f"{what}: {str(e).removeprefix('query: ')}") from None
+
+
+def with_selector(expr: str, matchers: str) -> str:
+    """Add ``matchers`` (``job="vllm"``) to every ``vllm:`` series an expression reads."""
+
+    def add(m: re.Match[str]) -> str:
+        inner = m.group(3)
+        return f"{m.group(1)}{{{matchers}{', ' + inner if inner else ''}}}"
+
+    return re.sub(r"(?<![\w:])(vllm:[A-Za-z0-9_:]+)(\{([^}]*)\})?", add, expr)
+
+
+def fmt_duration(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}h" if s % 3600 == 0 else f"{s // 60}m" if s % 60 == 0 else f"{s}s"
 
 
 def runbook_url(anchor: str, base: str = RUNBOOK_BASE_URL) -> str:
@@ -154,9 +252,10 @@ def recording_name(sig: Signal, window: str = RECORD_WINDOW) -> str:
 
 
 def recording_rules(
-    catalog: Mapping[str, Signal] | None = None, window: str = RECORD_WINDOW
+    catalog: Mapping[str, Signal] | None = None, window: str = RECORD_WINDOW, vllm_selector: str | None = None
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """(recording rules, names of signals with a twin that cannot be grouped), catalog order."""
+    """(recording rules, names of signals with a twin that cannot be grouped), catalog order.
+    ``vllm_selector``: matchers added to every ``vllm:`` series the twins read."""
     rules: list[dict[str, Any]] = []
     skipped: list[str] = []
     seen: dict[str, str] = {}
@@ -164,6 +263,8 @@ def recording_rules(
         twin = promql(sig, window)
         if twin is None:
             continue
+        if vllm_selector:
+            twin = with_selector(twin, vllm_selector)
         try:
             expr = group_twin(twin)
         except UngroupableError:
@@ -187,9 +288,10 @@ def recording_for(signal: str) -> str:
 
 
 # ---------------------------------------------------------------- alerts
-def rule_alert(
-    rule: Rule, runbook_base: str = RUNBOOK_BASE_URL, dashboard_base: str = DASHBOARD_BASE_URL
-) -> dict[str, Any]:
+def rule_alert(rule: Rule, cfg: AlertConfig | None = None) -> dict[str, Any]:
+    """VllmAdvisor<Rule>: fires while the rule is the advisor's current recommendation; the one
+    alert that carries the knob and its value."""
+    cfg = cfg or AlertConfig()
     return {
         "alert": rule.alert,
         "expr": f'{RECOMMENDATION_SERIES}{{rule="{rule.id}"}} == 1',
@@ -198,16 +300,161 @@ def rule_alert(
         "annotations": {
             "summary": rule.summary,
             "description": DESCRIPTION_TEMPLATE,
-            "runbook_url": runbook_url(names.runbook_anchor(rule.id), runbook_base),
-            "dashboard_url": dashboard_url(SERVER_DASHBOARD_UID, dashboard_base),
+            "runbook_url": runbook_url(names.runbook_anchor(rule.id), cfg.runbook_base),
+            "dashboard_url": dashboard_url(SERVER_DASHBOARD_UID, cfg.dashboard_base),
         },
     }
 
 
-def meta_alerts(
-    runbook_base: str = RUNBOOK_BASE_URL, dashboard_base: str = DASHBOARD_BASE_URL
-) -> list[dict[str, Any]]:
-    up = f'up{{job="{ADVISOR_JOB}"}}'
+def _recorded(signal: str) -> str:
+    """A signal's recording rule, without its ``signal`` label (so that conditions join)."""
+    return f"max without (signal) ({recording_for(signal)})"
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:.12g}"
+
+
+def _threshold(value: float | str, cfg: AlertConfig) -> float:
+    if isinstance(value, str) and value.startswith("target:"):
+        return cfg.targets()[value.split(":", 1)[1]]
+    return float(value)
+
+
+def symptom_condition_signals(rule: Rule) -> list[str] | None:
+    """The rule's conditions' signals when every one has a groupable PromQL twin, else None
+    (the rule cannot be written in PromQL)."""
+    rules, _ = recording_rules()
+    have = {r["labels"]["signal"] for r in rules}
+    sigs = [c.signal for c in rule.when]
+    return sigs if all(s in have for s in sigs) else None
+
+
+def needs_knob_series(rule: Rule) -> bool:
+    """True when a condition reads the advisor's vllm_advisor_engine_knob (a sidecar or the fleet
+    daemon exports it; vLLM's /metrics does not carry max_num_seqs or the token budget)."""
+    return any("vllm_advisor_" in (promql(CATALOG[c.signal]) or "") for c in rule.when)
+
+
+def symptom_alert(rule: Rule, cfg: AlertConfig | None = None) -> dict[str, Any] | None:
+    """Vllm<Rule>: the rule's conditions in PromQL (its signals' recording rules, joined per
+    server), held for the rule's own ``for:`` or its severity's, whichever is longer. Fires for
+    every server and every rule whose symptom is there, chosen or not, with or without an
+    advisor (rules that need a knob read it from a sidecar's or the fleet daemon's
+    vllm_advisor_engine_knob). None when a condition has no PromQL twin."""
+    cfg = cfg or AlertConfig()
+    if symptom_condition_signals(rule) is None:
+        return None
+    # a server's own series first (they carry instance, job and model_name); a knob's series
+    # (vllm_advisor_engine_knob, from the advisor's job, without model_name) joins on instance
+    conds = sorted(rule.when, key=lambda c: CATALOG[c.signal].per == "config")
+    if CATALOG[conds[0].signal].per == "config":
+        return None  # nothing but knobs: no server series to alert on
+    expr = ""
+    for c in conds:
+        part = f"{_recorded(c.signal)} {c.op} {_num(_threshold(c.value, cfg))}"
+        if not expr:
+            expr = f"({part})" if len(conds) > 1 else part
+            continue
+        on = "instance" if CATALOG[c.signal].per == "config" else ", ".join(GROUP_LABELS)
+        expr += f" and on ({on}) ({part})"
+    hold = max(rule.for_s, _seconds(SEVERITY_FOR.get(rule.severity, "10m")))
+    described = "; ".join(f"{c.signal} {c.op} {_num(_threshold(c.value, cfg))}" for c in rule.when)
+    return {
+        "alert": names.symptom_alert_name(rule.id),
+        "expr": expr,
+        "for": fmt_duration(hold),
+        "labels": {"severity": rule.severity, "rule": rule.id},
+        "annotations": {
+            "summary": rule.summary,
+            "description": (
+                "On {{ $labels.instance }} ({{ $labels.model_name }}): " + described + ". "
+                f"The symptom only: where an advisor runs, {rule.alert} names the one knob to change and its value."
+            ),
+            "runbook_url": runbook_url(names.runbook_anchor(rule.id), cfg.runbook_base),
+            "dashboard_url": dashboard_url(SERVER_DASHBOARD_UID, cfg.dashboard_base),
+        },
+    }
+
+
+def error_ratio_expr(cfg: AlertConfig, window: str = RECORD_WINDOW) -> str:
+    by = ", ".join(GROUP_LABELS)
+    vsel = cfg.vllm_selector
+    finished = (
+        f'sum by ({by}) (rate(vllm:request_success_total{{{vsel}, finished_reason=~"error|abort"}}[{window}]))'
+        f" / sum by ({by}) (rate(vllm:request_success_total{{{vsel}}}[{window}]))"
+    )
+    http = (
+        f'sum by (instance, job) (rate(http_requests_total{{{vsel}, status="5xx"}}[{window}]))'
+        f" / sum by (instance, job) (rate(http_requests_total{{{vsel}}}[{window}]))"
+    )
+    return f"({finished}) > {cfg.error_ratio:g} or ({http}) > {cfg.error_ratio:g}"
+
+
+def slo_alerts(cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
+    """Service-level alerts from vLLM's own series: TTFT p95 and ITL p95 over their targets, the
+    failed-request ratio, and vLLM unreachable (``up == 0``)."""
+    cfg = cfg or AlertConfig()
+    dash = dashboard_url(SERVER_DASHBOARD_UID, cfg.dashboard_base)
+
+    def alert(
+        name: str, expr: str, sev: str, summary: str, description: str, hold: str | None = None
+    ) -> dict[str, Any]:
+        return {
+            "alert": name,
+            "expr": expr,
+            "for": hold or SEVERITY_FOR[sev],
+            "labels": {"severity": sev},
+            "annotations": {
+                "summary": summary,
+                "description": description,
+                "runbook_url": runbook_url(github_anchor(name), cfg.runbook_base),
+                "dashboard_url": dash,
+            },
+        }
+
+    return [
+        alert(
+            "VllmTtftP95High",
+            f"{_recorded('ttft_seconds_p95')} > {cfg.ttft_p95_seconds:g}",
+            "warning",
+            SUMMARY_TTFT,
+            "TTFT p95 on {{ $labels.instance }} ({{ $labels.model_name }}) has been over the "
+            f"{cfg.ttft_p95_seconds:g}s target for {SEVERITY_FOR['warning']}.",
+        ),
+        alert(
+            "VllmItlP95High",
+            f"{_recorded('itl_seconds_p95')} > {cfg.itl_p95_seconds:g}",
+            "warning",
+            SUMMARY_ITL,
+            "ITL p95 on {{ $labels.instance }} ({{ $labels.model_name }}) has been over the "
+            f"{cfg.itl_p95_seconds:g}s target for {SEVERITY_FOR['warning']}.",
+        ),
+        alert(
+            "VllmRequestErrorRatioHigh",
+            error_ratio_expr(cfg),
+            "critical",
+            SUMMARY_ERRORS,
+            "More than "
+            f"{cfg.error_ratio:.0%}"
+            " of the requests on {{ $labels.instance }} fail (vLLM's finished_reason error or abort, "
+            "or HTTP 5xx from its API server).",
+            hold="5m",
+        ),
+        alert(
+            "VllmServerDown",
+            f"up{{{cfg.vllm_selector}}} == 0",
+            "critical",
+            SUMMARY_SERVER_UNREACHABLE,
+            "Prometheus has failed to scrape {{ $labels.instance }} (job {{ $labels.job }}) for "
+            f"{SEVERITY_FOR['critical']}: vLLM is down, restarting or unreachable.",
+        ),
+    ]
+
+
+def meta_alerts(cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
+    cfg = cfg or AlertConfig()
+    up = f"up{{{cfg.advisor_selector}}}"
     return [
         {
             "alert": "VllmAdvisorDown",
@@ -217,34 +464,38 @@ def meta_alerts(
             "annotations": {
                 "summary": SUMMARY_ADVISOR_DOWN,
                 "description": DESCRIPTION_ADVISOR_DOWN,
-                "runbook_url": runbook_url(github_anchor("VllmAdvisorDown"), runbook_base),
-                "dashboard_url": dashboard_url(FLEET_DASHBOARD_UID, dashboard_base),
+                "runbook_url": runbook_url(github_anchor("VllmAdvisorDown"), cfg.runbook_base),
+                "dashboard_url": dashboard_url(FLEET_DASHBOARD_UID, cfg.dashboard_base),
             },
         },
         {
-            "alert": "VllmServerDown",
+            "alert": "VllmAdvisorServerUnreadable",
             "expr": f"{ADVISOR_UP_SERIES} == 0",
             "for": DOWN_FOR,
-            "labels": {"severity": "critical"},
+            "labels": {"severity": "warning"},
             "annotations": {
                 "summary": SUMMARY_SERVER_DOWN,
                 "description": DESCRIPTION_SERVER_DOWN,
-                "runbook_url": runbook_url(github_anchor("VllmServerDown"), runbook_base),
-                "dashboard_url": dashboard_url(SERVER_DASHBOARD_UID, dashboard_base),
+                "runbook_url": runbook_url(github_anchor("VllmAdvisorServerUnreadable"), cfg.runbook_base),
+                "dashboard_url": dashboard_url(SERVER_DASHBOARD_UID, cfg.dashboard_base),
             },
         },
     ]
 
 
-def rule_groups(
-    rules: Sequence[Rule], runbook_base: str = RUNBOOK_BASE_URL, dashboard_base: str = DASHBOARD_BASE_URL
-) -> dict[str, Any]:
+def all_alerts(rules: Sequence[Rule], cfg: AlertConfig | None = None) -> list[dict[str, Any]]:
+    ordered = sorted(rules, key=lambda r: r.id)
+    symptoms = [a for a in (symptom_alert(r, cfg) for r in ordered) if a is not None]
+    return [*(rule_alert(r, cfg) for r in ordered), *symptoms, *slo_alerts(cfg), *meta_alerts(cfg)]
+
+
+def rule_groups(rules: Sequence[Rule], cfg: AlertConfig | None = None) -> dict[str, Any]:
     """The content of ``vllm-advisor.rules.yaml`` (also the ``spec`` of the PrometheusRule)."""
-    alerts = [rule_alert(r, runbook_base, dashboard_base) for r in sorted(rules, key=lambda r: r.id)]
-    recs, _ = recording_rules()
+    cfg = cfg or AlertConfig()
+    recs, _ = recording_rules(vllm_selector=cfg.vllm_selector)
     return {
         "groups": [
-            {"name": ALERT_GROUP, "rules": [*alerts, *meta_alerts(runbook_base, dashboard_base)]},
+            {"name": ALERT_GROUP, "rules": all_alerts(rules, cfg)},
             {"name": RECORD_GROUP, "interval": "30s", "rules": recs},
         ]
     }
@@ -255,21 +506,36 @@ def dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, width=10_000, allow_unicode=True, default_flow_style=False)
 
 
-def render_rules_file(
-    rules: Sequence[Rule], runbook_base: str = RUNBOOK_BASE_URL, dashboard_base: str = DASHBOARD_BASE_URL
-) -> str:
+def render_rules_file(rules: Sequence[Rule], cfg: AlertConfig | None = None) -> str:
     _, skipped = recording_rules()
+    no_promql = [r.id for r in sorted(rules, key=lambda r: r.id) if symptom_condition_signals(r) is None]
+    knob = [
+        r.id
+        for r in sorted(rules, key=lambda r: r.id)
+        if symptom_condition_signals(r) and needs_knob_series(r)
+    ]
     head = [
         YAML_HEADER.rstrip("\n"),
         "#",
-        "# Alerts: one per rule, firing while that rule is the advisor's current recommendation",
-        f"# (for: {ALERT_FOR}; the advisor already held the rule's own for:), plus VllmAdvisorDown and",
-        "# VllmServerDown. Recording rules: one per signal with a PromQL twin, named",
-        f"# {_LEVEL}:vllm_<signal>:<operation><window>, aggregated by ({', '.join(GROUP_LABELS)});",
-        "# joins with vllm_advisor_engine_knob match on instance (vLLM and its advisor share it).",
+        "# VllmAdvisor<Rule>: one per rule, firing while that rule is the advisor's current recommendation",
+        f"# (for: {ALERT_FOR}; the advisor already held the rule's own for:); it carries the knob and value.",
+        "# Vllm<Rule>: the rule's symptom in PromQL (its conditions on the recording rules below), for",
+        "# every server and every rule that holds, advisor or not; held max(rule's for, "
+        + ", ".join(f"{k} {v}" for k, v in SEVERITY_FOR.items())
+        + ").",
+        "# Rules whose conditions read a knob need vllm_advisor_engine_knob (a sidecar or the fleet daemon): "
+        + (", ".join(knob) or "none")
+        + ".",
+        "# Rules that cannot be written in PromQL (a signal without a twin): "
+        + (", ".join(no_promql) or "none")
+        + ".",
+        "# Service level: VllmTtftP95High, VllmItlP95High, VllmRequestErrorRatioHigh, VllmServerDown (up == 0).",
+        "# VllmAdvisorDown, VllmAdvisorServerUnreadable: the advisor itself. Recording rules: one per signal",
+        f"# with a PromQL twin, named {_LEVEL}:vllm_<signal>:<operation><window>, aggregated by",
+        f"# ({', '.join(GROUP_LABELS)}); joins with vllm_advisor_engine_knob match on instance.",
         "# Signals whose twin cannot be grouped: " + (", ".join(skipped) if skipped else "none") + ".",
     ]
-    return "\n".join(head) + "\n" + dump_yaml(rule_groups(rules, runbook_base, dashboard_base))
+    return "\n".join(head) + "\n" + dump_yaml(rule_groups(rules, cfg))
 
 
 # ---------------------------------------------------------------- promtool unit tests
@@ -334,12 +600,213 @@ def _seconds(duration: str) -> int:
     return int(parse_duration(duration))
 
 
-def promtool_tests(rules: Sequence[Rule], rule_file: str = "../vllm-advisor.rules.yaml") -> dict[str, Any]:
+def selector_labels(matchers: str) -> dict[str, str]:
+    """Labels a series needs to match ``matchers`` (for unit tests): ``=`` values, and a regex's
+    first plain alternative. AlertConfigError for a matcher no plain value can satisfy."""
+    from advisor.sources.prometheus import _MATCHER_RE, selector_matchers
+
+    out: dict[str, str] = {}
+    for part in re.finditer(_MATCHER_RE, selector_matchers("{" + matchers + "}")):
+        name, op, value = part.group(1), part.group(2), part.group(3)
+        if op == "=":
+            out[name] = value
+        elif op == "=~" and re.fullmatch(r"[\w.:-]+", value.split("|")[0]):
+            out[name] = value.split("|")[0]
+        elif op in ("!=", "!~"):
+            continue
+        else:
+            raise AlertConfigError(f"cannot make a unit-test series match {name}{op}{value!r}")
+    return out
+
+
+def _holds(op: str, v: float) -> float:
+    """A value ``x`` for which ``x op v`` holds."""
+    return {">": v * 2 if v > 0 else v + 1, ">=": v, "<": v / 2 if v > 0 else v - 1, "<=": v, "==": v}.get(
+        op, v + 1
+    )
+
+
+def _fails(op: str, v: float) -> float:
+    """A value ``x`` for which ``x op v`` does not hold."""
+    return {
+        ">": v / 2 if v > 0 else v - 1,
+        ">=": v / 2 if v > 0 else v - 1,
+        "<": v * 2 if v > 0 else v + 1,
+    }.get(op, v * 2 + 1 if op in ("<=", "==") else v)
+
+
+def _grouped(labels: Mapping[str, str], by: Sequence[str] = GROUP_LABELS) -> dict[str, str]:
+    """The labels an aggregation ``by`` keeps."""
+    return {k: v for k, v in labels.items() if k in by}
+
+
+def _symptom_tests(
+    rules: Sequence[Rule], alerts: Mapping[str, Any], cfg: AlertConfig
+) -> list[dict[str, Any]]:
+    # the recording rules' series: grouped by (instance, job, model_name)
+    vllm = _grouped({**selector_labels(cfg.vllm_selector), "model_name": "tiny-llama"})
+    tests = []
+    for rule in sorted(rules, key=lambda r: r.id):
+        a = alerts.get(names.symptom_alert_name(rule.id))
+        if a is None:
+            continue
+        hold = _seconds(a["for"])
+        n = hold // 15 + 4
+        series = []
+        advisor = _grouped(selector_labels(cfg.advisor_selector))
+        for i, c in enumerate(rule.when):
+            v = _threshold(c.value, cfg)
+            knob = CATALOG[c.signal].per == "config"  # the advisor's series: its job, no model_name
+            for inst, x in (
+                ("gpu-node-1", _holds(c.op, v)),
+                ("gpu-node-2", _fails(c.op, v) if i == 0 else _holds(c.op, v)),
+            ):
+                labels = {"instance": inst, **(advisor if knob else vllm), "signal": c.signal}
+                series.append(
+                    {"series": _series(recording_for(c.signal), labels), "values": f"{_num(x)}x{n}"}
+                )
+        labels = {"instance": "gpu-node-1", **vllm}
+        exp = {
+            "exp_labels": {**a["labels"], **labels},
+            "exp_annotations": {k: render_template(v, labels) for k, v in a["annotations"].items()},
+        }
+        tests.append(
+            {
+                "name": f"{a['alert']} fires after {a['for']} while every condition of {rule.id} holds; "
+                f"not on a server where {rule.when[0].signal} does not",
+                "interval": "15s",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": f"{hold - 15}s", "alertname": a["alert"], "exp_alerts": []},
+                    {"eval_time": f"{hold}s", "alertname": a["alert"], "exp_alerts": [exp]},
+                ],
+            }
+        )
+    return tests
+
+
+def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, Any]]:
+    raw = {**selector_labels(cfg.vllm_selector), "model_name": "tiny-llama"}  # vLLM's own series
+    vllm = _grouped(raw)
+    tests = []
+
+    def expect(name: str, labels: Mapping[str, str]) -> dict[str, Any]:
+        a = alerts[name]
+        return {
+            "exp_labels": {**a["labels"], **labels},
+            "exp_annotations": {k: render_template(v, labels) for k, v in a["annotations"].items()},
+        }
+
+    for name, signal, target in (
+        ("VllmTtftP95High", "ttft_seconds_p95", cfg.ttft_p95_seconds),
+        ("VllmItlP95High", "itl_seconds_p95", cfg.itl_p95_seconds),
+    ):
+        hold = _seconds(alerts[name]["for"])
+        n = hold // 15 + 4
+        over = {"instance": "gpu-node-1", **vllm}
+        under = {"instance": "gpu-node-2", **vllm}
+        tests.append(
+            {
+                "name": f"{name} fires after {alerts[name]['for']} over the {target:g}s target, not under it",
+                "interval": "15s",
+                "input_series": [
+                    {
+                        "series": _series(recording_for(signal), {**over, "signal": signal}),
+                        "values": f"{target * 2:g}x{n}",
+                    },
+                    {
+                        "series": _series(recording_for(signal), {**under, "signal": signal}),
+                        "values": f"{target / 2:g}x{n}",
+                    },
+                ],
+                "alert_rule_test": [
+                    {"eval_time": f"{hold - 15}s", "alertname": name, "exp_alerts": []},
+                    {"eval_time": f"{hold}s", "alertname": name, "exp_alerts": [expect(name, over)]},
+                ],
+            }
+        )
+    name = "VllmRequestErrorRatioHigh"
+    hold = _seconds(alerts[name]["for"])
+    n = hold // 15 + 4
+    bad = {"instance": "gpu-node-1", **raw}
+    http_bad = {"instance": "gpu-node-2", **selector_labels(cfg.vllm_selector)}
+    ok = {"instance": "gpu-node-3", **raw}
+    fail_per_step = max(1, round(cfg.error_ratio * 400))  # of 100 per step: twice the ratio
+    ok_fail = max(0, round(cfg.error_ratio * 50) - 1)  # half the ratio, or none
+    rs = "vllm:request_success_total"
+    tests.append(
+        {
+            "name": f"{name} fires after {alerts[name]['for']} of failing requests (finished reason or HTTP 5xx), "
+            "not for a server under the ratio",
+            "interval": "15s",
+            "input_series": [
+                {
+                    "series": _series(rs, {**bad, "finished_reason": "error"}),
+                    "values": f"0+{fail_per_step}x{n}",
+                },
+                {
+                    "series": _series(rs, {**bad, "finished_reason": "stop"}),
+                    "values": f"0+{100 - fail_per_step}x{n}",
+                },
+                {
+                    "series": _series("http_requests_total", {**http_bad, "status": "5xx"}),
+                    "values": f"0+{fail_per_step}x{n}",
+                },
+                {
+                    "series": _series("http_requests_total", {**http_bad, "status": "2xx"}),
+                    "values": f"0+{100 - fail_per_step}x{n}",
+                },
+                {"series": _series(rs, {**ok, "finished_reason": "abort"}), "values": f"0+{ok_fail}x{n}"},
+                {
+                    "series": _series(rs, {**ok, "finished_reason": "length"}),
+                    "values": f"0+{100 - ok_fail}x{n}",
+                },
+            ],
+            "alert_rule_test": [
+                # a rate needs two samples: the condition holds from the second one (15s) on
+                {"eval_time": f"{hold}s", "alertname": name, "exp_alerts": []},
+                {
+                    "eval_time": f"{hold + 15}s",
+                    "alertname": name,
+                    "exp_alerts": [
+                        expect(name, _grouped(bad)),
+                        expect(name, _grouped(http_bad, ("instance", "job"))),
+                    ],
+                },
+            ],
+        }
+    )
+    name = "VllmServerDown"
+    hold = _seconds(alerts[name]["for"])
+    target_labels = {"instance": "gpu-node-1", **selector_labels(cfg.vllm_selector)}
+    tests.append(
+        {
+            "name": f"{name} fires after {alerts[name]['for']} of failed scrapes of vLLM (up == 0), not before",
+            "interval": "15s",
+            "input_series": [{"series": _series("up", target_labels), "values": f"1 0x{hold // 15 + 4}"}],
+            "alert_rule_test": [
+                {"eval_time": f"{hold}s", "alertname": name, "exp_alerts": []},
+                {
+                    "eval_time": f"{hold + 15}s",
+                    "alertname": name,
+                    "exp_alerts": [expect(name, target_labels)],
+                },
+            ],
+        }
+    )
+    return tests
+
+
+def promtool_tests(
+    rules: Sequence[Rule], rule_file: str = "../vllm-advisor.rules.yaml", cfg: AlertConfig | None = None
+) -> dict[str, Any]:
     """promtool unit tests: for every alert, both sides of ``for:`` and the exact labels and
-    annotations; for rule alerts also that another rule's recommendation leaves it quiet."""
-    groups = rule_groups(rules)
+    annotations; for rule alerts also that another rule's recommendation leaves it quiet; for
+    symptom alerts that a server missing one condition stays quiet."""
+    cfg = cfg or AlertConfig()
+    groups = rule_groups(rules, cfg)
     alerts = {a["alert"]: a for a in groups["groups"][0]["rules"]}
-    target = {"instance": "gpu-node-1", "job": ADVISOR_JOB}
+    target = {"instance": "gpu-node-1", **selector_labels(cfg.advisor_selector)}
     tests: list[dict[str, Any]] = []
     hold = _seconds(ALERT_FOR)
     ordered = sorted(rules, key=lambda r: r.id)
@@ -398,7 +865,12 @@ def promtool_tests(rules: Sequence[Rule], rule_file: str = "../vllm-advisor.rule
             ],
         }
     )
-    absent_labels = {"job": ADVISOR_JOB}
+    # absent() keeps the selector's equality matchers as labels
+    from advisor.sources.prometheus import _MATCHER_RE
+
+    absent_labels = {  # absent() keeps the selector's equality matchers as labels
+        m.group(1): m.group(3) for m in _MATCHER_RE.finditer(cfg.advisor_selector) if m.group(2) == "="
+    }
     tests.append(
         {
             "name": f"VllmAdvisorDown fires after {DOWN_FOR} when no advisor is scraped at all",
@@ -421,20 +893,20 @@ def promtool_tests(rules: Sequence[Rule], rule_file: str = "../vllm-advisor.rule
             ],
         }
     )
-    srv = alerts["VllmServerDown"]["annotations"]
+    srv = alerts["VllmAdvisorServerUnreadable"]["annotations"]
     tests.append(
         {
-            "name": f"VllmServerDown fires after {DOWN_FOR} of failed vLLM scrapes, not before",
+            "name": f"VllmAdvisorServerUnreadable fires after {DOWN_FOR} of failed vLLM scrapes, not before",
             "interval": "15s",
             "input_series": [{"series": _series(ADVISOR_UP_SERIES, target), "values": "1 0x20"}],
             "alert_rule_test": [
-                {"eval_time": f"{down}s", "alertname": "VllmServerDown", "exp_alerts": []},
+                {"eval_time": f"{down}s", "alertname": "VllmAdvisorServerUnreadable", "exp_alerts": []},
                 {
                     "eval_time": f"{down + 15}s",
-                    "alertname": "VllmServerDown",
+                    "alertname": "VllmAdvisorServerUnreadable",
                     "exp_alerts": [
                         {
-                            "exp_labels": {"severity": "critical", **target},
+                            "exp_labels": {"severity": "warning", **target},
                             "exp_annotations": {k: render_template(v, target) for k, v in srv.items()},
                         }
                     ],
@@ -442,12 +914,16 @@ def promtool_tests(rules: Sequence[Rule], rule_file: str = "../vllm-advisor.rule
             ],
         }
     )
+    tests += _symptom_tests(rules, alerts, cfg)
+    tests += _slo_tests(alerts, cfg)
+    vllm_target = {"instance": "gpu-node-1", **selector_labels(cfg.vllm_selector)}
     tests.append(
         {
             "name": "No alert fires while the advisor is up, reads vLLM and recommends nothing",
             "interval": "15s",
             "input_series": [
                 {"series": _series("up", target), "values": "1x20"},
+                {"series": _series("up", vllm_target), "values": "1x20"},
                 {"series": _series(ADVISOR_UP_SERIES, target), "values": "1x20"},
             ],
             "alert_rule_test": [
@@ -458,18 +934,27 @@ def promtool_tests(rules: Sequence[Rule], rule_file: str = "../vllm-advisor.rule
     return {"rule_files": [rule_file], "evaluation_interval": "15s", "tests": tests}
 
 
-def render_promtool_tests(rules: Sequence[Rule]) -> str:
-    return YAML_HEADER + dump_yaml(promtool_tests(rules))
+def render_promtool_tests(rules: Sequence[Rule], cfg: AlertConfig | None = None) -> str:
+    return YAML_HEADER + dump_yaml(promtool_tests(rules, cfg=cfg))
 
 
 # ---------------------------------------------------------------- runbook
 RUNBOOK_INTRO = """\
 # vllm-advisor runbook
 
-Every alert of `deploy/prometheus/vllm-advisor.rules.yaml` links here. An alert named
-`Vllm<RuleId>` fires while that rule is the advisor's **current recommendation** for one
-vLLM server: the advisor has already held the rule's conditions for the rule's own hold time,
-so the alert waits only {alert_for} more (to ride out a flapping choice).
+Every alert of `deploy/prometheus/vllm-advisor.rules.yaml` links here. Three kinds:
+
+- `VllmAdvisor<RuleId>` (the advice) fires while that rule is the advisor's **current
+  recommendation** for one vLLM server: the advisor has already held the rule's conditions for
+  the rule's own hold time, so the alert waits only {alert_for} more (to ride out a flapping
+  choice). It carries the one knob to change and its value.
+- `Vllm<RuleId>` (the symptom) fires while the rule's conditions hold, computed by Prometheus
+  from vLLM's own series (the recording rules): on every server, for every rule that holds,
+  chosen or not, with or without an advisor beside the server. Rules whose conditions read a
+  knob (`max_num_seqs`, the token budget) need `vllm_advisor_engine_knob`, which a sidecar or
+  the fleet daemon (`vllm-advisor run --prometheus`) exports. Its section is the rule's, below.
+- Service level (`VllmTtftP95High`, `VllmItlP95High`, `VllmRequestErrorRatioHigh`,
+  `VllmServerDown`) and the advisor itself (`VllmAdvisorDown`, `VllmAdvisorServerUnreadable`).
 
 ## Reading an alert
 
@@ -535,16 +1020,59 @@ the advisor's process or sidecar (`kubectl logs <pod> -c vllm-advisor`,
 `127.0.0.1:19842`: bind to `0.0.0.0` in a container), and the scrape job
 (`job="{ADVISOR_JOB}"`) in Prometheus' targets page.
 
-## VllmServerDown
+## VllmAdvisorServerUnreadable
 
 **{SUMMARY_SERVER_DOWN}**
 
-Severity `critical` · fires after {DOWN_FOR}
+Severity `warning` · fires after {DOWN_FOR}
 
-`vllm_advisor_up` is 0: the advisor's scrapes of vLLM's `/metrics` fail. vLLM is down,
-restarting (loading weights, compiling), out of memory, or the advisor's `--vllm-url` is
-wrong. The advisor's own log and `vllm_advisor_scrapes_total{{result!="ok"}}` say why. Rule
-alerts for this server are on hold (the alertmanager example inhibits them).
+`vllm_advisor_up` is 0: the advisor's scrapes of vLLM's `/metrics` fail (or, for the fleet
+daemon, Prometheus's). vLLM is down, restarting (loading weights, compiling), out of memory, or
+the advisor's `--vllm-url` is wrong. The advisor's own log and
+`vllm_advisor_scrapes_total{{result!="success"}}` say why. Its advice is withdrawn meanwhile.
+
+## VllmServerDown
+
+**{SUMMARY_SERVER_UNREACHABLE}**
+
+Severity `critical` · fires after {SEVERITY_FOR["critical"]}
+
+Prometheus cannot scrape the vLLM server: the process is down or restarting, the pod is not
+ready, or the network path is broken. Check the server's log and `kubectl describe pod`. Other
+warning and info alerts of the same instance are inhibited meanwhile (the alertmanager example).
+
+## VllmTtftP95High
+
+**{SUMMARY_TTFT}**
+
+Severity `warning` · fires after {SEVERITY_FOR["warning"]}
+
+Time to first token, 95th percentile over 5 minutes, is over the target set at generation
+(`generate --ttft-p95-target`). Look for the symptom alerts of the same instance: a queue at
+the batch cap (`VllmQueueSeqsCapBinds`), prefill-bound prompts (`VllmTtftPrefillBudgetBound`),
+a server at capacity (`VllmQueueAtCapacityScaleOut`); `vllm-advisor explain` names the knob.
+
+## VllmItlP95High
+
+**{SUMMARY_ITL}**
+
+Severity `warning` · fires after {SEVERITY_FOR["warning"]}
+
+Inter-token latency, 95th percentile over 5 minutes, is over its target
+(`generate --itl-p95-target`). Large prefill chunks in the batch (`VllmItlStutterPrefillChunks`)
+or preemption (`VllmKvPreemption...`) are the usual causes; a fuller batch raises ITL by design.
+
+## VllmRequestErrorRatioHigh
+
+**{SUMMARY_ERRORS}**
+
+Severity `critical` · fires after 5m
+
+The share of requests that finish with `finished_reason` `error` or `abort`
+(`vllm:request_success_total`), or of HTTP 5xx answers of the API server
+(`http_requests_total{{status="5xx"}}`), is over the ratio set at generation
+(`generate --error-ratio`). Aborts are often clients giving up on slow answers: read them with
+the latency alerts. Errors: the server's log.
 
 # Rules
 """

@@ -25,7 +25,7 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
 RATE = "$__rate_interval"
 ADVISOR_SEL = 'job=~"$job", instance=~"$instance"'
-VLLM_SEL = 'instance=~"$instance", model_name=~"$model_name"'
+VLLM_SEL = 'job=~"$vllm_job", instance=~"$instance", model_name=~"$model_name"'
 DESCRIPTION = (
     f"DO NOT EDIT: {alerts.GENERATED_BY}. vLLM and its advisor must share the instance label "
     "(see deploy/prometheus/prometheus.yml)."
@@ -85,8 +85,17 @@ class _Layout:
         self.panels: list[dict[str, Any]] = []
 
     def add(
-        self, title: str, ptype: str, w: int, h: int, targets: list[dict[str, Any]], **extra: Any
+        self,
+        title: str,
+        ptype: str,
+        w: int,
+        h: int,
+        targets: list[dict[str, Any]],
+        *,
+        description: str,
+        **extra: Any,
     ) -> dict[str, Any]:
+        """A panel; every one says what it shows (``description``) and in which unit."""
         if self.x + w > 24:
             self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
         panel: dict[str, Any] = {
@@ -96,8 +105,13 @@ class _Layout:
             "datasource": DS,
             "gridPos": {"x": self.x, "y": self.y, "w": w, "h": h},
             "targets": targets,
+            "description": description,
         }
         panel.update(extra)
+        defaults = panel.setdefault("fieldConfig", {"defaults": {}, "overrides": []}).setdefault(
+            "defaults", {}
+        )
+        defaults.setdefault("unit", "none")
         self.panels.append(panel)
         self.next_id += 1
         self.x += w
@@ -188,10 +202,11 @@ def _variables(multi_instance: bool) -> list[dict[str, Any]]:
         query_var(
             "instance", "Instance", 'label_values(vllm_advisor_up{job=~"$job"}, instance)', multi_instance
         ),
+        query_var("vllm_job", "vLLM job", "label_values(vllm:num_requests_running, job)", True),
         query_var(
             "model_name",
             "Model",
-            'label_values(vllm:num_requests_running{instance=~"$instance"}, model_name)',
+            'label_values(vllm:num_requests_running{job=~"$vllm_job", instance=~"$instance"}, model_name)',
             True,
         ),
     ]
@@ -277,6 +292,8 @@ def server_dashboard() -> dict[str, Any]:
         8,
         5,
         [target(f"vllm_advisor_status{{{ADVISOR_SEL}}} == 1", legend="{{status}}", instant=True)],
+        description="advice: a knob to change; healthy: no rule holds; inconclusive: rules hold but no knob "
+        "can move; insufficient-data: too little data, vLLM unreadable, or a knob just changed.",
         options={"textMode": "name", "colorMode": "background", "reduceOptions": {"calcs": ["lastNotNull"]}},
         fieldConfig={"defaults": {"mappings": []}, "overrides": []},
     )
@@ -302,6 +319,7 @@ def server_dashboard() -> dict[str, Any]:
                 ref="B",
             ),
         ],
+        description="1 while the advisor reads vLLM's /metrics (left); its scrapes per second by result (right).",
         **_timeseries("none", [_right_axis("B", "ops")]),
     )
     lay.add(
@@ -317,6 +335,8 @@ def server_dashboard() -> dict[str, Any]:
             ),
             target(signal_query("preemptions_per_second"), legend="preemptions/s {{model_name}}", ref="B"),
         ],
+        description="KV cache blocks in use (left, 0-1) and requests preempted per second (right): a full "
+        "cache that preempts is the KV rules' symptom.",
         **_timeseries("percentunit", [_right_axis("B", "ops")]),
     )
     lay.add(
@@ -341,6 +361,8 @@ def server_dashboard() -> dict[str, Any]:
                 ref="C",
             ),
         ],
+        description="Requests running and waiting against the max_num_seqs cap (from the advisor's "
+        "vllm_advisor_engine_knob): running at the cap while requests wait means the cap binds.",
         **_timeseries("short"),
     )
     lay.add(
@@ -354,6 +376,7 @@ def server_dashboard() -> dict[str, Any]:
                 legend="{{reason}} {{model_name}}",
             )
         ],
+        description="Waiting requests by why they wait (capacity: no KV room or the cap; deferred: other).",
         **_timeseries("short"),
     )
     lay.add(
@@ -370,6 +393,7 @@ def server_dashboard() -> dict[str, Any]:
             ),
             target(signal_query("requests_per_second"), legend="requests/s {{model_name}}", ref="C"),
         ],
+        description="Prompt and generated tokens per second (left) and finished requests per second (right).",
         **_timeseries("short", [_right_axis("C", "reqps")]),
     )
     for title, base in (("TTFT", "ttft_seconds"), ("ITL", "itl_seconds"), ("TPOT", "tpot_seconds")):
@@ -382,6 +406,8 @@ def server_dashboard() -> dict[str, Any]:
                 target(signal_query(f"{base}_p50"), legend="p50 {{model_name}}", ref="A"),
                 target(signal_query(f"{base}_p95"), legend="p95 {{model_name}}", ref="B"),
             ],
+            description=f"{title} percentiles from vLLM's histogram over the panel's rate interval; the "
+            "alerts compare the p95 with its target.",
             **_timeseries("s"),
         )
     lay.add(
@@ -396,6 +422,8 @@ def server_dashboard() -> dict[str, Any]:
                 fmt="heatmap",
             )
         ],
+        description="Finished requests per prompt-length bucket (tokens): the request sizes the advice "
+        "is computed for.",
         options={
             "calculate": False,
             "yAxis": {"unit": "short"},
@@ -403,7 +431,7 @@ def server_dashboard() -> dict[str, Any]:
             "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
             "rowsFrame": {"layout": "le"},
         },
-        fieldConfig={"defaults": {}, "overrides": []},
+        fieldConfig={"defaults": {"unit": "short"}, "overrides": []},
     )
     lay.add(
         "Engine knobs over time (orange marks: a knob changed)",
@@ -411,6 +439,8 @@ def server_dashboard() -> dict[str, Any]:
         12,
         8,
         [target(f"vllm_advisor_engine_knob{{{ADVISOR_SEL}}}", legend="{{knob}} ({{source}})")],
+        description="The knob values the server runs with and where each comes from (cmdline, log, "
+        "metrics, default); orange marks are changes.",
         **_timeseries("short", log=True),
     )
     return _dashboard(
@@ -427,6 +457,8 @@ def fleet_dashboard() -> dict[str, Any]:
         8,
         8,
         [target(f"vllm_advisor_status{{{ADVISOR_SEL}}} == 1", instant=True, fmt="table")],
+        description="Every advised server and its status, worst first (advice, then insufficient-data, "
+        "inconclusive, healthy); the fleet daemon's /api/v1/diagnosis gives the same list.",
         **_table(("instance", "status")),
     )
     lay.add(
@@ -435,6 +467,7 @@ def fleet_dashboard() -> dict[str, Any]:
         16,
         8,
         [target(f"vllm_advisor_recommendation_info{{{ADVISOR_SEL}}} == 1", instant=True, fmt="table")],
+        description="The one recommendation of each server that has advice: rule, knob, current and proposed value.",
         **_table(REC_COLUMNS),
     )
     lay.add(
@@ -447,6 +480,7 @@ def fleet_dashboard() -> dict[str, Any]:
                 f"sum by (rule) (vllm_advisor_rule_active{{{ADVISOR_SEL}}})", legend="{{rule}}", instant=True
             )
         ],
+        description="How many servers each rule's conditions hold on now (chosen as the advice or not).",
         options={
             "orientation": "horizontal",
             "displayMode": "basic",
@@ -460,6 +494,7 @@ def fleet_dashboard() -> dict[str, Any]:
         12,
         7,
         [target(f"vllm_advisor_up{{{ADVISOR_SEL}}}", legend="{{instance}}")],
+        description="1 while the advisor (sidecar or fleet daemon) can read the server.",
         **_timeseries("none"),
     )
     for title, signal, unit in (
@@ -476,6 +511,8 @@ def fleet_dashboard() -> dict[str, Any]:
             12,
             8,
             [target(f"{alerts.recording_for(signal)}{{{rec_sel}}}", legend="{{instance}} {{model_name}}")],
+            description=f"{CATALOG[signal].help} Per server and model, from the recording rule "
+            f"{alerts.recording_for(signal)}.",
             **_timeseries(unit),
         )
     return _dashboard(

@@ -30,7 +30,7 @@ from typing import Any
 from advisor.outputs import alerts
 from advisor.ruleset import Rule
 
-VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"  # the vLLM the advisor is tested against (tests/realvllm.py)
 ADVISOR_IMAGE = "ghcr.io/vllm-advisor/vllm-advisor:0.1.0"
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
 ALERTMANAGER_IMAGE = "prom/alertmanager:v0.27.0"
@@ -131,7 +131,8 @@ WEBHOOK_BASE = "http://alert-webhook.example:9095/vllm-advisor"
 
 def alertmanager_config(webhook_base: str = WEBHOOK_BASE) -> dict[str, Any]:
     """Route on ``severity`` to one webhook receiver per severity; while vLLM is down
-    (VllmServerDown) the same instance's recommendations are inhibited."""
+    (VllmServerDown, VllmAdvisorServerUnreadable) the same instance's warnings and infos are
+    inhibited."""
 
     def receiver(sev: str) -> dict[str, Any]:
         return {
@@ -158,7 +159,7 @@ def alertmanager_config(webhook_base: str = WEBHOOK_BASE) -> dict[str, Any]:
         },
         "inhibit_rules": [
             {
-                "source_matchers": ['alertname="VllmServerDown"'],
+                "source_matchers": ['alertname=~"VllmServerDown|VllmAdvisorServerUnreadable"'],
                 "target_matchers": ['severity=~"warning|info"'],
                 "equal": ["instance"],
             }
@@ -280,7 +281,7 @@ def k8s_servicemonitor() -> dict[str, Any]:
     }
 
 
-def k8s_prometheusrule(rules: Sequence[Rule]) -> dict[str, Any]:
+def k8s_prometheusrule(rules: Sequence[Rule], cfg: alerts.AlertConfig | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -288,8 +289,85 @@ def k8s_prometheusrule(rules: Sequence[Rule]) -> dict[str, Any]:
             "name": "vllm-advisor",
             "labels": {"app.kubernetes.io/name": "vllm-advisor", "release": "prometheus"},
         },
-        "spec": alerts.rule_groups(rules),
+        "spec": alerts.rule_groups(rules, cfg),
     }
+
+
+FLEET_NAME = "vllm-advisor-fleet"
+FLEET_LABELS = {"app.kubernetes.io/name": FLEET_NAME, "app.kubernetes.io/component": "advisor"}
+FLEET_JOB = FLEET_NAME
+# The cluster's Prometheus (kube-prometheus-stack's Service): change for yours.
+FLEET_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+
+
+def k8s_fleet() -> list[dict[str, Any]]:
+    """One advisor for every vLLM server the cluster's Prometheus scrapes (``run --prometheus``):
+    a Deployment, its Service and a ServiceMonitor with ``honorLabels`` (the advisor's series
+    keep each vLLM server's ``instance``). Beside the sidecar bundle, not instead of it."""
+    container = {
+        "name": "vllm-advisor",
+        "image": ADVISOR_IMAGE,
+        "command": [
+            "vllm-advisor",
+            "run",
+            "--prometheus",
+            FLEET_PROMETHEUS_URL,
+            "--selector",
+            f'{{job="{alerts.VLLM_JOB}"}}',
+            "--listen",
+            f"0.0.0.0:{ADVISOR_PORT}",
+            "--interval",
+            "15s",
+        ],
+        "ports": [{"name": ADVISOR_PORT_NAME, "containerPort": ADVISOR_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": ADVISOR_PORT_NAME}, "periodSeconds": 15},
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "allowPrivilegeEscalation": False},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": FLEET_NAME, "labels": dict(FLEET_LABELS)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": dict(FLEET_LABELS)},
+            "template": {"metadata": {"labels": dict(FLEET_LABELS)}, "spec": {"containers": [container]}},
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": FLEET_NAME, "labels": dict(FLEET_LABELS)},
+        "spec": {
+            "selector": dict(FLEET_LABELS),
+            "ports": [
+                {
+                    "name": ADVISOR_PORT_NAME,
+                    "port": ADVISOR_PORT,
+                    "targetPort": ADVISOR_PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": FLEET_NAME, "labels": {**FLEET_LABELS, "release": "prometheus"}},
+        "spec": {
+            "selector": {"matchLabels": dict(FLEET_LABELS)},
+            "endpoints": [
+                {
+                    "port": ADVISOR_PORT_NAME,
+                    "path": "/metrics",
+                    "interval": "15s",
+                    "honorLabels": True,
+                    "relabelings": [{"targetLabel": "job", "replacement": FLEET_JOB, "action": "replace"}],
+                }
+            ],
+        },
+    }
+    return [deployment, service, monitor]
 
 
 def render_docs(docs: Sequence[dict[str, Any]], comment: str = "") -> str:

@@ -74,6 +74,10 @@ def _ctx_line(ctx: Mapping[str, Any]) -> str:
             if p50 is not None and p95 is not None:
                 extra = f" (p50 ~{p50:,.0f}, p95 ~{p95:,.0f})"
             parts.append(f"{what} {mean:,.0f} tokens mean{extra}")
+    if ctx.get("instance"):
+        parts.append(f"instance {ctx['instance']} read from Prometheus")
+    if ctx.get("knobs_unknown"):
+        parts.append(f"not known, vLLM's defaults assumed: {', '.join(ctx['knobs_unknown'])}")
     return ", ".join(parts) or "no context known"
 
 

@@ -1,0 +1,392 @@
+"""The fleet daemon: every vLLM server a Prometheus scrapes, advised from one place.
+
+``vllm-advisor run --prometheus URL [--selector '{job="vllm"}']``: each cycle asks Prometheus
+which vLLM servers (``instance``, with their models and engines) are behind the selector, reads
+the samples scraped since the last cycle for all of them at once, rebuilds each server's pages
+(:mod:`advisor.sources.prometheus`) and feeds them to that server's own
+:class:`~advisor.runner.Advisor` (a window per instance; the same signals and rules as a
+sidecar), then evaluates every server and publishes the states together.
+
+Query load per cycle does not grow with the number of servers: one ``/api/v1/series`` (who is
+there), one ``/api/v1/label/__name__/values`` (which families), one raw read per series family
+for all instances, one of ``up``, one instant query for sidecars' knob series, and
+``/api/v1/metadata`` every ``METADATA_EVERY`` cycles. The samples read per cycle grow with the
+servers (only those since the last cycle; a whole window when a server is first seen).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from advisor.advise import Diagnosis
+from advisor.config import Config
+from advisor.model import Provenanced, Snapshot
+from advisor.outputs.exporter import ExportState
+from advisor.ruleset import Rule
+from advisor.runner import Advisor
+from advisor.sources import prometheus as prom
+from advisor.sources.metrics import MetricsError
+
+log = structlog.get_logger("vllm-advisor")
+
+METADATA_EVERY = 20
+# An instance no longer discovered and without samples this long is forgotten.
+FORGET_AFTER_S = 900.0
+_STATUS_RANK = {"advice": 0, "insufficient-data": 1, "inconclusive": 2, "healthy": 3}
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class Server:
+    """One advised server as discovered: its instance, job, models and engines."""
+
+    instance: str
+    job: str = ""
+    models: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Member:
+    """What the exporter shows for one server."""
+
+    server: Server
+    state: ExportState
+
+
+@dataclass(frozen=True)
+class FleetState:
+    members: tuple[Member, ...] = ()
+    prometheus_up: bool = False
+    last_error: str | None = None
+    cycle_seconds: float | None = None
+    queries_last_cycle: int = 0
+    cycles: int = 0
+    at: float = 0.0
+    range_s: float = 0.0  # how far back the last cycle read
+    samples_last_cycle: int = 0
+
+    def worst_first(self) -> list[Member]:
+        return sorted(self.members, key=lambda m: (rank(m.state.diagnosis), m.server.instance))
+
+    def member(self, instance: str) -> Member | None:
+        for m in self.members:
+            if m.server.instance == instance:
+                return m
+        return None
+
+
+def rank(d: Diagnosis | None) -> tuple[int, int]:
+    """Worst first: advice (critical, warning, info), unreadable, inconclusive, healthy."""
+    if d is None:
+        return (1, 0)
+    sev = _SEVERITY_RANK.get(d.recommendation.severity, 3) if d.recommendation is not None else 3
+    return (_STATUS_RANK.get(d.status, 4), sev)
+
+
+def family_groups(metric_names: Sequence[str]) -> list[list[str]]:
+    """Group metric names into families (a histogram's ``_bucket/_sum/_count``, a counter with its
+    ``_total``): one raw read per group. ``_created`` series are never read."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for n in sorted(set(metric_names)):
+        if n.endswith("_created"):
+            continue
+        base = n
+        for suffix in ("_bucket", "_sum", "_count", "_total"):
+            if n.endswith(suffix):
+                base = n[: -len(suffix)]
+                break
+        groups[base].append(n)
+    return [groups[k] for k in sorted(groups)]
+
+
+class Fleet:
+    """Advisors for every vLLM server behind ``selector`` in a Prometheus. ``cycle()`` is the
+    whole work of one period; threads and the HTTP server live in :func:`run`."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        rules: Sequence[Rule],
+        client: prom.Client,
+        selector: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.rules = tuple(rules)
+        self.client = client
+        self.matchers = prom.selector_matchers(selector)
+        self.clock = clock
+        self.advisors: dict[str, Advisor] = {}
+        self.servers: dict[str, Server] = {}
+        self.last_t: dict[str, float] = {}
+        self.metadata: dict[str, tuple[str, str]] = {}
+        self.cycles = 0
+        self._lock = threading.Lock()
+        self._state = FleetState()
+        self._range_s = 0.0
+        self._samples = 0
+
+    # ---------------------------------------------------------------- state
+    def state(self) -> FleetState:
+        return self._state
+
+    # ---------------------------------------------------------------- the cycle
+    def _discover(self, now: float) -> dict[str, Server]:
+        lookback = max(3 * self.cfg.interval_s, 60.0)
+        found = self.client.series(
+            [prom.selector(f"__name__=~{prom.quote('|'.join(prom.DISCOVERY_NAMES))}", self.matchers)],
+            now - lookback,
+            now,
+        )
+        acc: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        for labels in found:
+            inst = labels.get(prom.INSTANCE)
+            if not inst:
+                continue
+            for label, key in ((prom.JOB, "job"), ("model_name", "models"), ("engine", "engines")):
+                if labels.get(label):
+                    acc[inst][key].add(labels[label])
+        return {
+            i: Server(
+                i,
+                ",".join(sorted(a["job"])),
+                tuple(sorted(a["models"])),
+                tuple(sorted(a["engines"], key=lambda e: (len(e), e))),
+            )
+            for i, a in acc.items()
+        }
+
+    def _names(self, now: float, range_s: float) -> list[str]:
+        read = prom.selector(f"__name__=~{prom.quote(prom.READ_NAME_RE)}", self.matchers)
+        data = self.client.get(
+            "/api/v1/label/__name__/values",
+            [("match[]", read), ("start", f"{now - range_s:.3f}"), ("end", f"{now:.3f}")],
+        )
+        return [str(n) for n in data or []]
+
+    def _advisor(self, server: Server, base: Mapping[str, Provenanced]) -> Advisor:
+        adv = self.advisors.get(server.instance)
+        if adv is None:
+            adv = Advisor(self.cfg, self.rules, base=base, clock=self.clock)
+            self.advisors[server.instance] = adv
+        elif base and dict(base) != adv.base:
+            adv.base = dict(base)  # read at the next engine refresh (a restart)
+        return adv
+
+    def cycle(self) -> FleetState:
+        """Discover, read what was scraped since the last cycle, evaluate every server, publish.
+        Never raises on what Prometheus answers: a failed cycle withdraws every advice."""
+        t0 = time.monotonic()
+        calls0 = self.client.calls
+        now = self.clock()
+        try:
+            with self._lock:
+                members = self._cycle(now)
+            st = FleetState(
+                members=tuple(members),
+                prometheus_up=True,
+                cycle_seconds=time.monotonic() - t0,
+                queries_last_cycle=self.client.calls - calls0,
+                cycles=self.cycles,
+                at=now,
+                range_s=self._range_s,
+                samples_last_cycle=self._samples,
+            )
+        except prom.PrometheusError as e:
+            log.warning("prometheus cycle failed", error=str(e))
+            st = self._unreadable(now, str(e), time.monotonic() - t0, self.client.calls - calls0)
+        self.cycles += 1
+        self._state = st
+        return st
+
+    def _cycle(self, now: float) -> list[Member]:
+        if self.cycles % METADATA_EVERY == 0 or not self.metadata:
+            self.metadata = self.client.metadata()
+        found = self._discover(now)
+        for inst, server in found.items():
+            self.servers[inst] = server
+        window = max(self.cfg.window_s, self.cfg.min_window_s)
+        known = [self.last_t[i] for i in found if i in self.last_t]
+        new = [i for i in found if i not in self.last_t]
+        since = min(known) if known and not new else now - window
+        range_s = min(
+            max(now - since, self.cfg.interval_s) + self.cfg.interval_s, max(window, self.cfg.retention_s)
+        )
+        raw: list[prom.Series] = []
+        for group in family_groups(self._names(now, range_s)):
+            names = "|".join(group)
+            raw += self.client.raw(
+                prom.selector(f"__name__=~{prom.quote(names)}", self.matchers), range_s, now
+            )
+        self._range_s, self._samples = range_s, sum(len(v) for _, v in raw)
+        pages = prom.snapshots(raw, self.metadata, after=self.last_t)
+        up = prom.down_times(self.client.raw(prom.selector('__name__="up"', self.matchers), range_s, now))
+        sidecar = self.client.instant(prom.SIDECAR_SELECTOR, now)
+        members = []
+        for inst in sorted(set(self.servers) | set(pages)):
+            server = self.servers.get(inst) or Server(inst)
+            snaps: list[Snapshot] = pages.get(inst, [])
+            last = self.last_t.get(inst)
+            down = [t for t in up.get(inst, []) if last is None or t > last]
+            gone = not snaps and not down and inst not in found
+            if gone and (last is None or now - last > FORGET_AFTER_S):
+                self._forget(inst)
+                continue
+            adv = self._advisor(server, prom.sidecar_engine(sidecar, inst))
+            self._feed(adv, snaps, down)
+            if snaps or down:
+                self.last_t[inst] = max([s.t for s in snaps] + down)
+            members.append(Member(server, self._export(adv, self._diagnose(adv, now))))
+        return members
+
+    @staticmethod
+    def _feed(adv: Advisor, snaps: Sequence[Snapshot], down: Sequence[float]) -> None:
+        items: list[tuple[float, int, Snapshot | None]] = [(s.t, 1, s) for s in snaps]
+        items += [(t, 0, None) for t in down]
+        for t, _, snap in sorted(items, key=lambda i: (i[0], i[1])):
+            if snap is None:
+                adv.on_scrape_error(MetricsError("refused", "Prometheus could not scrape it (up == 0)"), t)
+            else:
+                adv.on_snapshot(snap)
+
+    def _diagnose(self, adv: Advisor, now: float) -> Diagnosis:
+        try:
+            d = adv.diagnose(now)
+        except Exception as e:  # a bug must not stop the other servers' advice
+            log.exception("diagnosis failed")
+            return Diagnosis(
+                "insufficient-data", f"internal error: {type(e).__name__}: {e}", None, (), {}, {}, now, {}
+            )
+        last = adv.stats.last_scrape_t
+        if d.status == "advice" and (
+            last is None or now - last > max(3 * self.cfg.interval_s, self.cfg.stale_after_s)
+        ):
+            # Prometheus has stopped getting pages for it: never show stale advice as current
+            return Diagnosis(
+                "insufficient-data",
+                "no recent scrape of this server in Prometheus",
+                None,
+                d.findings,
+                d.engine,
+                d.context,
+                now,
+                {},
+            )
+        return d
+
+    def _export(self, adv: Advisor, d: Diagnosis) -> ExportState:
+        return ExportState(
+            diagnosis=d,
+            up=adv.up,
+            rules=self.rules,
+            scrapes=dict(adv.stats.scrapes),
+            log_lines=dict(adv.stats.log_lines),
+            last_scrape_t=adv.stats.last_scrape_t,
+            last_scrape_duration_s=adv.stats.last_scrape_duration_s,
+            knob_changes=len(adv.changes),
+            experiment=d.experiment,
+        )
+
+    def _forget(self, inst: str) -> None:
+        self.advisors.pop(inst, None)
+        self.servers.pop(inst, None)
+        self.last_t.pop(inst, None)
+
+    def _unreadable(self, now: float, err: str, seconds: float, queries: int) -> FleetState:
+        members = []
+        for m in self._state.members:
+            d = m.state.diagnosis
+            withdrawn = Diagnosis(
+                "insufficient-data",
+                f"Prometheus cannot be read: {err}",
+                None,
+                d.findings if d else (),
+                d.engine if d else {},
+                d.context if d else {},
+                now,
+                {},
+            )
+            members.append(Member(m.server, ExportState(withdrawn, False, self.rules, dict(m.state.scrapes))))
+        return FleetState(tuple(members), False, err, seconds, queries, self.cycles, now)
+
+
+@dataclass
+class Runner:
+    """Threads around a :class:`Fleet`: the cycle on a timer, the HTTP server."""
+
+    fleet: Fleet
+    listen: str
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    server: Any = None
+
+    def start(self) -> tuple[str, int]:
+        from advisor.config import parse_listen
+        from advisor.outputs.fleet import make_server
+
+        host, port = parse_listen(self.listen)
+        self.server = make_server(host, port, self.fleet.state)
+        th = threading.Thread(target=self.server.serve_forever, daemon=True, name="http")
+        th.start()
+        loop = threading.Thread(target=self._loop, daemon=True, name="fleet-cycle")
+        loop.start()
+        self._threads += [th, loop]
+        addr = self.server.server_address
+        log.info("fleet started", prometheus=self.fleet.client.base_url, listen=f"{addr[0]}:{addr[1]}")
+        return str(addr[0]), int(addr[1])
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                self.fleet.cycle()
+            except Exception:  # never let the loop die
+                log.exception("fleet cycle failed")
+            self._stop.wait(max(0.0, self.fleet.cfg.interval_s - (time.monotonic() - t0)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        for th in self._threads:
+            th.join(timeout=10)
+
+    def wait(self, seconds: float | None = None) -> None:
+        import signal
+
+        def handler(signum: int, frame: object) -> None:
+            self._stop.set()
+
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, handler)
+            signal.signal(signal.SIGTERM, handler)
+        self._stop.wait(seconds)
+
+
+def run(
+    cfg: Config, rules: Sequence[Rule], prometheus_url: str, selector: str, run_seconds: float | None = None
+) -> int:
+    """``vllm-advisor run --prometheus URL``: until SIGINT/SIGTERM (or ``run_seconds``)."""
+    fleet = Fleet(
+        cfg, rules, prom.Client(prometheus_url, timeout_s=max(cfg.scrape_timeout_s, 10.0)), selector
+    )
+    runner = Runner(fleet, cfg.listen)
+    try:
+        runner.start()
+    except OSError as e:
+        log.error("cannot listen", listen=cfg.listen, error=str(e))
+        return 1
+    try:
+        runner.wait(run_seconds)
+    finally:
+        runner.stop()
+    return 0

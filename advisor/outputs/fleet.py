@@ -1,0 +1,206 @@
+"""What the fleet daemon shows: the sidecar's ``vllm_advisor_*`` series for every server, with
+its ``instance`` (and ``model_name``) label; the fleet's own series; ``/api/v1/diagnosis``
+(the fleet worst first, or one server with ``?instance=``) and a landing page listing the fleet.
+
+The per-server families come from the sidecar's own collector
+(:class:`~advisor.outputs.exporter.AdvisorCollector`), relabelled: one set of series names and
+meanings for a sidecar and for the fleet. Prometheus must scrape the fleet daemon with
+``honor_labels: true`` so that ``instance`` stays the vLLM server's.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from advisor import names
+from advisor.fleet import FleetState, Member
+from advisor.outputs.exporter import CONTENT_TYPE, AdvisorCollector
+
+INSTANCE = "instance"
+MODEL = names.MODEL_LABEL
+# On every per-server series the fleet exports, so that it never reads its own knob series back
+# as a sidecar's (advisor/sources/prometheus.py asks for series without it).
+ADVISED_BY = (names.OUTPUT_PREFIX.rstrip("_"), "fleet")
+
+
+def member_labels(m: Member) -> dict[str, str]:
+    return {INSTANCE: m.server.instance, MODEL: ",".join(m.server.models)}
+
+
+class FleetCollector(Collector):
+    """Every server's families merged under one name each, plus the fleet's own series."""
+
+    def __init__(self, state: Callable[[], FleetState]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        st = self._state()
+        merged: dict[str, Metric] = {}
+        for m in st.worst_first():
+            extra = member_labels(m)
+            for fam in AdvisorCollector(lambda s=m.state: s).collect():  # type: ignore[misc]
+                out = merged.get(fam.name)
+                if out is None:
+                    out = merged[fam.name] = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+                for s in fam.samples:
+                    labels = {**s.labels, INSTANCE: extra[INSTANCE], ADVISED_BY[0]: ADVISED_BY[1]}
+                    if not labels.get(MODEL):
+                        labels[MODEL] = extra[MODEL]
+                    out.add_sample(s.name, labels, s.value, s.timestamp)
+        yield from merged.values()
+        p = names.OUTPUT_PREFIX + "fleet_"
+        yield GaugeMetricFamily(
+            p + "prometheus_up",
+            "1 when the last cycle could read Prometheus.",
+            value=1 if st.prometheus_up else 0,
+        )
+        yield GaugeMetricFamily(p + "instances", "vLLM servers advised.", value=len(st.members))
+        if st.cycle_seconds is not None:
+            yield GaugeMetricFamily(
+                p + "cycle_seconds", "Duration of the last cycle.", value=st.cycle_seconds
+            )
+        yield GaugeMetricFamily(
+            p + "queries_per_cycle",
+            "Prometheus API requests the last cycle made.",
+            value=st.queries_last_cycle,
+        )
+
+
+def make_registry(state: Callable[[], FleetState]) -> CollectorRegistry:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(FleetCollector(state))
+    return reg
+
+
+def summary(m: Member) -> dict[str, Any]:
+    d = m.state.diagnosis
+    rec = d.recommendation if d is not None else None
+    return {
+        "instance": m.server.instance,
+        "job": m.server.job,
+        "models": list(m.server.models),
+        "engines": list(m.server.engines),
+        "up": m.state.up,
+        "status": d.status if d is not None else "insufficient-data",
+        "reason": d.reason if d is not None else "no diagnosis yet",
+        "recommendation": rec.to_json() if rec is not None else None,
+    }
+
+
+def fleet_json(st: FleetState) -> dict[str, Any]:
+    members = st.worst_first()
+    worst = summary(members[0])["status"] if members else "insufficient-data"
+    n_adv = sum(1 for m in members if m.state.diagnosis is not None and m.state.diagnosis.status == "advice")
+    return {
+        "status": worst,
+        "reason": f"{len(members)} servers, {n_adv} with advice"
+        + ("" if st.prometheus_up else f"; Prometheus cannot be read: {st.last_error}"),
+        "recommendation": None,
+        "prometheus_up": st.prometheus_up,
+        "instances": [summary(m) for m in members],
+    }
+
+
+def landing_page(st: FleetState) -> str:
+    e = html.escape
+    rows = []
+    for m in st.worst_first():
+        s = summary(m)
+        rec = m.state.diagnosis.recommendation if m.state.diagnosis is not None else None
+        change = f"<code>{e(rec.change)}</code> ({e(rec.rule)})" if rec is not None else ""
+        link = f"/api/v1/diagnosis?instance={e(m.server.instance)}"
+        rows.append(
+            f"<tr class='{e(s['status'])}'><td><a href='{link}'>{e(m.server.instance)}</a></td>"
+            f"<td>{e(', '.join(m.server.models))}</td><td>{e(s['status'])}</td><td>{change}</td>"
+            f"<td>{e(s['reason'])}</td></tr>"
+        )
+    prom = "" if st.prometheus_up else f"<p><b>Prometheus cannot be read</b>: {e(st.last_error or '')}</p>"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>vllm-advisor fleet</title>
+<style>body{{font-family:sans-serif;max-width:80em;margin:2em auto;padding:0 1em}}
+table{{border-collapse:collapse}}td,th{{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}}
+.advice{{color:#b35c00}}.healthy{{color:#2a7a2a}}</style></head>
+<body><h1>vllm-advisor fleet</h1>{prom}<p>{len(st.members)} servers, worst first.</p>
+<table><tr><th>instance</th><th>model</th><th>status</th><th>change</th><th>why</th></tr>{"".join(rows)}</table>
+<p><a href="/metrics">/metrics</a> · <a href="/api/v1/diagnosis">/api/v1/diagnosis</a> · <a href="/healthz">/healthz</a></p>
+</body></html>
+"""
+
+
+def make_handler(
+    state: Callable[[], FleetState], registry: CollectorRegistry
+) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "vllm-advisor-fleet"
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _json(self, code: int, body: Any) -> None:
+            self._send(code, json.dumps(body, default=str).encode(), "application/json")
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def do_GET(self) -> None:
+            path, _, query = self.path.partition("?")
+            try:
+                if path == "/metrics":
+                    self._send(200, generate_latest(registry), CONTENT_TYPE)
+                elif path == "/api/v1/diagnosis":
+                    st = state()
+                    asked = parse_qs(query).get("instance")
+                    instance = asked[0] if asked else None
+                    if instance is None:
+                        self._json(200, fleet_json(st))
+                        return
+                    m = st.member(instance)
+                    if m is None:
+                        self._json(404, {"error": f"no server {instance!r} in the fleet"})
+                    elif m.state.diagnosis is None:
+                        self._json(
+                            200,
+                            {
+                                "status": "insufficient-data",
+                                "reason": "no diagnosis yet",
+                                "recommendation": None,
+                            },
+                        )
+                    else:
+                        self._json(200, {**m.state.diagnosis.to_json(), **member_labels(m)})
+                elif path == "/healthz":
+                    st = state()
+                    self._json(
+                        200, {"ok": True, "prometheus_up": st.prometheus_up, "instances": len(st.members)}
+                    )
+                elif path in ("/", "/index.html"):
+                    self._send(200, landing_page(state()).encode(), "text/html; charset=utf-8")
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+            except BrokenPipeError:
+                pass
+
+    return Handler
+
+
+def make_server(host: str, port: int, state: Callable[[], FleetState]) -> ThreadingHTTPServer:
+    srv = ThreadingHTTPServer((host, port), make_handler(state, make_registry(state)))
+    srv.daemon_threads = True
+    return srv
