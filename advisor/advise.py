@@ -428,11 +428,12 @@ def diagnose(
                 "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
             )
     if status == "healthy":
-        # a rule whose known conditions all hold (at least one of them known: a rule with no known
-        # input at all, like a multimodal rule on a text-only server, shows nothing) but whose
-        # other inputs are unknown (a recording without the device's memory, say) might fire:
-        # not healthy, say what is missing
-        blocked = [f for f in findings if f.state == "unknown" and any(c.ok for c in f.checks)]
+        # a rule whose symptom holds (its first condition, by the rules' convention: preemptions,
+        # a queue, a CPU-bound API server) and no other condition is false, but some other input
+        # is unknown (a recording without the device's memory, say), might fire: not healthy,
+        # say what is missing. A rule whose symptom itself is unknown (a multimodal rule on a
+        # text-only server, the API server's CPU where vLLM stopped exporting it) shows nothing.
+        blocked = [f for f in findings if f.state == "unknown" and f.checks and f.checks[0].ok]
         if blocked:
             return without_advice(
                 "inconclusive",

