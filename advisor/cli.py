@@ -23,6 +23,17 @@ from advisor import config as config_mod
 from advisor.ruleset import RuleError, load_rules
 
 FORMATS = click.Choice(["text", "json", "markdown"])
+TEXT_OR_JSON = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+TEXT_JSON_OR_MARKDOWN = click.option(
+    "--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format."
+)
 DEMO_SESSION = Path(__file__).resolve().parent / "data" / "sessions" / "h200-A_s256"
 
 EXIT_OK = 0
@@ -141,7 +152,7 @@ def main() -> None:
     "--window", default=None, help="How long to observe --url (60s) or to read from --prometheus (15m)."
 )
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
-@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
+@TEXT_JSON_OR_MARKDOWN
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
 @click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
 @click.option("--config", "config_file", type=click.Path(), help="The advisor's own config file.")
@@ -356,14 +367,7 @@ def daemon_errors() -> tuple[type[BaseException], ...]:
 @click.option("--set", "setting", required=True, help="KNOB=VALUE, e.g. max_num_seqs=72.")
 @click.option("--window", default="60s", show_default=True, help="How long to observe --url.")
 @click.option("--interval", default="5s", show_default=True, help="Scrape interval while observing --url.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@TEXT_OR_JSON
 @click.option("--engine-config", type=click.Path(), help="The YAML `vllm serve --config` takes.")
 @click.option("--config", "config_file", type=click.Path(), help="The advisor's own config file.")
 def predict(
@@ -433,14 +437,7 @@ def predict(
     type=click.Path(allow_dash=True),
     help="The command the server was started with, as pasted (vllm serve ..., docker run ...; - for stdin).",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@TEXT_OR_JSON
 def inspect(
     url: str | None,
     session_dir: str | None,
@@ -481,14 +478,7 @@ def rules() -> None:
 
 @rules.command("list")
 @click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@TEXT_OR_JSON
 def rules_list(rules_dir: str | None, fmt: str) -> None:
     """Every rule with its severity and knob."""
     from advisor.outputs import explain as out
@@ -503,7 +493,7 @@ def rules_list(rules_dir: str | None, fmt: str) -> None:
 @rules.command("show")
 @click.argument("rule_id")
 @click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
-@click.option("--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format.")
+@TEXT_JSON_OR_MARKDOWN
 @click.pass_context
 def rules_show(ctx: click.Context, rule_id: str, rules_dir: str | None, fmt: str) -> None:
     """A rule's docs (same as `explain RULE_ID`)."""
@@ -799,14 +789,7 @@ def generate(
 @main.command()
 @click.argument("a", type=click.Path())
 @click.argument("b", type=click.Path())
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@TEXT_OR_JSON
 @click.option(
     "--buckets", help="Prompt-length bucket edges, e.g. 512,2048 (default: from the prompt lengths)."
 )
@@ -910,14 +893,7 @@ def compare(
     "--config", "config_file", type=click.Path(), help="The advisor's config file (for its state_dir)."
 )
 @click.option("--limit", default=50, show_default=True, help="Show at most this many, newest first.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@TEXT_OR_JSON
 def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: str) -> None:
     """The experiments the advisor judged: knob, old -> new, verdict and why; predicted vs measured."""
     from advisor import whatif
