@@ -176,19 +176,7 @@ class Daemon:
                 log.error("cannot write the ledger", ledger=path, error=str(e))
 
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
-        a = self.advisor
-        return ExportState(
-            diagnosis=diagnosis,
-            up=a.up,
-            rules=self.rules,
-            scrapes=dict(a.stats.scrapes),
-            log_lines=dict(a.stats.log_lines),
-            last_scrape_t=a.stats.last_scrape_t,
-            last_scrape_duration_s=a.stats.last_scrape_duration_s,
-            knob_changes=len(a.changes),
-            experiment=diagnosis.experiment if diagnosis is not None else None,
-            several_servers=self.servers.several,
-        )
+        return ExportState.of(self.advisor, self.rules, diagnosis, several_servers=self.servers.several)
 
     # ---------------------------------------------------------------- the cycle
     def cycle(self) -> Diagnosis:

@@ -283,17 +283,7 @@ class Fleet:
         return d
 
     def _export(self, adv: Advisor, d: Diagnosis) -> ExportState:
-        return ExportState(
-            diagnosis=d,
-            up=adv.up,
-            rules=self.rules,
-            scrapes=dict(adv.stats.scrapes),
-            log_lines=dict(adv.stats.log_lines),
-            last_scrape_t=adv.stats.last_scrape_t,
-            last_scrape_duration_s=adv.stats.last_scrape_duration_s,
-            knob_changes=len(adv.changes),
-            experiment=d.experiment,
-        )
+        return ExportState.of(adv, self.rules, d)
 
     def _forget(self, inst: str) -> None:
         self.advisors.pop(inst, None)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
@@ -30,6 +30,9 @@ from advisor.advise import STATUSES, Diagnosis
 from advisor.outputs.explain import fmt_value
 from advisor.ruleset import Rule
 from advisor.signals import CATALOG
+
+if TYPE_CHECKING:
+    from advisor.runner import Advisor
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -51,6 +54,24 @@ class ExportState:
     log_source_up: bool | None = None  # None: no log source configured
     log_source_restarts: int = 0
     several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
+
+    @classmethod
+    def of(
+        cls, adv: Advisor, rules: tuple[Rule, ...], diagnosis: Diagnosis | None, **extra: Any
+    ) -> ExportState:
+        """The state of one advisor (its counters as they are now) with ``diagnosis``."""
+        return cls(
+            diagnosis=diagnosis,
+            up=adv.up,
+            rules=rules,
+            scrapes=dict(adv.stats.scrapes),
+            log_lines=dict(adv.stats.log_lines),
+            last_scrape_t=adv.stats.last_scrape_t,
+            last_scrape_duration_s=adv.stats.last_scrape_duration_s,
+            knob_changes=len(adv.changes),
+            experiment=diagnosis.experiment if diagnosis is not None else None,
+            **extra,
+        )
 
 
 def _num(v: Any) -> float | None:
