@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from advisor import names
 from advisor.fleet import FleetState, Member
-from advisor.outputs.exporter import CONTENT_TYPE, AdvisorCollector
+from advisor.outputs.exporter import CONTENT_TYPE, AdvisorCollector, BoundedHTTPServer
 
 INSTANCE = "instance"
 MODEL = names.MODEL_LABEL
@@ -141,6 +141,7 @@ def make_handler(
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "vllm-advisor-fleet"
+        timeout = BoundedHTTPServer.client_timeout_s  # every read on the connection
 
         def log_message(self, *args: object) -> None:
             pass
@@ -201,6 +202,7 @@ def make_handler(
 
 
 def make_server(host: str, port: int, state: Callable[[], FleetState]) -> ThreadingHTTPServer:
-    srv = ThreadingHTTPServer((host, port), make_handler(state, make_registry(state)))
+    # the sidecar's server: bounded connections, timed-out reads, no spinning on EMFILE
+    srv = BoundedHTTPServer((host, port), make_handler(state, make_registry(state)))
     srv.daemon_threads = True
     return srv
