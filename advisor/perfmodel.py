@@ -19,7 +19,8 @@ The model (per engine, steady state under the same load):
   allows the batch whose prefill (prompt over output tokens per step per request) fits beside
   its decodes. Whichever is smallest binds.
 - **Preemptions** start once the batch asks for more KV than requests hold at their end
-  (prompt + output): the share of admissions that will not fit, ``1 - KV/(B x (P + G))``,
+  (prompt + output, in whole blocks; the cache less V1's null block): the share of admissions
+  that will not fit, ``1 - KV/(B x (P + G))``,
   times the request rate, scaled by the measured ratio where the server preempts now.
 - **Output tokens/s** ``= decodes per step / T``; **TPOT p95** moves with the mean step time;
   **ITL p95** with the time of a step that carries the largest prefill chunk
@@ -219,6 +220,21 @@ class Config:
     gpu_memory_utilization: float | None
     gpu_memory_bytes: float | None
     gpu_memory_free_bytes: float | None = None
+    block_size: float | None = None  # tokens per KV block (None: unknown, no rounding)
+
+    def usable_kv_tokens(self) -> float | None:
+        """The KV tokens requests can hold: vLLM V1's block pool keeps one block as its null block."""
+        if self.kv_cache_tokens is None:
+            return None
+        return max(0.0, self.kv_cache_tokens - (self.block_size or 0.0))
+
+    def footprint(self, prompt: float, output: float) -> float:
+        """The KV tokens a request holds at its end, in whole blocks (the last generated token is
+        never fed back, so its KV is never written)."""
+        tokens = max(prompt + output - 1.0, 1.0)
+        if self.block_size:
+            return math.ceil(tokens / self.block_size) * self.block_size
+        return tokens
 
 
 @dataclass(frozen=True)
@@ -308,6 +324,7 @@ def build(
         gpu_memory_utilization=_num(engine.get("gpu_memory_utilization")),
         gpu_memory_bytes=_num(values.get("gpu_memory_bytes")),
         gpu_memory_free_bytes=_gib(engine.get("gpu_memory_free_gib")),
+        block_size=_num(engine.get("block_size")),
     )
     for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
         if getattr(cfg, name) is None:
@@ -421,9 +438,10 @@ def state(m: Model, cfg: Config) -> State:
     limits: list[tuple[float, str]] = [(demand, "load")]
     if cap is not None:
         limits.append((cap, "max_num_seqs"))
+    usable = cfg.usable_kv_tokens()
     admit_kv = math.inf  # what the scheduler admits while prompts fit
-    if cfg.kv_cache_tokens is not None and p_mean:
-        admit_kv = cfg.kv_cache_tokens / p_mean
+    if usable is not None and p_mean:
+        admit_kv = usable / p_mean
     admit = min(min(x for x, _ in limits), admit_kv)
     if cfg.kv_cache_tokens is not None and m.kv_per_running:
         limits.append((cfg.kv_cache_tokens / m.kv_per_running, "kv_cache"))
@@ -435,9 +453,9 @@ def state(m: Model, cfg: Config) -> State:
         binding = "max_num_seqs"
     batch = max(batch, 1.0)
     share, pressure = 0.0, None
-    if cfg.kv_cache_tokens and p_mean is not None and g_mean is not None and math.isfinite(admit):
+    if usable and p_mean is not None and g_mean is not None and math.isfinite(admit):
         # the admitted requests all at their end (they are not: a conservative bound)
-        pressure = admit * (p_mean + g_mean) / cfg.kv_cache_tokens
+        pressure = admit * cfg.footprint(p_mean, g_mean) / usable
         share = max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
     scale = batch / max(m.running, 1e-9)
     decode = m.decode * scale
@@ -465,10 +483,11 @@ def state(m: Model, cfg: Config) -> State:
 
 def _measured_share(m: Model) -> float:
     """The preempted share the model expects under the measured config (for the recompute)."""
-    if m.config.kv_cache_tokens is None or m.prompt_mean is None or m.output_mean is None:
+    usable = m.config.usable_kv_tokens()
+    if not usable or m.prompt_mean is None or m.output_mean is None:
         return 0.0
-    b = min(m.running, m.config.kv_cache_tokens / max(m.prompt_mean, 1.0))
-    pressure = b * (m.prompt_mean + m.output_mean) / m.config.kv_cache_tokens
+    b = min(m.running, usable / max(m.prompt_mean, 1.0))
+    pressure = b * m.config.footprint(m.prompt_mean, m.output_mean) / usable
     return max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
 
 

@@ -4,9 +4,9 @@ same load, and the daemon's own before/after verdict in the ledger.
 KV cache 3,072 tokens (24 blocks of 128), max_num_seqs 6, 48 requests of 384 in / 384 out at
 concurrency 32: six prompts fill the cache at admission and then grow, so the batch sits at the
 cap while vLLM preempts and recomputes long prefills. The cache holds 4 such requests and its
-size is fixed in bytes, so the advice is more KV memory first (24 -> 36 MiB: 6 fit, the whole
-capped batch); the same load after the restart preempts (almost) no more, at no cost in
-throughput or tail latency: keep. Then the opposite: back to 24 MiB, preemption and the TPOT
+size is fixed in bytes, so the advice is more KV memory first (24 -> 36 MiB: 36 blocks for the
+capped batch's six requests of 6 blocks, less V1's null block); the same load after the restart
+preempts far less, at no cost in throughput or tail latency: keep. Then the opposite: back to 24 MiB, preemption and the TPOT
 tail come back: revert. (Lowering the cap instead, 6 -> 4, was this test's loop before the H200
 showed that a cut cap costs throughput where memory could be given: docs/validation.md.)
 """
@@ -102,14 +102,16 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
         assert any("Preemptions" in r for r in first["reasons"])
         # the loop closed (issue 13): the prediction made at the change against the after-window.
         # Tolerance: output throughput within 35%, the spread of this 2-core machine's busy
-        # intervals under the same load; preemptions predicted and measured near zero
+        # intervals under the same load. Preemptions: predicted and measured at most half the
+        # rate before. Not zero: six requests of 767 tokens need 36 blocks of the 36 the cache
+        # has, one of which V1 keeps as its null block, so when all six near their end together
+        # one is preempted (a CI run measured 0.11/s after; the model predicts a few as well)
         p = first["prediction"]
         assert p is not None and p["measured_after"] is not None, p
         assert abs(p["error"]["output_tokens_per_second"]) <= 0.35, p
-        assert (
-            p["predicted"]["preemptions_per_second"] <= 0.1
-            and p["measured_after"]["preemptions_per_second"] <= 0.1
-        )
+        before = pred["measured"]["preemptions_per_second"]
+        assert p["predicted"]["preemptions_per_second"] <= before / 2, p
+        assert p["measured_after"]["preemptions_per_second"] <= before / 2, p
 
         # the opposite: back to the small cache under the same load makes things worse
         server.restart(kv_cache_memory_bytes=KV_BYTES)

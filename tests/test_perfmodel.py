@@ -141,6 +141,26 @@ def test_more_kv_removes_preemptions_when_the_cap_fits_in_it() -> None:
     assert p.binding_after == "max_num_seqs"
 
 
+def test_a_cache_that_fits_the_batch_only_in_tokens_still_preempts_in_blocks() -> None:
+    # 6 requests of 384 + 384 tokens against 4,608 tokens: they fit as tokens, but in blocks of
+    # 128 each holds 6 blocks, and V1 keeps one of the 36 as its null block, so one does not fit
+    values = {
+        **VALUES,
+        "max_num_seqs": 6.0,
+        "kv_cache_tokens": 4608.0,
+        "prompt_tokens_mean": 384.0,
+        "generation_tokens_mean": 384.0,
+    }
+    rows = [(6.0, 0.9, 40.0) for _ in range(30)]
+    blocks = pm.build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20, block_size=128), values)
+    tokens = pm.build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20), values)
+    assert blocks.config.usable_kv_tokens() == 4480.0
+    assert blocks.config.footprint(384.0, 384.0) == 768.0
+    s_blocks, s_tokens = pm.state(blocks, blocks.config), pm.state(tokens, tokens.config)
+    assert s_tokens.preempt_share == 0.0
+    assert s_blocks.preempt_share == pytest.approx(1 - 4480 / (6 * 768))
+
+
 def test_unknown_inputs_stay_unknown_and_lower_the_confidence() -> None:
     values = {**VALUES, "kv_cache_tokens": None}
     m = pm.build(simulate(busy_rows()), engine(), values)
