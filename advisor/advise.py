@@ -15,7 +15,7 @@ from typing import Any
 
 from advisor import knobs
 from advisor.config import Config
-from advisor.evaluate import Evaluator, Finding
+from advisor.evaluate import DEFAULT_TARGETS, Evaluator, Finding, check
 from advisor.model import EngineInfo, Provenanced
 from advisor.ruleset import KnobChoice, Rule
 from advisor.signals import CATALOG, Context, Values
@@ -121,10 +121,19 @@ class Diagnosis:
 
 # ------------------------------------------------------------------ proposing a value
 def _host_gpus(engine: EngineInfo, cfg: Config) -> int | None:
+    """The GPUs this server could use: the configured count, else the host's, less those that
+    another process holds (where the host probe saw which are idle)."""
     if cfg.host_gpus is not None:
         return cfg.host_gpus
-    g = engine.get("gpu_count")
-    return int(g) if g is not None else None
+    g, idle = engine.get("gpu_count"), engine.get("gpu_idle_count")
+    if g is None:
+        return None
+    if idle is None:
+        return int(g)
+    used = 1
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        used *= int(engine.get(name) or 1)
+    return min(int(g), used + int(idle))
 
 
 def resolve_choice(
@@ -133,7 +142,16 @@ def resolve_choice(
     """The first knob of the rule that can move: (choice, current, proposed, source, why-nots)."""
     why_not: list[str] = []
     host_gpus = _host_gpus(engine, cfg)
+    targets = {**DEFAULT_TARGETS, **cfg.targets}
     for choice in rule.knobs:
+        held = [c for c in (check(u, values, targets) for u in choice.unless) if c.ok]
+        if held:
+            h = held[0]
+            why_not.append(
+                f"{choice.name}: not while {h.condition.signal} is {h.value:.3g} "
+                f"({h.condition.op} {h.threshold:g})"
+            )
+            continue
         ok, reason = knobs.applicable(choice.name, choice.direction, engine, host_gpus)
         if not ok:
             why_not.append(f"{choice.name}: {reason}")

@@ -26,6 +26,8 @@ The model (per engine, steady state under the same load):
   **ITL p95** with the time of a step that carries the largest prefill chunk
   (``min(budget - decodes, the chunk seen at ITL p95)``); **TTFT** is queue time (the closed
   loop's waiting requests over the request rate) plus prefill time (prompt chunks x step time).
+- **Data parallelism** copies the engine: each copy its own KV cache and an even share of the
+  offered load; rates (tokens, preemptions) add up over the copies.
 
 Every prediction is the measured value times the model's ratio after/before, so the model's
 absolute bias cancels and an unchanged knob predicts exactly what was measured. Unknown inputs
@@ -50,6 +52,7 @@ KNOBS = (
     "kv_cache_memory_bytes",
     "gpu_memory_utilization",
     "max_num_active_seqs",
+    "data_parallel_size",
 )
 """The knobs the model can move."""
 
@@ -221,6 +224,7 @@ class Config:
     gpu_memory_bytes: float | None
     gpu_memory_free_bytes: float | None = None
     block_size: float | None = None  # tokens per KV block (None: unknown, no rounding)
+    data_parallel_size: float = 1.0  # engines sharing the load (each with its own KV cache)
 
     def usable_kv_tokens(self) -> float | None:
         """The KV tokens requests can hold: vLLM V1's block pool keeps one block as its null block."""
@@ -325,6 +329,7 @@ def build(
         gpu_memory_bytes=_num(values.get("gpu_memory_bytes")),
         gpu_memory_free_bytes=_gib(engine.get("gpu_memory_free_gib")),
         block_size=_num(engine.get("block_size")),
+        data_parallel_size=float(engines),
     )
     for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
         if getattr(cfg, name) is None:
@@ -433,7 +438,7 @@ class State:
 def state(m: Model, cfg: Config) -> State:
     """The model's steady state under ``cfg`` for the measured load."""
     p_mean, g_mean = m.prompt_mean, m.output_mean
-    demand = m.offered if m.offered is not None else m.running
+    demand = _demand(m, cfg)
     cap = cfg.max_num_seqs
     limits: list[tuple[float, str]] = [(demand, "load")]
     if cap is not None:
@@ -479,6 +484,12 @@ def state(m: Model, cfg: Config) -> State:
         chunks = math.ceil(p_mean / room) if room is not None else 1
         prefill_time = chunks * m.fit.at(x, 0.0) + m.fit.c * p_mean
     return State(batch, binding, step, itl_step, decode, prefill, share, pressure, prefill_time)
+
+
+def _demand(m: Model, cfg: Config) -> float:
+    """Requests one engine is offered under ``cfg``: the measured load, split over its engines."""
+    demand = m.offered if m.offered is not None else m.running
+    return demand * m.config.data_parallel_size / cfg.data_parallel_size
 
 
 def _measured_share(m: Model) -> float:
@@ -537,6 +548,12 @@ def with_knob(m: Model, knob: str, value: float) -> tuple[Config, float | None]:
         return replace(c, max_num_seqs=value), c.max_num_seqs
     if knob == "max_num_batched_tokens":
         return replace(c, max_num_batched_tokens=value), c.max_num_batched_tokens
+    if knob == "data_parallel_size":
+        # the same engine again on other GPUs: each its own KV cache and scheduler, and its
+        # share of the load (the load balancing of vLLM's DP coordinator is taken as even)
+        if value < 1:
+            raise ValueError("data_parallel_size is at least 1")
+        return replace(c, data_parallel_size=value), c.data_parallel_size
     if knob == "kv_cache_memory_bytes":
         if c.kv_cache_tokens is None:
             raise ValueError("the KV cache size in tokens is unknown")
@@ -581,10 +598,11 @@ def predict(m: Model, knob: str, value: float, queue_share: float | None = None)
     meas = m.measured
     notes: list[str] = []
     thr0, thr1 = s0.decode / s0.step, s1.decode / s1.step
-    tr = thr1 / thr0 if thr0 > 0 else 1.0
+    tr = thr1 / thr0 if thr0 > 0 else 1.0  # per engine
+    er = cfg.data_parallel_size / m.config.data_parallel_size  # engines after over before
     out: dict[str, float | None] = {}
-    out["output_tokens_per_second"] = _scale(meas["output_tokens_per_second"], tr)
-    out["running"] = _scale(meas["running"], s1.batch / s0.batch)
+    out["output_tokens_per_second"] = _scale(meas["output_tokens_per_second"], tr * er)
+    out["running"] = _scale(meas["running"], s1.batch / s0.batch * er)
     out["tpot_seconds_p95"] = _scale(meas["tpot_seconds_p95"], s1.step / s0.step)
     out["itl_seconds_p95"] = _scale(meas["itl_seconds_p95"], s1.itl_step / s0.itl_step)
     # TTFT: queue time (closed loop: the waiting requests over the request rate) + prefill time
@@ -592,9 +610,9 @@ def predict(m: Model, knob: str, value: float, queue_share: float | None = None)
     if q is None:
         q = 0.9 if m.queued else 0.1
     q = min(max(q, 0.0), 1.0)
-    demand = m.offered if m.offered is not None else m.running
+    demand, demand1 = _demand(m, m.config), _demand(m, cfg)
     if m.queued and demand > s0.batch:
-        qr = (max(demand - s1.batch, 0.0) / tr) / (demand - s0.batch)
+        qr = (max(demand1 - s1.batch, 0.0) / tr) / (demand - s0.batch)
     else:
         qr = s1.step / s0.step
     pr = s1.prefill_time / s0.prefill_time
@@ -607,10 +625,10 @@ def predict(m: Model, knob: str, value: float, queue_share: float | None = None)
     if s1.preempt_share <= 0:
         out["preemptions_per_second"] = 0.0
     elif pm is not None and pm > 0 and s0.preempt_share > 0:
-        out["preemptions_per_second"] = pm * (s1.preempt_share / s0.preempt_share) * tr
+        out["preemptions_per_second"] = pm * (s1.preempt_share / s0.preempt_share) * tr * er
     elif pm is not None and m.requests_per_second is not None:
         # none measured (or none expected now): what the change adds to what was measured
-        out["preemptions_per_second"] = max(0.0, pm + (s1.preempt_share - s0.preempt_share) * rps * tr)
+        out["preemptions_per_second"] = max(0.0, pm + (s1.preempt_share * er - s0.preempt_share) * rps * tr)
     else:
         out["preemptions_per_second"] = None
     if pm and s0.preempt_share <= 0:

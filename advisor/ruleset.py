@@ -51,6 +51,7 @@ class KnobChoice:
     step: str | None = None  # "-25%", "x2", "/2", "+0.05", "=0", "=shm"
     bound_signal: str | None = None  # grounds the proposed value (e.g. kv_sustained_concurrency)
     note: str = ""
+    unless: tuple[Condition, ...] = ()  # skip this knob when one of these holds (unknown: no skip)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Rule:
     def signals(self) -> set[str]:
         out = {c.signal for c in self.when} | {c.signal for c in self.gate}
         out |= {k.bound_signal for k in self.knobs if k.bound_signal}
+        out |= {c.signal for k in self.knobs for c in k.unless}
         out |= set(self.explain.get("verify", [])) | set(self.explain.get("evidence", []))
         return out
 
@@ -297,8 +299,8 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
         err("category", "must be a word")
         category = ""
 
-    def conditions(key: str, required: bool) -> tuple[Condition, ...]:
-        val = raw.get(key)
+    def conditions(key: str, required: bool, val: Any = None) -> tuple[Condition, ...]:
+        val = raw.get(key) if val is None else val
         if val is None:
             if required:
                 err(key, "required: a list of {signal, op, value}")
@@ -357,10 +359,13 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
         bound_sig = bound.get("signal") if isinstance(bound, dict) else None
         if bound is not None and not _known(bound_sig, sigs):
             err("knob", f"bound must be {{signal: <known signal>}}, got {_strip(bound)!r}", k)
-        extra = set(k) - {"name", "direction", "step", "bound", "note", "__line__", "__lines__"}
+        unless = conditions("knob.unless", False, k.get("unless")) if "unless" in k else ()
+        extra = set(k) - {"name", "direction", "step", "bound", "unless", "note", "__line__", "__lines__"}
         if extra:
             err("knob", f"unknown keys {sorted(extra)}", k)
-        choices.append(KnobChoice(str(name), str(direction), step, bound_sig, str(k.get("note", ""))))
+        choices.append(
+            KnobChoice(str(name), str(direction), step, bound_sig, str(k.get("note", "")).strip(), unless)
+        )
 
     explain = raw.get("explain")
     if not isinstance(explain, dict):

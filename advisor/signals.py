@@ -181,6 +181,24 @@ def _kv_tokens_per_request(c: Context, v: Values) -> Value:
     return float(math.ceil((p + g - 1) / bs) * bs)
 
 
+def _num_or_none(x: object) -> float | None:
+    if isinstance(x, bool) or x is None:
+        return None
+    try:
+        return float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _weights_to_kv(c: Context, v: Values) -> Value:
+    weights = _num_or_none(c.engine.get("model_weights_gib"))
+    kv_bytes = _num_or_none(c.engine.get("kv_cache_memory_bytes"))
+    kv = kv_bytes / 2**30 if kv_bytes else _num_or_none(c.engine.get("available_kv_cache_memory_gib"))
+    if weights is None or not kv or kv <= 0:
+        return None
+    return weights / kv
+
+
 def _kv_sustained(c: Context, v: Values) -> Value:
     t, per = v["kv_cache_tokens"], v["kv_tokens_per_request"]
     if t is None or per is None or per <= 0:
@@ -820,6 +838,17 @@ def _build() -> Iterator[Signal]:
             None if c.engine.get("gpu_memory_gib") is None else float(c.engine.get("gpu_memory_gib")) * 2**30
         ),
         'max(vllm_advisor_engine_fact{{fact="gpu_memory_bytes"}})',
+        per="config",
+    )
+    yield S(
+        "weights_to_kv_memory_ratio",
+        "ratio",
+        "Model weights over KV cache memory on one GPU (the start-up log's 'Model loading took' "
+        "and 'Available KV cache memory', or kv_cache_memory_bytes). At 1 or more, a second GPU "
+        "under tensor parallelism at least triples the KV a request stream has; data parallelism "
+        "only doubles it.",
+        _weights_to_kv,
+        None,
         per="config",
     )
     yield S(

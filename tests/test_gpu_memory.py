@@ -21,8 +21,9 @@ GiB = 2**30
 class FakeNvml:
     """pynvml's calls as nvidia-ml-py documents them (a stand-in: no GPU here)."""
 
-    def __init__(self, total: int, free: int, fail: bool = False) -> None:
+    def __init__(self, total: int, free: int, fail: bool = False, others: tuple[int, ...] = ()) -> None:
         self.total, self.free, self.fail = total, free, fail
+        self.frees = (free, *others)  # free memory of each GPU (the same total)
 
     def nvmlInit(self) -> None:
         if self.fail:
@@ -32,7 +33,7 @@ class FakeNvml:
         pass
 
     def nvmlDeviceGetCount(self) -> int:
-        return 1
+        return len(self.frees)
 
     def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
         return i
@@ -41,7 +42,8 @@ class FakeNvml:
         return b"NVIDIA H200"
 
     def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
-        return SimpleNamespace(total=self.total, free=self.free, used=self.total - self.free)
+        free = self.frees[h]
+        return SimpleNamespace(total=self.total, free=free, used=self.total - free)
 
 
 def test_nvidia_smi_with_free_memory() -> None:
@@ -51,6 +53,19 @@ def test_nvidia_smi_with_free_memory() -> None:
     assert got["gpu_memory_free_gib"].value == 96.0
     # the old two-column shape still parses, without free memory
     assert "gpu_memory_free_gib" not in engine.parse_nvidia_smi("NVIDIA H200, 143771 MiB\n")
+
+
+def test_the_probe_counts_the_gpus_nobody_serves_from() -> None:
+    """Parallelism advice counts GPUs with (nearly) all memory free, not every GPU of the host."""
+    smi = engine.parse_nvidia_smi(
+        "NVIDIA H200, 143771 MiB, 8000 MiB\nNVIDIA H200, 143771 MiB, 143000 MiB\n"
+        "NVIDIA H200, 143771 MiB, 60000 MiB\n"
+    )
+    assert (smi["gpu_count"].value, smi["gpu_idle_count"].value) == (3, 1)
+    nvml = engine.host_facts(
+        run=lambda c: "", nvml=FakeNvml(141 * GiB, 9 * GiB, others=(140 * GiB, 139 * GiB))
+    )
+    assert (nvml["gpu_count"].value, nvml["gpu_idle_count"].value) == (3, 2)
 
 
 def test_nvml_first_then_nvidia_smi() -> None:

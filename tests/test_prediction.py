@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,17 +187,23 @@ examples:
 
 
 def test_a_rule_that_could_fire_but_lacks_an_input_is_inconclusive_never_healthy(tmp_path: Path) -> None:
-    """Issue 13, miss 3: the H200 sessions recorded no GPU memory size, so a rule that checks it
-    can never fire in replay; the answer names what is missing instead of "healthy"."""
+    """Issue 13, miss 3: a session that recorded no GPU memory size (the H200 sessions did not,
+    until their host facts were restored from the live diagnosis) can never fire a rule that
+    checks it in replay; the answer names what is missing instead of "healthy"."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
     for f in (REPO / "rules").glob("*.yaml"):
-        (tmp_path / f.name).write_text(f.read_text())
-    healthy = ["explain", "--session", str(RUNS / "healthy.before"), "--format", "json"]
-    assert (
-        json.loads(CliRunner().invoke(main, [*healthy, "--rules-dir", str(tmp_path)]).stdout)["status"]
-        == "healthy"
-    )
-    (tmp_path / "queue-budget-on-a-large-gpu.yaml").write_text(RULE_NEEDING_MEMORY)
-    res = CliRunner().invoke(main, [*healthy, "--rules-dir", str(tmp_path)])
+        (rules / f.name).write_text(f.read_text())
+    session = tmp_path / "healthy.before"
+    shutil.copytree(RUNS / "healthy.before", session)
+    eng = json.loads((session / "engine.json").read_text())
+    eng["facts"] = {k: v for k, v in eng["facts"].items() if not v["detail"].startswith("host probe")}
+    eng["gpu_count"] = eng["gpu_memory_gib"] = None
+    (session / "engine.json").write_text(json.dumps(eng))
+    healthy = ["explain", "--session", str(session), "--format", "json", "--rules-dir", str(rules)]
+    assert json.loads(CliRunner().invoke(main, healthy).stdout)["status"] == "healthy"
+    (rules / "queue-budget-on-a-large-gpu.yaml").write_text(RULE_NEEDING_MEMORY)
+    res = CliRunner().invoke(main, healthy)
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["status"] == "inconclusive", d["reason"]

@@ -91,7 +91,11 @@ def test_invalid_rules_report_every_error_with_file_and_line(tmp_path: Path) -> 
         "severity: urgent\n"  # line 4: bad severity
         "when:\n"
         "  - {signal: no_such_signal, op: '>', value: 1}\n"  # line 6
-        "knob: {name: max_num_seqs, direction: sideways}\n"  # line 7
+        "knob:\n"
+        "  - {name: max_num_seqs, direction: sideways}\n"  # line 8
+        "  - name: data_parallel_size\n"
+        "    direction: increase\n"
+        "    unless: [{signal: no_such_weight, op: '>=', value: 1}]\n"  # line 11
         "explain: {what: x}\n"
         "examples: {fires: [{}], quiet: [{}]}\n"
     )
@@ -102,7 +106,8 @@ def test_invalid_rules_report_every_error_with_file_and_line(tmp_path: Path) -> 
     errs = "\n".join(e.value.errors)
     assert f"{tmp_path}/bad-one.yaml:4: severity" in errs
     assert f"{tmp_path}/bad-one.yaml:6: when: unknown signal 'no_such_signal'" in errs
-    assert f"{tmp_path}/bad-one.yaml:7: knob: direction" in errs
+    assert f"{tmp_path}/bad-one.yaml:8: knob: direction" in errs
+    assert f"{tmp_path}/bad-one.yaml:11: knob.unless: unknown signal 'no_such_weight'" in errs
     assert "missing section 'why'" in errs
     assert f"{tmp_path}/wrong-name.yaml:2: id: must equal the file name" in errs
     assert f"{tmp_path}/broken.yaml:" in errs and "invalid YAML" in errs

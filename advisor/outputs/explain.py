@@ -226,7 +226,8 @@ def _knob_lines(rule: Rule) -> list[str]:
         pre = "then " if i else ""
         note = f": {k.note}" if k.note else ""
         bound = f", grounded in `{k.bound_signal}`" if k.bound_signal else ""
-        lines.append(f"{pre}`{flag}` {k.direction}{step}{bound}{note}")
+        unless = "".join(f", not while `{c.describe()}`" for c in k.unless)
+        lines.append(f"{pre}`{flag}` {k.direction}{step}{bound}{unless}{note}")
     return lines
 
 
@@ -306,6 +307,7 @@ def rule_json(rule: Rule) -> dict[str, Any]:
                 "direction": k.direction,
                 "step": k.step,
                 "bound": k.bound_signal,
+                "unless": [{"signal": c.signal, "op": c.op, "value": c.value} for c in k.unless],
                 "note": k.note,
             }
             for k in rule.knobs

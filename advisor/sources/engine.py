@@ -931,7 +931,19 @@ def parse_nvidia_smi(text: str) -> dict[str, Provenanced]:
     }
     if rows[0][2] is not None:
         out["gpu_memory_free_gib"] = Provenanced(rows[0][2], "default", HOST_DETAIL)
+    if all(r[2] is not None for r in rows):
+        idle = sum(1 for _, total, free in rows if _idle(total, free))
+        out["gpu_idle_count"] = Provenanced(idle, "default", HOST_DETAIL)
     return out
+
+
+IDLE_GPU_FREE_SHARE = 0.95  # a GPU with this share of its memory free runs no server
+
+
+def _idle(total: float, free: float | None) -> bool:
+    """A GPU nobody serves from: (nearly) all its memory free. Parallelism advice counts these,
+    not every GPU of the host, since the others may hold other servers."""
+    return free is not None and total > 0 and free >= IDLE_GPU_FREE_SHARE * total
 
 
 NVML_DETAIL = "host probe (NVML)"
@@ -949,6 +961,9 @@ def nvml_facts(nvml: Any) -> dict[str, Provenanced]:
             h = nvml.nvmlDeviceGetHandleByIndex(0)
             name = nvml.nvmlDeviceGetName(h)
             mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            others = [
+                nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(i)) for i in range(1, count)
+            ]
         finally:
             nvml.nvmlShutdown()
     except Exception:  # NVMLError and friends: no facts, not a failure
@@ -960,6 +975,9 @@ def nvml_facts(nvml: Any) -> dict[str, Provenanced]:
         "gpu_name": Provenanced(str(name), "default", NVML_DETAIL),
         "gpu_memory_gib": Provenanced(round(mem.total / 2**30, 1), "default", NVML_DETAIL),
         "gpu_memory_free_gib": Provenanced(round(mem.free / 2**30, 1), "default", NVML_DETAIL),
+        "gpu_idle_count": Provenanced(
+            sum(1 for m in (mem, *others) if _idle(m.total, m.free)), "default", NVML_DETAIL
+        ),
     }
 
 

@@ -424,6 +424,8 @@ _ENGINE_CFG_RE = re.compile(
 )
 _CHUNKED_RE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 _AVAIL_KV_RE = re.compile(r"Available KV cache memory:\s*(-?[\d.]+)\s*GiB")
+# per rank; vLLM before 0.7 said "Loading model weights took 14.99 GB" (GiB, in fact)
+_WEIGHTS_RE = re.compile(r"(?:Model loading|Loading model weights) took\s*(-?[\d.]+)\s*Gi?B")
 _KV_SIZE_RE = re.compile(r"(?:(?P<dev>[A-Z]{2,4}) )?KV cache size:\s*(?P<n>[\d,]+)\s*tokens")
 _MAX_CONC_RE = re.compile(r"Maximum concurrency for (?P<tok>[\d,]+) tokens per request:\s*(?P<x>[\d.]+)x")
 _BLOCKS_RE = re.compile(
@@ -632,6 +634,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
     for rx, name, conv in (
         (_CHUNKED_RE, "max_num_batched_tokens", int),
         (_AVAIL_KV_RE, "available_kv_cache_memory_gib", float),
+        (_WEIGHTS_RE, "model_weights_gib", float),
         (_MAX_MODEL_LEN_RE, "max_model_len", int),
         (_NUM_BLOCKS_IS_RE, "num_gpu_blocks", int),
         (_ARCH_RE, "architecture", str),
