@@ -178,7 +178,10 @@ class Fleet:
             adv = Advisor(self.cfg, self.rules, base=base, clock=self.clock)
             self.advisors[server.instance] = adv
         elif base and dict(base) != adv.base:
-            adv.base = dict(base)  # read at the next engine refresh (a restart)
+            learned = not adv.base
+            adv.base = dict(base)  # a changed one is read at the next engine refresh (a restart)
+            if learned:  # the sidecar's facts arrived after the server was first seen: use them now
+                adv.refresh_engine(self.clock())
         return adv
 
     def cycle(self) -> FleetState:

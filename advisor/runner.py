@@ -171,6 +171,11 @@ class Advisor:
             self.stats.last_error = f"engine config: {e}"
             return engine_src.resolve(events=self.startup_events, snapshot=self._latest_good, host=self.base)
 
+    def refresh_engine(self, t: float) -> None:
+        """Resolve the engine again now (new facts, no restart): a default replaced by a value
+        read is learning, not a change."""
+        self._refresh_engine(t, restarted=False)
+
     def _refresh_engine(self, t: float, restarted: bool) -> None:
         old = self.engine
         new = self._resolve()

@@ -128,6 +128,25 @@ def test_the_fleet_is_listed_worst_first_and_exported_per_instance() -> None:
     assert fams["vllm_advisor_fleet_instances"].samples[0].value == 4
 
 
+def test_a_sidecar_seen_after_its_server_gives_its_knobs_at_once() -> None:
+    """Prometheus may scrape a server before its sidecar: the knobs the sidecar read (from the
+    server's command line) replace the defaults on the cycle they arrive, not at a restart
+    (a CI run of the stack test below saw max_num_seqs stay at the default 256)."""
+    from advisor.model import Provenanced
+    from advisor.sources import metrics
+
+    fleet = Fleet(Config(), load_rules(), prom.Client("http://127.0.0.1:9"), "")
+    server = Server("b.fleet:8000")
+    adv = fleet._advisor(server, {})
+    page = (Path(__file__).parent / "fixtures" / "pages" / "cpu-0.32-baseline-before.prom").read_text()
+    adv.on_snapshot(metrics.parse_page(page, 100.0))
+    assert adv.engine.source("max_num_seqs") == "default"
+    read = {"max_num_seqs": Provenanced(10, "cmdline", "vllm_advisor_engine_knob via Prometheus")}
+    assert fleet._advisor(server, read) is adv
+    assert (adv.engine.get("max_num_seqs"), adv.engine.source("max_num_seqs")) == (10, "cmdline")
+    assert adv.changes == []  # learned, not a change of the server's
+
+
 # ---------------------------------------------------------------------- the real stack
 def _sidecar_page(session: Path) -> str:
     """What a real sidecar exports after living through ``session`` (its exporter's text)."""

@@ -81,13 +81,14 @@ def test_real_server_metrics_load_and_recorded_session(
     assert bench["completed"] == 8 and bench["total_output_tokens"] == 8 * 256
 
     # the recording loads back: scrapes on a 2 s grid over 10 s (6 slots; on a busy 2-core
-    # machine a scrape slower than 2 s skips the next slot rather than firing late, so 5 or 6),
-    # running seen, stats lines in the log
+    # machine a scrape slower than 2 s skips the next slot rather than firing late, so 5 or 6;
+    # a late one is followed by the next slot on time, so one gap may be short: a CI run saw
+    # 2.54 s then 1.46 s), running seen, stats lines in the log
     assert res.errors == [] and res.scrapes in (5, 6)
     s = Session.load(tmp_path / "session")
     assert len(s.scrapes) == res.scrapes
     gaps = [b[0] - a[0] for a, b in zip(s.scrapes, s.scrapes[1:], strict=False)]
-    assert all(1.5 < g < 4.5 for g in gaps), gaps
+    assert all(1.0 < g < 4.5 for g in gaps), gaps
     assert 7.5 < s.scrapes[-1][0] - s.scrapes[0][0] < 10.5
     running = [realvllm.metric_value(page, "vllm:num_requests_running") for _, page in s.iter_scrapes()]
     assert max(r or 0 for r in running) > 0
