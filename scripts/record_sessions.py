@@ -45,6 +45,18 @@ class Load:
 
 
 @dataclass(frozen=True)
+class ImageLoad:
+    """Chat requests with one image each, fetched by vLLM's API server from a slow loopback
+    server (realvllm.SlowImageServer): the media loading threads are the bottleneck."""
+
+    delay_s: float
+    num_requests: int
+    concurrency: int
+    max_tokens: int
+    timeout_s: float = 420.0
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     notes: str
@@ -57,6 +69,7 @@ class Spec:
     env: dict[str, str] = field(default_factory=dict)
     model_shape: str = "llama"  # scripts/build_tiny_model.py --shape
     extra_args: tuple[str, ...] = ()
+    image_load: ImageLoad | None = None  # instead of ``load``
 
 
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
@@ -133,6 +146,19 @@ SPECS: tuple[Spec, ...] = (
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         model_shape="qwen3-moe",
     ),
+    Spec(
+        "cpu-vl-media",
+        "Tiny PaliGemma-shaped vision-language model (SigLIP encoder, 64 image tokens, Gemma; dummy "
+        "weights), one rank, 1 GiB KV cache; 96 chat requests at concurrency 32, each with one "
+        "112 px image by URL from a loopback server that answers after 1 s, 16 tokens out. The "
+        "API server's 8 media loading threads (the default) fetch at most 8 images a second, so "
+        "TTFT is mostly the wait for a thread while the engine idles: mm-media-loading-threads "
+        "fires; mm-encoder-data-parallel stays quiet (TP 1, and PaliGemma is not a family with "
+        "encoder DP).",
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        model_shape="paligemma",
+        image_load=ImageLoad(delay_s=1.0, num_requests=96, concurrency=32, max_tokens=16),
+    ),
 )
 
 
@@ -207,6 +233,9 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
             bad.append(
                 f"peak running {peak} (expected 4), waiting {summ.get('peak_waiting')}, {pre} preemptions"
             )
+    elif name == "cpu-vl-media":
+        if pre or not peak or peak >= 16:
+            bad.append(f"peak running {peak} (expected a few: the engine waits on media), {pre} preemptions")
     elif name == "cpu-idle" and peak:
         bad.append(f"peak running {peak} in the idle session")
     return bad
@@ -228,7 +257,19 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         model_shape=spec.model_shape,
     )
     load_meta: dict[str, Any] | None = None
-    if spec.load is not None:
+    if spec.image_load is not None:
+        il = spec.image_load
+        load_meta = {
+            "tool": "scripts/record_sessions.py (tests/realvllm.run_image_load)",
+            "endpoint": "/v1/chat/completions",
+            "images_per_request": 1,
+            "image_url_delay_s": il.delay_s,
+            "num_requests": il.num_requests,
+            "max_concurrency": il.concurrency,
+            "max_tokens": il.max_tokens,
+            "ignore_eos": True,
+        }
+    elif spec.load is not None:
         load_meta = {
             "tool": "vllm bench serve",
             "dataset": "random",
@@ -258,7 +299,7 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                 result["r"] = record(
                     server.url,
                     out,
-                    duration_s=spec.idle_s if spec.load is None else 900.0,
+                    duration_s=spec.idle_s if spec.load is None and spec.image_load is None else 900.0,
                     interval_s=2.0,
                     log_file=server.log_path,
                     log_from_start=True,
@@ -285,7 +326,16 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         rec = threading.Thread(target=run_recorder, name=f"record-{spec.name}")
         rec.start()
         try:
-            if spec.load is None:
+            if spec.image_load is not None:
+                il = spec.image_load
+                time.sleep(spec.pre_s)
+                with realvllm.SlowImageServer(il.delay_s) as images:
+                    got = realvllm.run_image_load(
+                        server.url, images.url, il.num_requests, il.concurrency, il.max_tokens, il.timeout_s
+                    )
+                print(f"  image load: {got}", flush=True)
+                time.sleep(spec.post_s)
+            elif spec.load is None:
                 rec.join(timeout=spec.idle_s + 60)
             else:
                 time.sleep(spec.pre_s)

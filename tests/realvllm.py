@@ -622,3 +622,114 @@ def metric_value(page: str, name: str, labels: Iterable[str] = ()) -> float | No
             continue
         total = v if total is None else total + v
     return total
+
+
+# ---------------------------------------------------------------------- multimodal load
+def png_bytes(width: int = 112, height: int = 112, seed: int = 0) -> bytes:
+    """A valid RGB PNG of random pixels (stdlib only: the test venv has no PIL)."""
+    import random
+    import struct
+    import zlib
+
+    rnd = random.Random(seed)
+    rows = b"".join(b"\x00" + rnd.randbytes(width * 3) for _ in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+class SlowImageServer:
+    """A loopback HTTP server that answers every ``GET /img/<n>.png`` with a PNG after
+    ``delay_s``: remote media on a slow link, which vLLM's API server fetches with its media
+    loading threads (VLLM_MEDIA_LOADING_THREAD_COUNT) before the request reaches the engine."""
+
+    def __init__(self, delay_s: float, images: int = 64) -> None:
+        import http.server
+
+        self.delay_s = delay_s
+        self.images = [png_bytes(seed=i) for i in range(images)]
+        self.requests = 0
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                owner.requests += 1
+                try:
+                    n = int(self.path.rsplit("/", 1)[-1].removesuffix(".png")) % len(owner.images)
+                except ValueError:
+                    self.send_error(404)
+                    return
+                time.sleep(owner.delay_s)
+                body = owner.images[n]
+                self.send_response(200)
+                self.send_header("Content-Type", "image/png")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="slow-images", daemon=True)
+
+    def __enter__(self) -> SlowImageServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def run_image_load(
+    url: str,
+    image_base: str,
+    num_requests: int,
+    concurrency: int,
+    max_tokens: int,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """``num_requests`` chat completions, ``concurrency`` at a time, each with one image by URL
+    (``image_base``/img/<i>.png) and a short question, ``max_tokens`` out with ignore_eos.
+    Returns completed/failed counts and the wall time; raises LoadError when none completes."""
+    import concurrent.futures
+
+    import requests
+
+    _check_loopback(url)
+    body = {
+        "model": SERVED_MODEL_NAME,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0.0,
+    }
+
+    def one(i: int) -> bool:
+        msg = {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": f"{image_base}/img/{i}.png"}},
+                {"type": "text", "text": f"What is in picture {i}?"},
+            ],
+        }
+        r = requests.post(f"{url}/v1/chat/completions", json={**body, "messages": [msg]}, timeout=timeout_s)
+        return r.status_code == 200
+
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        done = list(pool.map(one, range(num_requests)))
+    out = {"completed": sum(done), "failed": len(done) - sum(done), "wall_s": time.monotonic() - t0}
+    if not out["completed"]:
+        raise LoadError(f"no image request completed: {out}")
+    return out
