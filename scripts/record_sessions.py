@@ -148,15 +148,15 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "cpu-vl-media",
-        "Tiny PaliGemma-shaped vision-language model (SigLIP encoder, 64 image tokens, Gemma; dummy "
-        "weights), one rank, 1 GiB KV cache; 96 chat requests at concurrency 32, each with one "
+        "Tiny BLIP-2-shaped vision-language model (ViT + Q-Former, 32 image tokens, the tiny Llama; "
+        "dummy weights), one rank, 1 GiB KV cache; 96 chat requests at concurrency 32, each with one "
         "112 px image by URL from a loopback server that answers after 1 s, 16 tokens out. The "
         "API server's 8 media loading threads (the default) fetch at most 8 images a second, so "
         "TTFT is mostly the wait for a thread while the engine idles: mm-media-loading-threads "
-        "fires; mm-encoder-data-parallel stays quiet (TP 1, and PaliGemma is not a family with "
+        "fires; mm-encoder-data-parallel stays quiet (TP 1, and BLIP-2 is not a family with "
         "encoder DP).",
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-        model_shape="paligemma",
+        model_shape="blip2",
         image_load=ImageLoad(delay_s=1.0, num_requests=96, concurrency=32, max_tokens=16),
     ),
 )
