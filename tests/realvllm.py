@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -646,63 +646,67 @@ def png_bytes(width: int = 112, height: int = 112, seed: int = 0) -> bytes:
     )
 
 
-class SlowImageServer:
-    """A loopback HTTP server that answers every ``GET /img/<n>.png`` with a PNG after
-    ``delay_s``: remote media on a slow link, which vLLM's API server fetches with its media
-    loading threads (VLLM_MEDIA_LOADING_THREAD_COUNT) before the request reaches the engine."""
+class SlowMediaFiles:
+    """Images on slow storage: ``url(i)`` makes a named pipe ``img-<i>.png`` in ``dir`` and a
+    writer that, once a reader opens it, waits ``delay_s`` and then writes a PNG. vLLM's API
+    server reads ``file://`` media (under ``--allowed-local-media-path``) inside its media
+    loading thread pool (VLLM_MEDIA_LOADING_THREAD_COUNT threads, default 8), so each read holds
+    a thread for ``delay_s`` with the CPU idle: the pool is the bottleneck, as on a slow network
+    filesystem. (Media over HTTP is fetched asynchronously, outside the pool.)"""
 
-    def __init__(self, delay_s: float, images: int = 64) -> None:
-        import http.server
-
+    def __init__(self, directory: Path, delay_s: float, open_timeout_s: float = 300.0) -> None:
+        self.dir = Path(directory)
         self.delay_s = delay_s
-        self.images = [png_bytes(seed=i) for i in range(images)]
-        self.requests = 0
-        owner = self
+        self.open_timeout_s = open_timeout_s
+        self.served = 0
+        self.unread = 0
+        self._lock = threading.Lock()
+        self.dir.mkdir(parents=True, exist_ok=True)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                owner.requests += 1
+    def url(self, i: int) -> str:
+        path = self.dir / f"img-{i}.png"
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+        threading.Thread(target=self._write, args=(path, png_bytes(seed=i)), daemon=True).start()
+        return path.as_uri()
+
+    def _write(self, path: Path, data: bytes) -> None:
+        deadline = time.monotonic() + self.open_timeout_s
+        try:
+            while True:  # non-blocking until a reader opens the pipe (never forever)
                 try:
-                    n = int(self.path.rsplit("/", 1)[-1].removesuffix(".png")) % len(owner.images)
-                except ValueError:
-                    self.send_error(404)
-                    return
-                time.sleep(owner.delay_s)
-                body = owner.images[n]
-                self.send_response(200)
-                self.send_header("Content-Type", "image/png")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="slow-images", daemon=True)
-
-    def __enter__(self) -> SlowImageServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+                    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+                    break
+                except OSError:  # ENXIO: no reader yet
+                    if time.monotonic() > deadline:
+                        with self._lock:
+                            self.unread += 1
+                        return
+                    time.sleep(0.01)
+            os.set_blocking(fd, True)
+            time.sleep(self.delay_s)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            with self._lock:
+                self.served += 1
+        except OSError:
+            with self._lock:
+                self.unread += 1
+        finally:
+            path.unlink(missing_ok=True)
 
 
 def run_image_load(
     url: str,
-    image_base: str,
+    media_url: Callable[[int], str],
     num_requests: int,
     concurrency: int,
     max_tokens: int,
     timeout_s: float,
 ) -> dict[str, Any]:
-    """``num_requests`` chat completions, ``concurrency`` at a time, each with one image by URL
-    (``image_base``/img/<i>.png) and a short question, ``max_tokens`` out with ignore_eos.
-    Returns completed/failed counts and the wall time; raises LoadError when none completes."""
+    """``num_requests`` chat completions, ``concurrency`` at a time, each with the image at
+    ``media_url(i)`` and a short question, ``max_tokens`` out with ignore_eos. Returns
+    completed/failed counts and the wall time; raises LoadError when none completes."""
     import concurrent.futures
 
     import requests
@@ -719,7 +723,7 @@ def run_image_load(
         msg = {
             "role": "user",
             "content": [
-                {"type": "image_url", "image_url": {"url": f"{image_base}/img/{i}.png"}},
+                {"type": "image_url", "image_url": {"url": media_url(i)}},
                 {"type": "text", "text": f"What is in picture {i}?"},
             ],
         }
