@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -297,8 +298,8 @@ LISTENER = textwrap.dedent(
 def spawn() -> Iterator[object]:
     procs: list[subprocess.Popen[str]] = []
 
-    def start(argv: list[str]) -> subprocess.Popen[str]:
-        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    def start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
         procs.append(p)
         assert p.stdout is not None
         assert p.stdout.readline().strip() == "ready"
@@ -335,6 +336,29 @@ def test_find_vllm_process_by_listening_port(tmp_path: Path, spawn) -> None:  # 
     got = engine.from_cmdline(argv)
     assert got["max_num_seqs"].value == 7
     assert got["model"].value == "tiny"
+
+
+def test_knobs_in_the_server_environment_are_read_and_nothing_else(spawn) -> None:  # type: ignore[no-untyped-def]
+    """VLLM_MEDIA_LOADING_THREAD_COUNT has no flag: a live server's process environment gives
+    it (as a NAME=value word in front of its argv); a token in the same environment is never
+    kept, printed or stored."""
+    port = _free_port()
+    env = {**os.environ, "VLLM_MEDIA_LOADING_THREAD_COUNT": "12", "HF_TOKEN": "hf_sekrit"}
+    spawn([sys.executable, "-c", LISTENER, "vllm", "serve", "tiny", "--port", str(port)], env=env)
+    argv = engine.find_vllm_process(port)
+    assert argv is not None and argv[0] == "VLLM_MEDIA_LOADING_THREAD_COUNT=12"
+    assert not any("sekrit" in a or "HF_TOKEN" in a for a in argv)
+    got = engine.from_cmdline(argv)
+    assert (got["media_loading_thread_count"].value, got["media_loading_thread_count"].source) == (
+        12,
+        "cmdline",
+    )
+    assert got["cmdline"].value.startswith("VLLM_MEDIA_LOADING_THREAD_COUNT=12 ")
+    # the same words in front of a recorded or pasted command
+    cmd = engine.read_command("HF_TOKEN=x VLLM_MEDIA_LOADING_THREAD_COUNT=32 vllm serve m --max-num-seqs 8")
+    assert cmd.argv[:3] == ["VLLM_MEDIA_LOADING_THREAD_COUNT=32", "vllm", "serve"]
+    got = engine.from_cmdline(cmd.argv)
+    assert got["media_loading_thread_count"].value == 32 and got["max_num_seqs"].value == 8
 
 
 def test_find_vllm_process_module_form(spawn) -> None:  # type: ignore[no-untyped-def]

@@ -231,14 +231,40 @@ def _tokenize(args: Sequence[str]) -> tuple[list[tuple[str, Any, str]], list[str
     return flags, positionals
 
 
+ENV_KNOBS: dict[str, str] = {k.env: k.name for k in knobs.KNOBS.values() if k.env}
+"""Environment variables of ``vllm serve`` that are knobs (no flag), by name."""
+
+
+def env_knob_assignments(env: Mapping[str, str]) -> list[str]:
+    """``NAME=value`` for the knobs among a process's environment variables, sorted; every other
+    variable (tokens, keys, paths) is left out."""
+    return [f"{k}={env[k]}" for k in sorted(env) if k in ENV_KNOBS]
+
+
+def _leading_env(argv: Sequence[str]) -> tuple[dict[str, Provenanced], list[str]]:
+    """Knobs from ``NAME=value`` words in front of a command (as a shell or the recorder wrote
+    them), and the command without them."""
+    out: dict[str, Provenanced] = {}
+    rest = list(argv)
+    while rest and _ENV_RE.match(rest[0]):
+        name, _, value = rest.pop(0).partition("=")
+        knob = ENV_KNOBS.get(name)
+        if knob is not None:
+            out[knob] = Provenanced(_coerce_value(knob, value), "cmdline", f"environment {name}")
+    return out, rest
+
+
 def from_cmdline(argv: Sequence[str], *, read_config: bool = True) -> dict[str, Provenanced]:
     """Parse a vLLM server's argv (pure but for reading ``--config FILE``).
 
     ``vllm serve MODEL [--flag value | --flag=value | --no-flag | -tp 2 | --max_num_seqs 8]``;
     ``--config FILE`` is read and the command line overrides it; the model comes from the
-    positional or ``--model``. Secrets are redacted first. The redacted command line is kept
-    as the fact ``cmdline``. Source "cmdline"; detail = the flag as spelled."""
-    red = redact_argv(argv)
+    positional or ``--model``; ``NAME=value`` words in front set the knobs that are environment
+    variables (VLLM_MEDIA_LOADING_THREAD_COUNT). Secrets are redacted first. The redacted
+    command line is kept as the fact ``cmdline``. Source "cmdline"; detail = the flag as
+    spelled."""
+    env_values, command = _leading_env(argv)
+    red = redact_argv(command)
     args = serve_args(red)
     if args is None:
         args = red
@@ -259,7 +285,9 @@ def from_cmdline(argv: Sequence[str], *, read_config: bool = True) -> dict[str, 
         key = _FACT_ALIASES.get(name, name)
         val = value if value == REDACTED else _coerce_value(key, value)
         out[key] = Provenanced(val, "cmdline", spelled)
-    out["cmdline"] = Provenanced(" ".join(red), "cmdline", "process argv (secrets redacted)")
+    out.update(env_values)
+    words = [a for a in argv[: len(argv) - len(command)] if a.partition("=")[0] in ENV_KNOBS]
+    out["cmdline"] = Provenanced(" ".join([*words, *red]), "cmdline", "process argv (secrets redacted)")
     return out
 
 
@@ -526,6 +554,8 @@ def read_command(text: str) -> PastedCommand:
         i += 1
     out = _values_checked(out, warnings)
     for k, v in env.items():
+        if k in ENV_KNOBS:
+            continue  # a knob that is an environment variable: kept in front of the command
         if not k.startswith(_ENV_KNOB_PREFIXES):
             continue
         name = _NIM_ENV_NAMES.get(k) or k.split("_", 1)[1].lower()
@@ -542,7 +572,10 @@ def read_command(text: str) -> PastedCommand:
             flag_v = [knob.flag, v]
         out += flag_v
         warnings.append(f"{k}={v} read as {' '.join(flag_v)} (the launcher reads it from the environment)")
-    return PastedCommand(argv=["vllm", "serve", *out], launcher=launcher, warnings=warnings, image=image)
+    front = env_knob_assignments(env)
+    return PastedCommand(
+        argv=[*front, "vllm", "serve", *out], launcher=launcher, warnings=warnings, image=image
+    )
 
 
 _SHELL_OPS = frozenset({"&", "&&", ";", "|", "||"})
@@ -620,14 +653,22 @@ def find_vllm_process(port: int | None = None) -> list[str] | None:
     ``port`` when it can be seen and looks like vLLM, else a process whose command line
     looks like ``vllm serve`` / ``python -m vllm.entrypoints.openai.api_server`` /
     ``vllm.entrypoints.cli.main serve`` (one naming ``--port PORT`` preferred). None when
-    nothing is found; processes we may not inspect are skipped, never an error."""
+    nothing is found; processes we may not inspect are skipped, never an error. The knobs that
+    are environment variables of the process (VLLM_MEDIA_LOADING_THREAD_COUNT) come first as
+    ``NAME=value`` words, where its environment may be read; no other variable is kept."""
     import psutil
 
     def _cmdline(pid: int) -> list[str] | None:
         try:
-            return psutil.Process(pid).cmdline()
+            proc = psutil.Process(pid)
+            cl = proc.cmdline()
         except (psutil.Error, OSError):
             return None
+        try:
+            env = env_knob_assignments(proc.environ())
+        except (psutil.Error, OSError):
+            env = []
+        return [*env, *cl] if cl else cl
 
     if port is not None:
         try:
@@ -643,12 +684,9 @@ def find_vllm_process(port: int | None = None) -> list[str] | None:
     candidates: list[list[str]] = []
     me = os.getpid()
     for proc in psutil.process_iter():
-        try:
-            if proc.pid == me:
-                continue
-            cl = proc.cmdline()
-        except (psutil.Error, OSError):
+        if proc.pid == me:
             continue
+        cl = _cmdline(proc.pid)
         if cl and looks_like_vllm(cl):
             candidates.append(cl)
     if not candidates:
