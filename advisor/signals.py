@@ -191,9 +191,12 @@ def _num_or_none(x: object) -> float | None:
 
 
 def _weights_to_kv(c: Context, v: Values) -> Value:
+    # only where vLLM sized the KV cache from gpu_memory_utilization (the memory less the
+    # weights): a KV size fixed in bytes stays that size per GPU under either parallelism
+    if c.engine.get("kv_cache_memory_bytes") or c.engine.get("num_gpu_blocks_override"):
+        return None
     weights = _num_or_none(c.engine.get("model_weights_gib"))
-    kv_bytes = _num_or_none(c.engine.get("kv_cache_memory_bytes"))
-    kv = kv_bytes / 2**30 if kv_bytes else _num_or_none(c.engine.get("available_kv_cache_memory_gib"))
+    kv = _num_or_none(c.engine.get("available_kv_cache_memory_gib"))
     if weights is None or not kv or kv <= 0:
         return None
     return weights / kv
@@ -843,10 +846,10 @@ def _build() -> Iterator[Signal]:
     yield S(
         "weights_to_kv_memory_ratio",
         "ratio",
-        "Model weights over KV cache memory on one GPU (the start-up log's 'Model loading took' "
-        "and 'Available KV cache memory', or kv_cache_memory_bytes). At 1 or more, a second GPU "
-        "under tensor parallelism at least triples the KV a request stream has; data parallelism "
-        "only doubles it.",
+        "Model weights over the KV cache memory vLLM sized from gpu_memory_utilization on one GPU "
+        "(the start-up log's 'Model loading took' and 'Available KV cache memory'; unknown when "
+        "kv_cache_memory_bytes fixes the size). At 1 or more, a second GPU under tensor "
+        "parallelism at least triples the KV a request stream has; data parallelism only doubles it.",
         _weights_to_kv,
         None,
         per="config",
