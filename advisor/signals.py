@@ -370,6 +370,28 @@ def _hq(metric: str, q: float) -> str:
     return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket[{{w}}])))"
 
 
+_KNOB_Q = 'scalar(max(vllm_advisor_engine_knob{{knob="%s"}}))'
+# the twins of the budget-backlog signals, composed as the Python computes them; a knob only on
+# the right of an operator (alerts.group_twin joins it on the instance there)
+_SUSTAINED_Q = (
+    f"(1 / (1 + ({_hmean_q('vllm:request_prompt_tokens')}) / ({_hmean_q('vllm:request_generation_tokens')})))"
+    f" * {_KNOB_Q % 'max_num_batched_tokens'}"
+)
+_IN_SYSTEM_Q = "max_over_time((sum(vllm:num_requests_running) + sum(vllm:num_requests_waiting))[{w}:])"
+_ENGINES_Q = "count(count by (engine) (vllm:num_requests_running))"
+# sustained < min(offered per engine, max_num_seqs), as two comparisons (unknown cap: no result)
+_BINDS_Q = (
+    f"((({_SUSTAINED_Q}) < bool (({_IN_SYSTEM_Q}) / ({_ENGINES_Q})))"
+    f" * (({_SUSTAINED_Q}) < bool {_KNOB_Q % 'max_num_seqs'}))"
+)
+_QUEUE_SHARE_Q = (
+    f"({_hmean_q('vllm:request_queue_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})"
+)
+_PREFILL_SHARE_Q = (
+    f"({_hmean_q('vllm:request_prefill_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})"
+)
+
+
 def _build() -> Iterator[Signal]:
     S = Signal
     yield S(
@@ -469,7 +491,7 @@ def _build() -> Iterator[Signal]:
         "count",
         "Engines (data-parallel ranks) on the page.",
         _engines,
-        "count(count by (engine) (vllm:num_requests_running))",
+        _ENGINES_Q,
     )
     yield S(
         "running_to_max_num_seqs_ratio",
@@ -566,14 +588,14 @@ def _build() -> Iterator[Signal]:
         "ratio",
         "Mean queue time over mean TTFT: TTFT is queue time when near 1.",
         lambda c, v: _div(v["queue_seconds_mean"], v["ttft_seconds_mean"]),
-        f"({_hmean_q('vllm:request_queue_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})",
+        _QUEUE_SHARE_Q,
     )
     yield S(
         "prefill_share_of_ttft",
         "ratio",
         "Mean prefill time over mean TTFT: TTFT is prefill when near 1.",
         lambda c, v: _div(v["prefill_seconds_mean"], v["ttft_seconds_mean"]),
-        f"({_hmean_q('vllm:request_prefill_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})",
+        _PREFILL_SHARE_Q,
     )
     yield S(
         "frontend_seconds_mean",
@@ -602,7 +624,7 @@ def _build() -> Iterator[Signal]:
         "requests",
         "Requests waiting plus running at once, highest (all engines): the offered load.",
         _in_system_max,
-        "max_over_time((sum(vllm:num_requests_running) + sum(vllm:num_requests_waiting))[{w}:])",
+        _IN_SYSTEM_Q,
     )
     yield S(
         "budget_sustained_batch",
@@ -610,7 +632,7 @@ def _build() -> Iterator[Signal]:
         "Running batch one engine's max_num_batched_tokens sustains at the observed prompt and output "
         "lengths: budget / (1 + prompt/output).",
         _budget_batch,
-        None,
+        _SUSTAINED_Q,
     )
     yield S(
         "prefill_budget_binds",
@@ -618,7 +640,7 @@ def _build() -> Iterator[Signal]:
         "1 when the token budget limits the batch (more requests wait and run than it sustains, below "
         "the cap): the queue is the prefill backlog of the budget.",
         _budget_binds,
-        None,
+        _BINDS_Q,
     )
     yield S(
         "prefill_backlog_share_of_ttft",
@@ -626,7 +648,7 @@ def _build() -> Iterator[Signal]:
         "Share of TTFT that is prefill work: prefill time, plus queue time where the queue is the "
         "budget's prefill backlog (prefill_budget_binds).",
         _backlog_share,
-        None,
+        f"({_PREFILL_SHARE_Q}) + ({_QUEUE_SHARE_Q}) * {_BINDS_Q}",
     )
     yield S(
         "queue_share_outside_budget",
@@ -634,7 +656,7 @@ def _build() -> Iterator[Signal]:
         "Share of TTFT spent queued for something other than the token budget (0 where the queue is "
         "its prefill backlog).",
         _queue_outside_budget,
-        None,
+        f"({_QUEUE_SHARE_Q}) * (1 - {_BINDS_Q})",
     )
     yield S(
         "prompt_tokens_per_generation_token",

@@ -71,11 +71,10 @@ def test_every_rule_has_an_alert_and_a_runbook_section() -> None:
     )
     # every rule that PromQL can express has its symptom alert; those that cannot are named: a
     # signal without a PromQL twin (the KV capacity at max_model_len; the model facts an MoE rule
-    # reads from config.json; the budget-backlog signals the performance model derives)
+    # reads from config.json)
     assert {r.id for r in rules if alerts.symptom_alert(r) is None} == {
         "kv-capacity-below-context",
         "moe-expert-parallel",
-        "ttft-prefill-budget-bound",
     }
     for rule in rules:
         sym = alert_rules.get(names.symptom_alert_name(rule.id))
