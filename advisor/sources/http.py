@@ -38,6 +38,20 @@ _DECODE_STEP = 256 * 1024  # decoded bytes per step: bounds the temporaries of d
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
+class SourceError(Exception):
+    """A source (a /metrics page, a Prometheus) could not be read. ``kind`` says why, for metrics
+    and tests; ``url`` where, when known. Printed as ``kind: message (url)``."""
+
+    def __init__(self, kind: str, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.url = url
+
+    def __str__(self) -> str:
+        where = f" ({self.url})" if self.url else ""
+        return f"{self.kind}: {super().__str__()}{where}"
+
+
 class FetchError(Exception):
     """A fetch failed. ``kind``: ``refused | timeout | truncated | too_large | error``."""
 

@@ -26,17 +26,8 @@ KEEP_PREFIXES = (names.VLLM_PREFIX, names.RAY_PREFIX, "process_")
 MAX_PAGE_BYTES = http.MAX_BYTES
 
 
-class MetricsError(Exception):
+class MetricsError(http.SourceError):
     """A page could not be fetched or read. ``kind`` says why, for metrics and tests."""
-
-    def __init__(self, kind: str, message: str, url: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.url = url
-
-    def __str__(self) -> str:
-        where = f" ({self.url})" if self.url else ""
-        return f"{self.kind}: {super().__str__()}{where}"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import requests
 
 from advisor import names
 from advisor.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
+from advisor.sources.http import SourceError
 from advisor.window import KEEP_EXTRA
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -59,17 +60,8 @@ SIDECAR_SELECTOR = f'{{__name__=~"{SIDECAR_KNOB}|{SIDECAR_FACT}|{SIDECAR_INFO}",
 _MATCHER_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
 
 
-class PrometheusError(Exception):
+class PrometheusError(SourceError):
     """Prometheus could not be asked, or did not answer usefully. ``kind`` says why."""
-
-    def __init__(self, kind: str, message: str, url: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.url = url
-
-    def __str__(self) -> str:
-        where = f" ({self.url})" if self.url else ""
-        return f"{self.kind}: {super().__str__()}{where}"
 
 
 # ------------------------------------------------------------------ selectors and times
