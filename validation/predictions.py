@@ -165,24 +165,9 @@ def vllm_version(run_id: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    doc = DOC.read_text()
-    if BEGIN not in doc or END not in doc:
-        print(f"{DOC}: the {BEGIN} / {END} markers are missing", file=sys.stderr)
-        return 2
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = head + BEGIN + "\n" + render() + END + tail
-    if argv and argv[0] == "--check":
-        if new != doc:
-            print(f"{DOC}: the predictions block is stale; run validation/predictions.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new)
-    print(f"wrote {DOC}")
-    return 0
+    return report.write_block(
+        argv, DOC, BEGIN, END, render, "predictions", __doc__ or "", "validation/predictions.py"
+    )
 
 
 if __name__ == "__main__":

@@ -274,25 +274,40 @@ def changed_knob(a: dict[str, int], b: dict[str, int]) -> tuple[str, str]:
     return k.replace("-", "_"), "increase" if (b.get(k) or 0) > (a.get(k) or 0) else "decrease"
 
 
-def main(argv: list[str]) -> int:
+def write_block(
+    argv: list[str],
+    doc_path: Path,
+    begin: str,
+    end: str,
+    render_block: Any,
+    what: str,
+    usage: str,
+    script: str,
+) -> int:
+    """Regenerate the block between ``begin`` and ``end`` of ``doc_path`` with ``render_block()``,
+    or with ``--check`` say whether it is current (exit 1 when stale, 2 without the markers)."""
     if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(usage)
         return 0
-    doc = DOC.read_text()
-    if BEGIN not in doc or END not in doc:
-        print(f"{DOC}: the {BEGIN} / {END} markers are missing", file=sys.stderr)
+    doc = doc_path.read_text()
+    if begin not in doc or end not in doc:
+        print(f"{doc_path}: the {begin} / {end} markers are missing", file=sys.stderr)
         return 2
-    head, rest = doc.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = head + BEGIN + "\n" + render() + END + tail
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    new = head + begin + "\n" + render_block() + end + tail
     if argv and argv[0] == "--check":
         if new != doc:
-            print(f"{DOC}: the results block is stale; run validation/report.py", file=sys.stderr)
+            print(f"{doc_path}: the {what} block is stale; run {script}", file=sys.stderr)
             return 1
         return 0
-    DOC.write_text(new)
-    print(f"wrote {DOC}")
+    doc_path.write_text(new)
+    print(f"wrote {doc_path}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    return write_block(argv, DOC, BEGIN, END, render, "results", __doc__ or "", "validation/report.py")
 
 
 if __name__ == "__main__":
