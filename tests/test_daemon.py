@@ -26,41 +26,11 @@ from advisor.cli import DEMO_SESSION
 from advisor.config import Config
 from advisor.daemon import Daemon
 from advisor.ruleset import load_rules
+from tests.daemon_helpers import Clock, exported, make, run_cycles
 from tests.vllm_standin import StandIn, serve, session_pages
 
 RULES = load_rules()
 SESSIONS = Path(__file__).parent / "fixtures" / "sessions"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def make(url: str, tmp_path: Path, clock: Clock, **kw: object) -> Daemon:
-    cfg = Config(
-        vllm_url=url,
-        listen="127.0.0.1:0",
-        interval_s=2.0,
-        scrape_timeout_s=1.0,
-        state_dir=str(tmp_path / "state"),
-        **kw,
-    )  # type: ignore[arg-type]
-    return Daemon(cfg, RULES, clock=clock)
-
-
-def run_cycles(d: Daemon, clock: Clock, n: int, step: float = 2.0) -> None:
-    for _ in range(n):
-        clock.t += step
-        d.cycle()
-
-
-def exported(d: Daemon) -> str:
-    host, port = d.server.server_address[:2]
-    return requests.get(f"http://{host}:{port}/metrics", timeout=5).text
 
 
 def series(text: str, name: str) -> list[str]:

@@ -1,0 +1,45 @@
+"""Helpers for tests that drive the daemon by hand: a settable clock, a daemon on a free
+loopback port with a short scrape timeout, cycles at the clock's pace, its exported page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import requests
+
+from advisor.config import Config
+from advisor.daemon import Daemon
+from advisor.ruleset import load_rules
+
+RULES = load_rules()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(url: str, tmp_path: Path, clock: Clock, **kw: object) -> Daemon:
+    cfg = Config(
+        vllm_url=url,
+        listen="127.0.0.1:0",
+        interval_s=2.0,
+        scrape_timeout_s=1.0,
+        state_dir=str(tmp_path / "state"),
+        **kw,
+    )  # type: ignore[arg-type]
+    return Daemon(cfg, RULES, clock=clock)
+
+
+def run_cycles(d: Daemon, clock: Clock, n: int, step: float = 2.0) -> None:
+    for _ in range(n):
+        clock.t += step
+        d.cycle()
+
+
+def exported(d: Daemon) -> str:
+    host, port = d.server.server_address[:2]
+    return requests.get(f"http://{host}:{port}/metrics", timeout=5).text
