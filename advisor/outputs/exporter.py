@@ -323,12 +323,18 @@ def landing_page(st: ExportState) -> str:
                 f"<p><b>Roll back:</b> {e(rec.rollback)}</p>"
             )
     up = "up" if st.up else "DOWN"
+    return html_page("vllm-advisor", "60em", f"<p>vLLM is <b>{up}</b>.</p>{head}{rows}")
+
+
+def html_page(title: str, width: str, body: str) -> str:
+    """The landing pages' shell (the sidecar's and the fleet's): ``title`` as heading, ``body``
+    (already escaped), the links to the machine-readable pages."""
     return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>vllm-advisor</title>
-<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em}}
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;max-width:{width};margin:2em auto;padding:0 1em}}
 table{{border-collapse:collapse}}td,th{{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}}
 .advice{{color:#b35c00}}.healthy{{color:#2a7a2a}}</style></head>
-<body><h1>vllm-advisor</h1><p>vLLM is <b>{up}</b>.</p>{head}{rows}
+<body><h1>{title}</h1>{body}
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/diagnosis">/api/v1/diagnosis</a> · <a href="/healthz">/healthz</a></p>
 </body></html>
 """

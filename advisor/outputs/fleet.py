@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from advisor import names
 from advisor.fleet import FleetState, Member
-from advisor.outputs.exporter import CONTENT_TYPE, AdvisorCollector, BoundedHTTPServer
+from advisor.outputs.exporter import CONTENT_TYPE, AdvisorCollector, BoundedHTTPServer, html_page
 
 INSTANCE = "instance"
 MODEL = names.MODEL_LABEL
@@ -124,16 +124,14 @@ def landing_page(st: FleetState) -> str:
             f"<td>{e(s['reason'])}</td></tr>"
         )
     prom = "" if st.prometheus_up else f"<p><b>Prometheus cannot be read</b>: {e(st.last_error or '')}</p>"
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>vllm-advisor fleet</title>
-<style>body{{font-family:sans-serif;max-width:80em;margin:2em auto;padding:0 1em}}
-table{{border-collapse:collapse}}td,th{{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}}
-.advice{{color:#b35c00}}.healthy{{color:#2a7a2a}}</style></head>
-<body><h1>vllm-advisor fleet</h1>{prom}<p>{len(st.members)} servers, worst first.</p>
-<table><tr><th>instance</th><th>model</th><th>status</th><th>change</th><th>why</th></tr>{"".join(rows)}</table>
-<p><a href="/metrics">/metrics</a> · <a href="/api/v1/diagnosis">/api/v1/diagnosis</a> · <a href="/healthz">/healthz</a></p>
-</body></html>
-"""
+    table = "<tr><th>instance</th><th>model</th><th>status</th><th>change</th><th>why</th></tr>" + "".join(
+        rows
+    )
+    return html_page(
+        "vllm-advisor fleet",
+        "80em",
+        f"{prom}<p>{len(st.members)} servers, worst first.</p><table>{table}</table>",
+    )
 
 
 def make_handler(
