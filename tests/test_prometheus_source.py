@@ -260,11 +260,21 @@ def test_explain_prometheus_matches_explain_url(tmp_path: Path, vllm_server: rea
                 if want is None:
                     assert rec is None
                 else:
-                    assert (rec["rule"], rec["knob"], rec["proposed"]) == (
-                        want.rule,
-                        want.knob,
-                        want.proposed,
-                    )
+                    assert (rec["rule"], rec["knob"]) == (want.rule, want.knob)
+                    # the value is the model's pick among the same candidates (issue 13); the two
+                    # paths read the same server at different instants of a 60 s window, and the
+                    # pick between two candidates (on cpu-preempt-nobind, +25% and +50% KV) may
+                    # differ between the two readings (a CI run: 30 MiB from Prometheus, 36 MiB
+                    # from the URL). Both must be candidates both paths weighed
+                    seen = {c["value"] for c in (want.predicted or {}).get("considered", [])}
+                    seen_prom = {c["value"] for c in (rec.get("predicted") or {}).get("considered", [])}
+                    if rec["proposed"] != want.proposed:
+                        assert seen and seen == seen_prom, (seen, seen_prom)
+                        assert {rec["proposed"], want.proposed} <= seen, (
+                            rec["proposed"],
+                            want.proposed,
+                            seen,
+                        )
             assert results["preempt"]["d"].status == "advice", "the recorded preemption must be advised"
             # the real server was read while it served requests (not a comparison of two blanks)
             assert results["real"]["d"].status in ("healthy", "advice"), results["real"]["d"].reason
