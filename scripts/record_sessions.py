@@ -45,9 +45,6 @@ class Load:
     timeout_s: float = 420.0
 
 
-MEDIA_DIR = Path("/tmp/vllm-advisor-media")  # --allowed-local-media-path of the image sessions
-
-
 @dataclass(frozen=True)
 class ImageLoad:
     """Chat requests with one image each, read by vLLM's API server from slow local storage
@@ -261,7 +258,8 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
     out = out_root / f".{spec.name}.recording"
     if out.exists():
         shutil.rmtree(out)
-    media_args = ("--allowed-local-media-path", str(MEDIA_DIR)) if spec.image_load else ()
+    media_dir = scratch / "media"  # --allowed-local-media-path of the image sessions
+    media_args = ("--allowed-local-media-path", str(media_dir)) if spec.image_load else ()
     server = realvllm.VllmServer(
         max_num_seqs=spec.max_num_seqs,
         kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
@@ -346,7 +344,7 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
             if spec.image_load is not None:
                 il = spec.image_load
                 time.sleep(spec.pre_s)
-                media = realvllm.SlowMediaFiles(MEDIA_DIR, il.delay_s)
+                media = realvllm.SlowMediaFiles(media_dir, il.delay_s)
                 got = realvllm.run_image_load(
                     server.url, media.url, il.num_requests, il.concurrency, il.max_tokens, il.timeout_s
                 )
