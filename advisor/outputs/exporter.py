@@ -343,23 +343,8 @@ table{{border-collapse:collapse}}td,th{{border-bottom:1px solid #ddd;padding:.3e
 def make_handler(
     state: Callable[[], ExportState], registry: CollectorRegistry
 ) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         server_version = "vllm-advisor"
-        timeout = BoundedHTTPServer.client_timeout_s  # every read on the connection
-
-        def log_message(self, *args: object) -> None:  # keep stdout for the advisor's own logs
-            pass
-
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def do_HEAD(self) -> None:
-            self.do_GET()
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -466,6 +451,33 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def connections(self) -> int:
         with self._conns_lock:
             return len(self._conns)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """What the sidecar's and the fleet's handlers share: timed-out reads, no access log on
+    stdout (it is the advisor's own log), HEAD as GET without the body."""
+
+    timeout = BoundedHTTPServer.client_timeout_s  # every read on the connection
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, code: int, body: Any) -> None:
+        self._send(code, json.dumps(body, default=str).encode(), "application/json")
+
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        self._send(404, b"not found\n", "text/plain")
 
 
 def make_server(host: str, port: int, state: Callable[[], ExportState]) -> ThreadingHTTPServer:

@@ -11,7 +11,6 @@ meanings for a sidecar and for the fleet. Prometheus must scrape the fleet daemo
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,7 +22,13 @@ from prometheus_client.registry import Collector
 
 from advisor import names
 from advisor.fleet import FleetState, Member
-from advisor.outputs.exporter import CONTENT_TYPE, AdvisorCollector, BoundedHTTPServer, html_page
+from advisor.outputs.exporter import (
+    CONTENT_TYPE,
+    AdvisorCollector,
+    BoundedHTTPServer,
+    QuietHandler,
+    html_page,
+)
 
 INSTANCE = "instance"
 MODEL = names.MODEL_LABEL
@@ -137,26 +142,8 @@ def landing_page(st: FleetState) -> str:
 def make_handler(
     state: Callable[[], FleetState], registry: CollectorRegistry
 ) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         server_version = "vllm-advisor-fleet"
-        timeout = BoundedHTTPServer.client_timeout_s  # every read on the connection
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def _json(self, code: int, body: Any) -> None:
-            self._send(code, json.dumps(body, default=str).encode(), "application/json")
-
-        def do_HEAD(self) -> None:
-            self.do_GET()
 
         def do_GET(self) -> None:
             path, _, query = self.path.partition("?")
