@@ -3,6 +3,9 @@ loopback port with a short scrape timeout, cycles at the clock's pace, its expor
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import requests
@@ -43,3 +46,19 @@ def run_cycles(d: Daemon, clock: Clock, n: int, step: float = 2.0) -> None:
 def exported(d: Daemon) -> str:
     host, port = d.server.server_address[:2]
     return requests.get(f"http://{host}:{port}/metrics", timeout=5).text
+
+
+def start_run(
+    url: str, port: int, interval: str, state_dir: Path, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """``vllm-advisor run`` (this venv's console script) against ``url``, listening on ``port``."""
+    exe = Path(sys.executable).parent / "vllm-advisor"
+    argv = [str(exe), "run", "--vllm-url", url, "--listen", f"127.0.0.1:{port}"]
+    argv += ["--interval", interval, "--state-dir", str(state_dir)]
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env) if env is not None else None,
+    )

@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -26,7 +25,7 @@ from advisor.cli import DEMO_SESSION
 from advisor.config import Config
 from advisor.daemon import Daemon
 from advisor.ruleset import load_rules
-from tests.daemon_helpers import Clock, exported, make, run_cycles
+from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
 from tests.vllm_standin import StandIn, serve, session_pages
 
 RULES = load_rules()
@@ -279,24 +278,7 @@ def test_run_command_serves_and_shuts_down_cleanly_on_sigterm(tmp_path: Path, pr
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
-        exe = Path(sys.executable).parent / "vllm-advisor"
-        p = subprocess.Popen(
-            [
-                str(exe),
-                "run",
-                "--vllm-url",
-                url,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--interval",
-                "0.5s",
-                "--state-dir",
-                str(tmp_path / "state"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        p = start_run(url, port, "0.5s", tmp_path / "state")
         try:
             deadline = time.monotonic() + 20
             body = ""

@@ -30,7 +30,7 @@ from advisor.cli import DEMO_SESSION
 from advisor.daemon import Daemon
 from advisor.outputs.exporter import BoundedHTTPServer
 from advisor.sources import http as http_src
-from tests.daemon_helpers import Clock, exported, make, run_cycles
+from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
 from tests.vllm_standin import StandIn, serve, session_pages
 
 
@@ -248,26 +248,8 @@ def test_sigterm_stops_the_daemon_within_5s_while_a_fetch_hangs(
     preempting.mode = mode
     with serve(preempting) as url:
         port = free_port()
-        exe = Path(sys.executable).parent / "vllm-advisor"
         env = {**os.environ, "VLLM_ADVISOR_SCRAPE_TIMEOUT": "8s"}
-        p = subprocess.Popen(
-            [
-                str(exe),
-                "run",
-                "--vllm-url",
-                url,
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--interval",
-                "10s",
-                "--state-dir",
-                str(tmp_path / "state"),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        p = start_run(url, port, "10s", tmp_path / "state", env=env)
         try:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline and preempting.hits < hits:  # /version, then /metrics
