@@ -19,8 +19,30 @@ from typing import Any
 
 import click
 
-from advisor import config as config_mod
-from advisor.ruleset import RuleError, load_rules
+from advisor.core import config as config_mod
+from advisor.core.knobs import KNOBS, knob_for_flag
+from advisor.core.log import configure_logging
+from advisor.diagnose.ruleset import RuleError, load_rules
+from advisor.drive import baseline as bl_cmd
+from advisor.drive import daemon, fleet, inputs, inspection
+from advisor.drive import generate as gen
+from advisor.drive import predict as predict_cmd
+from advisor.drive.daemon import DaemonError
+from advisor.outputs import explain as out
+from advisor.outputs import prediction as prediction_out
+from advisor.outputs.alerts import AlertConfigError, load_alert_config
+from advisor.outputs.explain import diagnosis_from_json
+from advisor.predict import scoring
+from advisor.predict.perfmodel import InsufficientData
+from advisor.sources import prometheus as prom_src
+from advisor.sources import session
+from advisor.sources.engine import CommandError, EngineSourceError, read_command_file
+from advisor.sources.metrics import MetricsError
+from advisor.sources.prometheus import PrometheusError
+from advisor.sources.session import SessionError
+from advisor.verify import baseline as bl
+from advisor.verify import experiment as ex
+from advisor.verify.ledger import Ledger, LedgerError, record_from_comparison
 
 FORMATS = click.Choice(["text", "json", "markdown"])
 TEXT_OR_JSON = click.option(
@@ -125,7 +147,6 @@ def main() -> None:
     The daemon:       vllm-advisor run --vllm-url http://127.0.0.1:8000
     A sample config:  vllm-advisor config sample
     """
-    from advisor.log import configure_logging
 
     configure_logging()
 
@@ -186,7 +207,6 @@ def explain(
 
     Exits 4 when the input holds too little to diagnose (insufficient data), 1 when it cannot
     be read at all (a server that is down), 3 with --exit-code when there is advice."""
-    from advisor.outputs import explain as out
 
     rules = _rules(rules_dir)
     if rule_id:
@@ -244,8 +264,6 @@ def explain(
         if fmt == "json":
             click.echo(json.dumps(diagnosis, indent=2))
         else:
-            from advisor.outputs.explain import diagnosis_from_json
-
             click.echo(out.render(diagnosis_from_json(diagnosis), fmt, _color()))
     else:
         status = diagnosis.status
@@ -269,8 +287,6 @@ def _diagnose(
     engine_config: Any,
     command: Any = None,
 ) -> Any:
-    from advisor import inputs
-    from advisor.session import SessionError
 
     try:
         if session_dir:
@@ -291,7 +307,6 @@ def _diagnose(
             for line in adv.input_warnings:  # what was skipped on the pages, one line each
                 click.echo(f"warning: {line}", err=True)
             return d
-        from advisor import daemon
 
         if daemon_url:
             return daemon.fetch_diagnosis(daemon_url)
@@ -318,7 +333,6 @@ def _command(command_file: str | None) -> Any:
     warnings on stderr; None without the option. Reusable by any command that takes it."""
     if not command_file:
         return None
-    from advisor.sources.engine import CommandError, read_command_file
 
     try:
         cmd = read_command_file(command_file)
@@ -333,8 +347,6 @@ def _command(command_file: str | None) -> Any:
 def _diagnose_prometheus(
     cfg: Any, rules: Any, prom_url: str, instance: str, model: str | None, at: str, window: str
 ) -> Any:
-    from advisor import inputs
-    from advisor.sources import prometheus as prom_src
 
     try:
         t = prom_src.parse_time(at)
@@ -349,9 +361,6 @@ def _diagnose_prometheus(
 
 
 def daemon_errors() -> tuple[type[BaseException], ...]:
-    from advisor.daemon import DaemonError
-    from advisor.sources.engine import EngineSourceError
-    from advisor.sources.metrics import MetricsError
 
     return (MetricsError, EngineSourceError, DaemonError, OSError)
 
@@ -383,20 +392,17 @@ def predict(
     config_file: str | None,
 ) -> None:
     """What would one knob's change do, under the same load? (exit 4: too little data)"""
-    from advisor import inputs, whatif
-    from advisor.perfmodel import InsufficientData
-    from advisor.session import SessionError
 
     if sum([bool(session_dir), bool(metrics_files), bool(url)]) != 1:
         _fail("give exactly one of --session, --metrics-file or --url", EXIT_USAGE)
     try:
-        knob, value = whatif.parse_set(setting)
+        knob, value = predict_cmd.parse_set(setting)
     except ValueError as e:
         _fail(str(e), EXIT_USAGE)
         raise
     cfg = _cfg(config_file, engine_config=engine_config)
     try:
-        model, values = whatif.from_source(
+        model, values = predict_cmd.from_source(
             cfg,
             _rules(None),
             session_dir=session_dir,
@@ -407,7 +413,7 @@ def predict(
             interval_s=config_mod.parse_duration_s(interval),
             config_path=engine_config,
         )
-        p = whatif.predict(model, knob, value, values)
+        p = scoring.predict(model, knob, value, values)
     except (inputs.InputError, SessionError) as e:
         _fail(str(e))
         raise
@@ -420,7 +426,7 @@ def predict(
     except daemon_errors() as e:
         _fail(str(e))
         raise
-    click.echo(json.dumps(p.to_json(), indent=2) if fmt == "json" else whatif.render_text(p, model))
+    click.echo(json.dumps(p.to_json(), indent=2) if fmt == "json" else prediction_out.render_text(p, model))
 
 
 # ------------------------------------------------------------------ inspect
@@ -448,7 +454,6 @@ def inspect(
     fmt: str,
 ) -> None:
     """Show what the sources learned: engine knobs with their sources, log events, metric families."""
-    from advisor import inspection
 
     if not (url or session_dir or metrics_files or log_file or command_file):
         _fail("give --url, --session, --metrics-file, --log-file or --command-file", EXIT_USAGE)
@@ -481,7 +486,6 @@ def rules() -> None:
 @TEXT_OR_JSON
 def rules_list(rules_dir: str | None, fmt: str) -> None:
     """Every rule with its severity and knob."""
-    from advisor.outputs import explain as out
 
     rs = _rules(rules_dir)
     if fmt == "json":
@@ -566,7 +570,6 @@ def record(
 
     Exits 1 when not one /metrics page could be read (the session is still written, with the
     errors in its meta.json)."""
-    from advisor import session
 
     if log_file and log_cmd:
         _fail("give --log-file or --log-cmd, not both", EXIT_USAGE)
@@ -676,7 +679,6 @@ def run(
     run_seconds: float | None,
 ) -> None:
     """Run beside a vLLM server: scrape, diagnose and export vllm_advisor_* series continuously."""
-    from advisor import daemon
 
     if log_file and log_cmd:
         _fail("give --log-file or --log-cmd, not both", EXIT_USAGE)
@@ -702,9 +704,6 @@ def run(
     if replay_dir:
         sys.exit(daemon.run_replay(cfg, rs, replay_dir, speed, run_seconds))
     if prom_url:
-        from advisor import fleet
-        from advisor.sources.prometheus import PrometheusError
-
         try:
             sys.exit(fleet.run(cfg, rs, prom_url, selector, run_seconds))
         except PrometheusError as e:
@@ -753,8 +752,6 @@ def generate(
 
     --check compares with a checkout of the repository: run it from the repository root or give
     --out REPO."""
-    from advisor import generate as gen
-    from advisor.outputs.alerts import AlertConfigError, load_alert_config
 
     if check and not gen.looks_like_checkout(out):
         _fail(
@@ -840,8 +837,6 @@ def compare(
     loads differ (the comparison is refused)."""
     import time
 
-    from advisor import experiment as ex
-
     try:
         pre = tuple(float(x) for x in preemptions.split(":")) if preemptions else None
         if pre is not None and len(pre) != 2:
@@ -853,7 +848,6 @@ def compare(
             name, _, direction = knob.partition(":")
             if direction not in ("increase", "decrease"):
                 raise ValueError(f"--knob must be KNOB:increase or KNOB:decrease, got {knob!r}")
-            from advisor.knobs import KNOBS, knob_for_flag
 
             k = knob_for_flag(name)  # any spelling vLLM has used: max_num_seqs, --max-num-seqs
             if k is None:
@@ -875,8 +869,6 @@ def compare(
         return
     click.echo(json.dumps(c.to_json(), indent=2) if fmt == "json" else ex.render_text(c))
     if ledger_path:
-        from advisor.ledger import Ledger, LedgerError, record_from_comparison
-
         try:
             Ledger(ledger_path).add(record_from_comparison(c, time.time()))
         except LedgerError as e:
@@ -896,8 +888,6 @@ def compare(
 @TEXT_OR_JSON
 def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: str) -> None:
     """The experiments the advisor judged: knob, old -> new, verdict and why; predicted vs measured."""
-    from advisor import whatif
-    from advisor.ledger import Ledger, LedgerError
 
     cfg = _cfg(config_file)
     path = ledger_path or str(Path(cfg.state_dir) / "ledger.sqlite")
@@ -924,7 +914,7 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
             f"#{r['id']} {when} {r.get('knob')} {r.get('old_value')} -> {r.get('new_value')}: "
             f"{r['verdict'].upper()} ({r['source']}) {reason}"
         )
-        line = whatif.prediction_line(r.get("prediction"))
+        line = prediction_out.prediction_line(r.get("prediction"))
         if line:
             click.echo(f"    {line}")
 
@@ -952,12 +942,11 @@ def baseline_save(
     out_file: str,
 ) -> None:
     """Save what the server runs with and how it performs now."""
-    from advisor import baseline as bl
 
     if sum(map(bool, (url, daemon_url, session_dir))) != 1:
         _fail("give exactly one of --url, --daemon, --session", EXIT_USAGE)
     try:
-        doc = bl.capture(
+        doc = bl_cmd.capture(
             url=url,
             daemon_url=daemon_url,
             session_dir=session_dir,
@@ -993,12 +982,9 @@ def baseline_save(
 )
 def demo(session_dir: str, listen: str | None, serve_seconds: float | None) -> None:
     """Diagnose a bundled session recorded from a real vLLM server, then serve the exporter on it."""
-    from advisor import daemon, inputs
-    from advisor.outputs import explain as out
 
     cfg = _cfg(None, listen=listen)
     rs = _rules(None)
-    from advisor.session import SessionError
 
     try:
         adv, d = inputs.from_session(session_dir, cfg, rs)

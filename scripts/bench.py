@@ -51,10 +51,10 @@ from prometheus_client.parser import text_string_to_metric_families
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.config import Config  # noqa: E402
-from advisor.ruleset import load_rules  # noqa: E402
-from advisor.runner import Advisor, ReplayClock  # noqa: E402
-from advisor.session import Session  # noqa: E402
+from advisor.core.config import Config  # noqa: E402
+from advisor.diagnose.ruleset import load_rules  # noqa: E402
+from advisor.drive.runner import Advisor, ReplayClock  # noqa: E402
+from advisor.sources.session import Session  # noqa: E402
 from tests.pages import with_engines  # noqa: E402
 
 SESSION = ROOT / "advisor" / "data" / "sessions" / "h200-A_s256"
@@ -390,9 +390,9 @@ def warm_advisor(pages: list[str]) -> tuple[Advisor, ReplayClock, float]:
 
 def prediction_rows(pages: list[str], repeat: int) -> None:
     """Issue 13: the cost of the advice's prediction (the performance model fitted to the window
-    and every candidate value predicted, advisor/whatif.py) per scrape-and-evaluate cycle, next
+    and every candidate value predicted, advisor/predict/scoring.py) per scrape-and-evaluate cycle, next
     to the same cycles without it: two advisors warmed alike, then fed the same next pages."""
-    from advisor import advise
+    from advisor.diagnose import advise
 
     n = min(repeat, len(pages) - 24)
 

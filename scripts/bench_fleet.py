@@ -37,12 +37,12 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.config import Config  # noqa: E402
-from advisor.fleet import Fleet  # noqa: E402
-from advisor.ruleset import load_rules  # noqa: E402
-from advisor.runner import Advisor, ReplayClock  # noqa: E402
-from advisor.session import Session  # noqa: E402
+from advisor.core.config import Config  # noqa: E402
+from advisor.diagnose.ruleset import load_rules  # noqa: E402
+from advisor.drive.fleet import Fleet  # noqa: E402
+from advisor.drive.runner import Advisor, ReplayClock  # noqa: E402
 from advisor.sources import prometheus as prom  # noqa: E402
+from advisor.sources.session import Session  # noqa: E402
 from tests import fleet_standin  # noqa: E402
 from tests.promstack import prometheus, query, wait_until  # noqa: E402
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from advisor.session import SessionWriter
+from advisor.core import engine_json
 from advisor.sources import engine as engine_src
+from advisor.sources.session import SessionWriter
 
 
 def main() -> int:
@@ -58,7 +59,7 @@ def main() -> int:
             continue
         w.add_log_line(line)
     info = engine_src.resolve(argv=argv, host=engine_src.parse_nvidia_smi(args.gpu))
-    w.write_engine(engine_src.to_json(info))
+    w.write_engine(engine_json.to_json(info))
     import datetime as dt
 
     started = dt.datetime.fromtimestamp(first or 0, dt.UTC).isoformat()

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import requests
 
-from advisor.config import Config
-from advisor.daemon import Daemon
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.daemon import Daemon
 
 RULES = load_rules()
 

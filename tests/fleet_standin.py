@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor.session import Session
+from advisor.sources.session import Session
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 
-from advisor.model import Family, Histogram, LabelKey, LogEvent, Snapshot, labels_match
+from advisor.core.model import Family, Histogram, LabelKey, LogEvent, Snapshot, labels_match
 
 Clock = Callable[[], float]
 

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from advisor import generate as gen
 from advisor.cli import main
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import generate as gen
 from advisor.outputs import alerts
-from advisor.ruleset import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 

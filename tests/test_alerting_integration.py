@@ -35,12 +35,12 @@ import pytest
 import requests
 import yaml
 
-from advisor import generate as gen
-from advisor.config import Config
-from advisor.inputs import from_session
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import generate as gen
+from advisor.drive.inputs import from_session
 from advisor.outputs import alerts, dashboards
-from advisor.ruleset import load_rules
-from advisor.session import Session
+from advisor.sources.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION = ROOT / "tests" / "fixtures" / "sessions" / "cpu-preempt-nobind"

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.cli import DEMO_SESSION, main
-from advisor.config import Config
-from advisor.daemon import Daemon
-from advisor.ruleset import load_rules
-from advisor.session import Session
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.daemon import Daemon
+from advisor.sources.session import Session
 from tests.vllm_standin import StandIn, serve, session_pages
 
 EXE = str(Path(sys.executable).parent / "vllm-advisor")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor import config
-from advisor.config import ConfigError
+from advisor.core import config
+from advisor.core.config import ConfigError
 
 
 def load_yaml(tmp_path: Path, text: str | bytes) -> config.Config:

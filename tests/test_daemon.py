@@ -22,9 +22,9 @@ import pytest
 import requests
 
 from advisor.cli import DEMO_SESSION
-from advisor.config import Config
-from advisor.daemon import Daemon
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.daemon import Daemon
 from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
 from tests.vllm_standin import StandIn, serve, session_pages
 

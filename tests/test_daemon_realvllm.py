@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.config import Config
-from advisor.daemon import Daemon
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.daemon import Daemon
 from tests import realvllm
 from tests.promstack import prometheus, query, wait_until
 

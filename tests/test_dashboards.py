@@ -15,7 +15,7 @@ import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
-from advisor import generate as gen
+from advisor.drive import generate as gen
 from advisor.outputs import dashboards
 
 ROOT = Path(__file__).resolve().parent.parent

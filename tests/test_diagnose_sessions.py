@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.cli import DEMO_SESSION, main
-from advisor.config import Config
-from advisor.inputs import from_session
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.inputs import from_session
 
 SESSIONS = Path(__file__).parent / "fixtures" / "sessions"
 RULES = load_rules()

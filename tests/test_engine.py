@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.model import EngineInfo, LogEvent
-from advisor.redact import REDACTED
+from advisor.core import engine_json
+from advisor.core.model import EngineInfo, LogEvent
+from advisor.core.redact import REDACTED
 from advisor.sources import engine, logs, metrics
 from advisor.sources.engine import EngineSourceError
 
@@ -199,7 +200,7 @@ def test_from_cmdline_config_file_overridden_by_flags(tmp_path: Path) -> None:
     assert got["max_num_batched_tokens"].detail == f"--config {cfg}"
     assert got["gpu_memory_utilization"].value == 0.8
     assert got["model"].value == "from/yaml"
-    dumped = json.dumps(engine.to_json(EngineInfo(got)))
+    dumped = json.dumps(engine_json.to_json(EngineInfo(got)))
     assert "yaml-secret" not in dumped and "cli-secret" not in dumped
     assert got["api_key"].value == REDACTED
 
@@ -606,17 +607,17 @@ def test_json_round_trip_is_stable_and_safe() -> None:
     with open(LOGS / "h200-0.25-A_s256.log", encoding="utf-8", errors="replace") as fh:
         events = list(logs.parse_lines(fh))
     info = engine.resolve(events=events, argv=["vllm", "serve", "x", "--api-key", "zzz"], host={})
-    doc = engine.to_json(info)
+    doc = engine_json.to_json(info)
     text = json.dumps(doc, sort_keys=True)
     assert "zzz" not in text
     assert doc["vllm_version"] == "0.25.0"
     assert doc["knobs"]["max_num_seqs"] == {"value": 256, "source": "log", "detail": "non-default args"}
-    back = engine.from_json(json.loads(text))
-    assert engine.to_json(back) == doc
+    back = engine_json.from_json(json.loads(text))
+    assert engine_json.to_json(back) == doc
     assert back.get("kv_cache_tokens") == 49152
 
 
 @pytest.mark.parametrize("bad", [[], {"knobs": []}, {"knobs": {"max_num_seqs": 5}}])
 def test_from_json_rejects_malformed(bad: object) -> None:
-    with pytest.raises(EngineSourceError):
-        engine.from_json(bad)  # type: ignore[arg-type]
+    with pytest.raises(engine_json.EngineJsonError):
+        engine_json.from_json(bad)  # type: ignore[arg-type]

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.experiment import (
+from advisor.core.model import Histogram
+from advisor.verify.experiment import (
     METRICS,
     BenchRun,
     CountSample,
@@ -41,7 +42,6 @@ from advisor.experiment import (
     same_load,
     targets_for_knob,
 )
-from advisor.model import Histogram
 
 BENCH = Path(__file__).parent / "fixtures" / "bench"
 H200 = BENCH / "h200-vllm-0.25"

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.config import Config
-from advisor.daemon import Daemon
-from advisor.ledger import Ledger
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.daemon import Daemon
+from advisor.verify.ledger import Ledger
 from tests import realvllm
 
 KV_BYTES = 25165824

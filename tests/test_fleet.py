@@ -26,15 +26,15 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from advisor import generate as gen
-from advisor.advise import Diagnosis, Recommendation
-from advisor.config import Config
-from advisor.fleet import Fleet, FleetState, Member, Runner, Server, family_groups
-from advisor.inputs import from_session
+from advisor.core.config import Config
+from advisor.diagnose.advise import Diagnosis, Recommendation
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import generate as gen
+from advisor.drive.fleet import Fleet, Runner, family_groups
+from advisor.drive.inputs import from_session
 from advisor.outputs import alerts, exporter
 from advisor.outputs import fleet as fleet_out
-from advisor.outputs.exporter import ExportState
-from advisor.ruleset import load_rules
+from advisor.outputs.state import ExportState, FleetState, Member, Server
 from advisor.sources import prometheus as prom
 from tests import fleet_standin
 from tests.promstack import free_port, prometheus, query, wait_until
@@ -132,7 +132,7 @@ def test_a_sidecar_seen_after_its_server_gives_its_knobs_at_once() -> None:
     """Prometheus may scrape a server before its sidecar: the knobs the sidecar read (from the
     server's command line) replace the defaults on the cycle they arrive, not at a restart
     (a CI run of the stack test below saw max_num_seqs stay at the default 256)."""
-    from advisor.model import Provenanced
+    from advisor.core.model import Provenanced
     from advisor.sources import metrics
 
     fleet = Fleet(Config(), load_rules(), prom.Client("http://127.0.0.1:9"), "")

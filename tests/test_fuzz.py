@@ -20,10 +20,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advisor import config
-from advisor.experiment import ExperimentError, load_bench
-from advisor.ruleset import RuleError, default_rules_dir, load_rules
+from advisor.core import config
+from advisor.diagnose.ruleset import RuleError, default_rules_dir, load_rules
 from advisor.sources import logs
+from advisor.verify.experiment import ExperimentError, load_bench
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOG_LINES = [

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import yaml
 
-from advisor import generate as gen
-from advisor import names
+from advisor.core import names
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import generate as gen
 from advisor.outputs import alerts, dashboards
-from advisor.ruleset import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +111,7 @@ def test_generated_files_say_do_not_edit() -> None:
 
 def test_recording_rules_cover_every_groupable_twin_with_unique_names() -> None:
     recs, skipped = alerts.recording_rules()
-    from advisor.signals import CATALOG
+    from advisor.derive.signals import CATALOG
 
     with_twin = [s.name for s in CATALOG.values() if s.promql]
     assert sorted([r["labels"]["signal"] for r in recs] + skipped) == sorted(with_twin)

@@ -10,9 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from advisor import knobs, whatif
-from advisor.session import record
+from advisor.core import knobs
+from advisor.predict import scoring
 from advisor.sources import engine
+from advisor.sources.session import record
 from tests.test_session import FIXTURE_PAGE, T0, FakeHttp, FakeTime
 
 GiB = 2**30
@@ -120,9 +121,9 @@ def test_a_local_recording_keeps_the_device_memory(tmp_path: Path) -> None:
 def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
     """The kv-seqs-bind-r2 H200 recording (8 GiB KV, preempting) replayed with a free-memory
     fact: with 3 GiB free the advice stops at 10 GiB; with none free it is withdrawn."""
-    from advisor import inputs
-    from advisor.config import Config
-    from advisor.ruleset import load_rules
+    from advisor.core.config import Config
+    from advisor.diagnose.ruleset import load_rules
+    from advisor.drive import inputs
 
     run = Path(__file__).resolve().parent.parent / "validation" / "runs" / "kv-seqs-bind-r2.before"
     adv, d = inputs.from_session(run, Config(), load_rules())
@@ -130,11 +131,11 @@ def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
     assert d.recommendation.knob == "kv_cache_memory_bytes"
     limits = knobs.Limits.from_engine(adv.engine)
 
-    def refine(free_gib: float) -> whatif.Refined | None:
+    def refine(free_gib: float) -> scoring.Refined | None:
         eng = engine.EngineInfo(
             {**adv.engine.values, "gpu_memory_free_gib": engine.Provenanced(free_gib, "default", "test")}
         )
-        return whatif.refine(
+        return scoring.refine(
             adv.window, eng, d.signals, Config().targets, "kv_cache_memory_bytes", "increase",
             8 * GiB, 12 * GiB, limits, seconds=Config().window_s,
         )  # fmt: skip
@@ -149,9 +150,9 @@ def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
 def test_a_knob_the_model_cannot_predict_here_keeps_the_rules_step() -> None:
     """gpu_memory_utilization where the KV bytes per token are unknown (no fixed KV size): the
     model cannot say, so the rule's own step stands (no prediction, nothing withdrawn)."""
-    from advisor import inputs
-    from advisor.config import Config
-    from advisor.ruleset import load_rules
+    from advisor.core.config import Config
+    from advisor.diagnose.ruleset import load_rules
+    from advisor.drive import inputs
 
     run = Path(__file__).resolve().parent.parent / "validation" / "runs" / "kv-capacity.before"
     adv, d = inputs.from_session(run, Config(), load_rules())
@@ -165,7 +166,7 @@ def test_a_knob_the_model_cannot_predict_here_keeps_the_rules_step() -> None:
             "gpu_memory_gib": engine.Provenanced(140.0, "default"),
         }
     )
-    got = whatif.refine(
+    got = scoring.refine(
         adv.window, eng, d.signals, Config().targets, "gpu_memory_utilization", "increase", 0.5, 0.55,
         knobs.Limits.from_engine(eng), seconds=Config().window_s,
     )  # fmt: skip

@@ -27,7 +27,7 @@ import pytest
 import requests
 
 from advisor.cli import DEMO_SESSION
-from advisor.daemon import Daemon
+from advisor.drive.daemon import Daemon
 from advisor.outputs.exporter import BoundedHTTPServer
 from advisor.sources import http as http_src
 from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
@@ -116,9 +116,9 @@ def test_a_stuck_cycle_cannot_leave_up_or_advice_behind(advised: tuple[Daemon, C
 def test_every_fetcher_has_one_deadline(preempting: StandIn, tmp_path: Path) -> None:
     """`record`, `explain --url`/`inspect --url` (metrics.fetch) and the /version fetch all use
     advisor.sources.http: against the trickling stand-in each ends at its deadline."""
-    from advisor import session
     from advisor.sources import engine as engine_src
     from advisor.sources import metrics as metrics_src
+    from advisor.sources import session
 
     preempting.mode = "trickle"
     with serve(preempting) as url:
@@ -149,7 +149,7 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
     limit (decoded bytes are counted), `record` stores nothing, and the process's memory is
     back within 16 MiB of where it was once the fault is over (it was +56 MiB with a growing
     buffer, 2.1 GB in `record` before the limit)."""
-    from advisor import session
+    from advisor.sources import session
 
     d, clock, standin = advised
     standin.mode = mode
@@ -192,7 +192,7 @@ def test_any_exception_in_the_cycle_is_one_clear_line_and_a_failed_scrape(
 ) -> None:
     """Whatever raises in parsing or evaluation (here: injected), the cycle returns, counts a
     failed scrape, withdraws the advice, logs the error once (no traceback), and recovers."""
-    from advisor.log import configure_logging
+    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     d, clock, _ = advised
@@ -302,7 +302,7 @@ def test_out_of_file_descriptors_does_not_spin_the_accept_loop(tmp_path: Path) -
     port = free_port()
     code = (
         "import resource, threading; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64));"
-        "from advisor.outputs.exporter import ExportState, make_server;"
+        "from advisor.outputs.exporter import make_server; from advisor.outputs.state import ExportState;"
         f"srv = make_server('127.0.0.1', {port}, lambda: ExportState(None, True, ()));"
         "print('ready', flush=True); srv.serve_forever()"
     )
@@ -359,7 +359,7 @@ def test_a_url_that_alternates_between_two_engines_is_said_and_writes_no_experim
 ) -> None:
     """Scrapes alternate between two replicas (a load-balanced Service): the daemon says so in
     its status, a metric and one warning, and no spurious experiment reaches the ledger."""
-    from advisor.log import configure_logging
+    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     pages = session_pages(DEMO_SESSION)
@@ -474,7 +474,7 @@ def test_log_exception_carries_the_error_and_library_lines_are_json(
 
     import structlog
 
-    from advisor.log import configure_logging
+    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     capsys.readouterr()

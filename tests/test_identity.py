@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from advisor.identity import Identity, ServerTracker, of_page
+from advisor.derive.identity import Identity, ServerTracker, of_page
 
 A = Identity(100.0, "m", "blocks=1")
 B = Identity(200.0, "m", "blocks=1")

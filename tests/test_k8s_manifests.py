@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from advisor import generate as gen
+from advisor.drive import generate as gen
 from advisor.outputs import alerts
 
 ROOT = Path(__file__).resolve().parent.parent

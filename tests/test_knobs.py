@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor import knobs
-from advisor.knobs import Hardware, Limits, applicable, default_for, format_flag, parse_step, propose
-from advisor.model import EngineInfo, Provenanced
+from advisor.core import knobs
+from advisor.core.knobs import Hardware, Limits, applicable, default_for, format_flag, parse_step, propose
+from advisor.core.model import EngineInfo, Provenanced
 
 REQUIRED = [
     "max_num_seqs",

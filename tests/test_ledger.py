@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from advisor.experiment import compare_bench_files
-from advisor.ledger import SCHEMA_VERSION, ExperimentRecord, Ledger, LedgerError, record_from_comparison
+from advisor.verify.experiment import compare_bench_files
+from advisor.verify.ledger import (
+    SCHEMA_VERSION,
+    ExperimentRecord,
+    Ledger,
+    LedgerError,
+    record_from_comparison,
+)
 
 BENCH = Path(__file__).parent / "fixtures" / "bench" / "h200-vllm-0.25"
 

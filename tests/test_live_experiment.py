@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from advisor.advise import Diagnosis
-from advisor.config import Config
-from advisor.ruleset import load_rules
-from advisor.runner import Advisor, ReplayClock, base_from_session_engine
-from advisor.session import Session
+from advisor.core.config import Config
+from advisor.diagnose.advise import Diagnosis
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.runner import Advisor, ReplayClock, base_from_session_engine
+from advisor.sources.session import Session
 
 SESSIONS = Path(__file__).parent / "fixtures" / "sessions"
 

@@ -8,8 +8,8 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from advisor import names
 from advisor.cli import main
+from advisor.core import names
 from advisor.sources import metrics as m
 from tests import realvllm
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from advisor.config import Config
-from advisor.ruleset import load_rules
-from advisor.runner import MAX_KEPT_LINE_CHARS, Advisor
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.runner import MAX_KEPT_LINE_CHARS, Advisor
 from advisor.sources import logs
 
 

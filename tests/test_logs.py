@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from advisor.model import EVENT_KINDS, LogEvent
-from advisor.redact import REDACTED, redact_text
+from advisor.core.model import EVENT_KINDS, LogEvent
+from advisor.core.redact import REDACTED, redact_text
 from advisor.sources import logs
 from advisor.sources.logs import (
     MAX_LINE_CHARS,
@@ -918,9 +918,9 @@ def test_followers_feed_the_parser_end_to_end(tmp_path: Path, readers: list[Read
 def test_a_log_file_is_read_near_when_it_was_last_written(tmp_path: Path) -> None:
     """`explain --log-file` on a log last written in early January: its 12-31 lines are from
     the December before, not from the December to come."""
-    from advisor.config import Config
-    from advisor.inputs import from_files
-    from advisor.ruleset import load_rules
+    from advisor.core.config import Config
+    from advisor.diagnose.ruleset import load_rules
+    from advisor.drive.inputs import from_files
 
     log = tmp_path / "vllm.log"
     log.write_text(VLLM.replace("11-29 23:26:03", "12-31 23:59:58") + "\n")

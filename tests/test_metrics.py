@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor import names
+from advisor.core import names
 from advisor.sources import metrics as m
 from tests.pages import PAGES, as_ray, as_v0, page, with_engines
 

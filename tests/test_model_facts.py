@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from advisor import knobs
-from advisor.model import EngineInfo, LogEvent
-from advisor.signals import Context, Values
+from advisor.core import knobs
+from advisor.core.model import EngineInfo, LogEvent
+from advisor.derive.signals import Context, Values
+from advisor.derive.window import Window
 from advisor.sources import engine
-from advisor.window import Window
 
 MODELS = Path(__file__).parent / "fixtures" / "engine" / "models"
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor.advise import Diagnosis
-from advisor.config import Config
-from advisor.inputs import from_session
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.diagnose.advise import Diagnosis
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.inputs import from_session
 
 SESSIONS = Path(__file__).parent / "fixtures" / "sessions"
 RULES = load_rules()
@@ -121,11 +121,11 @@ def test_more_media_loading_threads_advised_then_measured() -> None:
     the TTFT and nearly doubles the request rate, and the daemon's own before/after comparison of
     the two windows says keep. Measured on this machine at recording (scripts/record_sessions.py):
     640 requests in 161 s, then in 81 s."""
-    from advisor import experiment as ex
-    from advisor import live_experiment as lx
-    from advisor.session import Session
+    from advisor.derive.window import Window
     from advisor.sources.metrics import parse_page
-    from advisor.window import Window
+    from advisor.sources.session import Session
+    from advisor.verify import experiment as ex
+    from advisor.verify import live_experiment as lx
 
     before, after = diagnose("cpu-vl-media"), diagnose("cpu-vl-media-after")
     rec = before.recommendation
@@ -195,8 +195,9 @@ def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
     vllm_advisor_engine_fact: the exporter publishes them from a real engine's diagnosis."""
     from prometheus_client import generate_latest
 
-    from advisor.outputs.exporter import ExportState, make_registry
-    from advisor.signals import CATALOG, promql
+    from advisor.derive.signals import CATALOG, promql
+    from advisor.outputs.exporter import make_registry
+    from advisor.outputs.state import ExportState
 
     d = diagnose("cpu-moe-tp2")
     text = generate_latest(
@@ -215,7 +216,7 @@ def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
 
 
 def _kv_choice(rule_id: str, **facts: object) -> tuple[str | None, object, object, list[str]]:
-    from advisor.advise import provenanced_engine, resolve_choice
+    from advisor.diagnose.advise import provenanced_engine, resolve_choice
 
     rule = next(r for r in RULES if r.id == rule_id)
     engine = provenanced_engine(
@@ -227,8 +228,8 @@ def _kv_choice(rule_id: str, **facts: object) -> tuple[str | None, object, objec
             **facts,
         }
     )
-    from advisor.signals import CATALOG, Context
-    from advisor.window import Window
+    from advisor.derive.signals import CATALOG, Context
+    from advisor.derive.window import Window
 
     values = {
         "preemptions_per_second": 3.0,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor import experiment as ex
+from advisor.verify import experiment as ex
 
 FIX = Path(__file__).parent / "fixtures"
 REAL = FIX / "bench" / "h200-vllm-0.25"

@@ -177,7 +177,7 @@ def test_record_keeps_the_pasted_command_as_the_sessions_serve_args(tmp_path: Pa
     session's engine.json keeps the pasted command's knobs (secrets redacted), and a replay
     reads them."""
     from advisor.cli import DEMO_SESSION
-    from advisor.session import Session
+    from advisor.sources.session import Session
     from tests.vllm_standin import StandIn, serve, session_pages
 
     cmd = tmp_path / "cmd.sh"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from advisor import config as config_mod
-from advisor import inputs
 from advisor.cli import main
-from advisor.ruleset import load_rules
+from advisor.core import config as config_mod
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import inputs
 
 FIX = Path(__file__).parent / "fixtures"
 PAGES = FIX / "paste" / "pages"
@@ -131,8 +131,8 @@ def test_explain_on_a_quiet_log_alone_and_on_a_log_without_stats(tmp_path: Path)
 def test_log_stats_lines_become_pages_with_v1_preemption_counts() -> None:
     """V1 prints "Preemptions: N" (the interval's) only when N > 0: once the log shows it, a line
     without it counts none; throughputs integrate into token counters."""
-    from advisor import names
-    from advisor.evidence import pages_from_stats
+    from advisor.core import names
+    from advisor.diagnose.evidence import pages_from_stats
     from advisor.sources.logs import parse_lines
 
     head = "(APIServer pid=1) INFO 11-29 23:26:{s} [loggers.py:335] Engine 000: Avg prompt throughput: 100.0 tokens/s, "

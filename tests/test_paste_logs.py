@@ -9,7 +9,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from advisor.cli import main
-from advisor.model import LogEvent
+from advisor.core.model import LogEvent
 from advisor.sources import engine as engine_src
 from advisor.sources.logs import LineJoiner, parse_lines
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from advisor import names as n
-from advisor import perfmodel as pm
-from advisor.model import EngineInfo, Family, Histogram, Provenanced, Snapshot, label_key
-from advisor.window import Window
+from advisor.core import names as n
+from advisor.core.model import EngineInfo, Family, Histogram, Provenanced, Snapshot, label_key
+from advisor.derive.window import Window
+from advisor.predict import perfmodel as pm
 
 A, K, C = 0.004, 3e-8, 2e-5  # seconds per step, per KV token read, per prefill token
 KV_TOKENS = 65536.0

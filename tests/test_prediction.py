@@ -122,7 +122,7 @@ def test_docs_prediction_is_current() -> None:
 
 
 def test_history_shows_predicted_against_measured(tmp_path: Path) -> None:
-    from advisor.ledger import ExperimentRecord, Ledger
+    from advisor.verify.ledger import ExperimentRecord, Ledger
 
     path = tmp_path / "ledger.db"
     pred = {
@@ -213,8 +213,8 @@ def test_a_rule_that_could_fire_but_lacks_an_input_is_inconclusive_never_healthy
 def _values_with(**base: float | None) -> Any:
     """The catalog's budget signals over constant inputs (the inputs' own functions are tested
     elsewhere)."""
-    from advisor.signals import CATALOG, Context, Signal, Values
-    from advisor.window import Window
+    from advisor.derive.signals import CATALOG, Context, Signal, Values
+    from advisor.derive.window import Window
 
     cat = dict(CATALOG)
     for name, value in base.items():

@@ -21,14 +21,14 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from advisor import daemon, inputs
 from advisor.cli import main
-from advisor.config import Config
-from advisor.model import Provenanced
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.core.model import Provenanced
+from advisor.derive.window import slim
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import daemon, inputs
 from advisor.sources import prometheus as prom
 from advisor.sources.metrics import parse_page
-from advisor.window import slim
 from tests import fleet_standin, realvllm
 from tests.promstack import prometheus, query, wait_until
 
@@ -135,7 +135,7 @@ def test_sidecar_knobs_belong_to_the_server_on_their_host() -> None:
 
 
 def _history(session: str, instance: str = "a:8000", down_after: float | None = None) -> prom.History:
-    from advisor.session import Session
+    from advisor.sources.session import Session
 
     s = Session.load(SESSIONS / session)
     series: list[prom.Series] = []

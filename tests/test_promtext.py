@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, Info, Summary
 from prometheus_client.exposition import generate_latest
 
-from advisor import names
-from advisor.model import Histogram as Hist
-from advisor.model import Snapshot
-from advisor.session import Session
+from advisor.core import names
+from advisor.core.model import Histogram as Hist
+from advisor.core.model import Snapshot
 from advisor.sources import metrics as m
 from advisor.sources import promtext
+from advisor.sources.session import Session
 from tests.pages import PAGES, as_ray, as_v0, page, with_engines
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -120,7 +120,8 @@ def test_pages_of_other_exporters_read_as_the_reference_reads_them() -> None:
     assert snap.total("vllm:weird_requests", {"model_name": "e\nf"}) == 3
     same_as_reference(text)
     # the advisor's own exporter page (prometheus_client again, other names)
-    from advisor.outputs.exporter import ExportState, make_registry
+    from advisor.outputs.exporter import make_registry
+    from advisor.outputs.state import ExportState
 
     own = generate_latest(make_registry(lambda: ExportState(None, True, ()))).decode()
     same_as_reference(own, keep=None)
@@ -311,10 +312,11 @@ def test_the_advisor_counts_a_page_with_a_bad_sample_and_stays_up() -> None:
     (the page was read, parts skipped), `up` stays 1, and the next clean page is a success."""
     from prometheus_client.exposition import generate_latest as latest
 
-    from advisor.config import Config
-    from advisor.outputs.exporter import ExportState, make_registry
-    from advisor.ruleset import load_rules
-    from advisor.runner import Advisor, ReplayClock
+    from advisor.core.config import Config
+    from advisor.diagnose.ruleset import load_rules
+    from advisor.drive.runner import Advisor, ReplayClock
+    from advisor.outputs.exporter import make_registry
+    from advisor.outputs.state import ExportState
 
     text = page("cpu-0.32-preempt_mns16-during.prom")
     anchor = text.index("\n", text.index("vllm:time_to_first_token_seconds_bucket{")) + 1

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor import generate as gen
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import generate as gen
 from advisor.outputs import alerts
-from advisor.ruleset import load_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.prometheus

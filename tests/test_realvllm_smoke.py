@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from advisor.session import Session, record
+from advisor.sources.session import Session, record
 from tests import realvllm
 
 FAMILIES = (

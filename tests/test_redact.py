@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from advisor.redact import REDACTED, is_secret_name, redact_argv, redact_obj, redact_text, redact_url
+from advisor.core.redact import REDACTED, is_secret_name, redact_argv, redact_obj, redact_text, redact_url
 
 SECRET = "sk-abcdefghijklmnopqrstuvwxyz012345"
 

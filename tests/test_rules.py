@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from advisor import knobs
-from advisor.advise import arbitrate, provenanced_engine, resolve_choice
 from advisor.cli import main
-from advisor.config import Config
-from advisor.evaluate import Evaluator, conditions_hold
-from advisor.ruleset import DOC_SECTIONS, RuleError, load_rules
+from advisor.core import knobs
+from advisor.core.config import Config
+from advisor.diagnose.advise import arbitrate, provenanced_engine, resolve_choice
+from advisor.diagnose.evaluate import Evaluator, conditions_hold
+from advisor.diagnose.ruleset import DOC_SECTIONS, RuleError, load_rules
 
 RULES = load_rules()
 CFG = Config()
@@ -214,7 +214,7 @@ def test_arbitration_prefers_severity_then_priority_then_id() -> None:
 def test_opposite_directions_on_one_knob_are_inconclusive() -> None:
     down = next(r for r in RULES if r.id == "itl-stutter-prefill-chunks")
     up = next(r for r in RULES if r.id == "ttft-prefill-budget-bound")
-    from advisor.evaluate import Finding
+    from advisor.diagnose.evaluate import Finding
 
     firing = [Finding(down, "firing", ()), Finding(up, "firing", ())]
     engine = provenanced_engine({"max_num_batched_tokens": 8192, "max_model_len": 32768})
@@ -225,7 +225,7 @@ def test_opposite_directions_on_one_knob_are_inconclusive() -> None:
 
 def test_a_rule_with_no_movable_knob_is_inconclusive_with_the_reasons() -> None:
     rule = next(r for r in RULES if r.id == "kv-preemption-capacity")
-    from advisor.evaluate import Finding
+    from advisor.diagnose.evaluate import Finding
 
     # CPU server whose KV size is not fixed and not raisable: GPU-only knobs do not apply
     engine = provenanced_engine({"device": "cpu", "gpu_memory_utilization": 0.95})
@@ -274,8 +274,8 @@ def test_explain_rule_id_prints_the_rules_docs() -> None:
 def test_a_pending_better_rule_holds_lesser_advice_back() -> None:
     """While kv-preemption-seqs-bind builds up its hold time, kv-capacity-below-context (info)
     may not become the advice: the diagnosis waits instead of flipping knobs."""
-    from advisor.advise import building
-    from advisor.evaluate import Finding
+    from advisor.diagnose.advise import building
+    from advisor.diagnose.evaluate import Finding
 
     seqs = next(r for r in RULES if r.id == "kv-preemption-seqs-bind")
     ctx = next(r for r in RULES if r.id == "kv-capacity-below-context")

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import requests
 
-from advisor.redact import redact_obj, redact_text, redact_url
-from advisor.session import (
+from advisor.core.redact import redact_obj, redact_text, redact_url
+from advisor.sources.session import (
     FileTail,
     Session,
     SessionError,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from advisor import experiment as ex
-from advisor.config import Config
-from advisor.inputs import from_session
-from advisor.ruleset import load_rules
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.inputs import from_session
+from advisor.verify import experiment as ex
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "validation" / "runs"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from advisor import names
-from advisor.model import Family, Histogram, Snapshot, label_key
-from advisor.session import Session
+from advisor.core import names
+from advisor.core.model import Family, Histogram, Snapshot, label_key
+from advisor.derive.window import Window
 from advisor.sources.metrics import parse_page
-from advisor.window import Window
+from advisor.sources.session import Session
 from tests.pages import page as page_text
 from tests.pages import with_engines
 from tests.reference_window import Window as ReferenceWindow

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from advisor.session import Session
+from advisor.sources.session import Session
 
 
 class StandIn:

@@ -30,10 +30,12 @@ sys.path.insert(0, str(REPO / "validation"))
 
 import report  # noqa: E402
 
-from advisor import perfmodel as pm  # noqa: E402
-from advisor import whatif  # noqa: E402
-from advisor.config import Config  # noqa: E402
-from advisor.ruleset import load_rules  # noqa: E402
+from advisor.core.config import Config  # noqa: E402
+from advisor.diagnose.ruleset import load_rules  # noqa: E402
+from advisor.drive import predict as predict_cmd  # noqa: E402
+from advisor.outputs import prediction as prediction_out  # noqa: E402
+from advisor.predict import perfmodel as pm  # noqa: E402
+from advisor.predict import scoring  # noqa: E402
 
 DOC = REPO / "docs" / "prediction.md"
 BEGIN, END = "<!-- predictions:begin -->", "<!-- predictions:end -->"
@@ -80,8 +82,8 @@ NOT_MODELLED: list[tuple[str, str, str]] = []
 
 
 def predicted(base: str, knob: str, value: float) -> pm.Prediction:
-    model, values = whatif.from_source(Config(), _rules(), session_dir=str(report.RUNS / base))
-    return whatif.predict(model, knob, value, values)
+    model, values = predict_cmd.from_source(Config(), _rules(), session_dir=str(report.RUNS / base))
+    return scoring.predict(model, knob, value, values)
 
 
 def _ms(x: float) -> str:
@@ -130,7 +132,7 @@ def render() -> str:
     for row in evaluate():
         p = row["p"]
         cells = [
-            f"**{row['after']}** ({row['base'].partition('.')[2]} -> `{row['knob']}={whatif._int_if_whole(row['value'])}`)"
+            f"**{row['after']}** ({row['base'].partition('.')[2]} -> `{row['knob']}={prediction_out._int_if_whole(row['value'])}`)"
         ]
         cells += [p.binding_after, f"{p.confidence:.2f}"]
         for label, key, _ in METRICS:

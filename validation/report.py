@@ -28,14 +28,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from advisor import experiment as ex  # noqa: E402
-from advisor import names as n  # noqa: E402
-from advisor.config import Config  # noqa: E402
-from advisor.inputs import from_session  # noqa: E402
-from advisor.knobs import format_bytes  # noqa: E402
-from advisor.ruleset import load_rules  # noqa: E402
-from advisor.session import Session  # noqa: E402
+from advisor.core import names as n  # noqa: E402
+from advisor.core.config import Config  # noqa: E402
+from advisor.core.knobs import format_bytes  # noqa: E402
+from advisor.diagnose.ruleset import load_rules  # noqa: E402
+from advisor.drive.inputs import from_session  # noqa: E402
 from advisor.sources.metrics import parse_page  # noqa: E402
+from advisor.sources.session import Session  # noqa: E402
+from advisor.verify import experiment as ex  # noqa: E402
 
 RUNS = REPO / "validation" / "runs"
 RESULTS = REPO / "validation" / "results.json"

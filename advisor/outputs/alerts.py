@@ -28,9 +28,11 @@ from typing import Any
 
 import yaml
 
-from advisor import names
-from advisor.ruleset import Rule
-from advisor.signals import CATALOG, Signal, promql
+from advisor.core import knobs, names, selectors
+from advisor.core.units import parse_duration
+from advisor.derive.signals import CATALOG, Signal, promql
+from advisor.diagnose.ruleset import Rule
+from advisor.outputs.explain import rule_markdown
 
 # ---------------------------------------------------------------- conventions (one place)
 # Placeholders on purpose: `generate --config FILE` (or --runbook-base/--dashboard-base) sets yours.
@@ -146,12 +148,10 @@ def load_alert_config(path: str | None = None, **flags: Any) -> AlertConfig:
 
 
 def _check_matchers(text: str, what: str) -> None:
-    from advisor.sources.prometheus import PrometheusError, selector_matchers
-
     try:
-        selector_matchers("{" + text + "}")
-    except PrometheusError as e:
-        raise AlertConfigError(f"{what}: {str(e).removeprefix('query: ')}") from None
+        selectors.selector_matchers("{" + text + "}")
+    except selectors.SelectorError as e:
+        raise AlertConfigError(f"{what}: {e}") from None
 
 
 def with_selector(expr: str, matchers: str) -> str:
@@ -556,8 +556,6 @@ def render_template(template: str, labels: Mapping[str, str]) -> str:
 def example_labels(rule: Rule) -> dict[str, str]:
     """The labels a recommendation of ``rule`` carries, with a plausible value change for its
     first knob (current from the rule's first firing example or the knob's default)."""
-    from advisor import knobs
-
     choice = rule.knobs[0]
     knob = knobs.KNOBS.get(choice.name)
     example = (rule.examples.get("fires") or [{}])[0]
@@ -595,18 +593,14 @@ def _series(metric: str, labels: Mapping[str, str]) -> str:
 
 
 def _seconds(duration: str) -> int:
-    from advisor.ruleset import parse_duration
-
     return int(parse_duration(duration))
 
 
 def selector_labels(matchers: str) -> dict[str, str]:
     """Labels a series needs to match ``matchers`` (for unit tests): ``=`` values, and a regex's
     first plain alternative. AlertConfigError for a matcher no plain value can satisfy."""
-    from advisor.sources.prometheus import _MATCHER_RE, selector_matchers
-
     out: dict[str, str] = {}
-    for part in re.finditer(_MATCHER_RE, selector_matchers("{" + matchers + "}")):
+    for part in re.finditer(selectors.MATCHER_RE, selectors.selector_matchers("{" + matchers + "}")):
         name, op, value = part.group(1), part.group(2), part.group(3)
         if op == "=":
             out[name] = value
@@ -865,11 +859,10 @@ def promtool_tests(
             ],
         }
     )
-    # absent() keeps the selector's equality matchers as labels
-    from advisor.sources.prometheus import _MATCHER_RE
-
     absent_labels = {  # absent() keeps the selector's equality matchers as labels
-        m.group(1): m.group(3) for m in _MATCHER_RE.finditer(cfg.advisor_selector) if m.group(2) == "="
+        m.group(1): m.group(3)
+        for m in selectors.MATCHER_RE.finditer(cfg.advisor_selector)
+        if m.group(2) == "="
     }
     tests.append(
         {
@@ -1081,8 +1074,6 @@ the latency alerts. Errors: the server's log.
 def render_runbook(rules: Iterable[Rule]) -> str:
     """RUNBOOK.md: header, intro, meta-alerts, then one section per rule rendered by
     :func:`advisor.outputs.explain.rule_markdown` (the same text as ``explain RULE_ID``)."""
-    from advisor.outputs.explain import rule_markdown
-
     parts = [
         f"<!-- DO NOT EDIT: {GENERATED_BY}. -->",
         "",

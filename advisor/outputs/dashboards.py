@@ -18,8 +18,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from advisor.derive.signals import CATALOG, promql
 from advisor.outputs import alerts
-from advisor.signals import CATALOG, promql
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39

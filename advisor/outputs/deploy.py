@@ -27,8 +27,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from advisor.diagnose.ruleset import Rule
 from advisor.outputs import alerts
-from advisor.ruleset import Rule
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"  # the vLLM the advisor is tested against (tests/realvllm.py)
 ADVISOR_IMAGE = "ghcr.io/vllm-advisor/vllm-advisor:0.1.0"

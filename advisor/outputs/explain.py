@@ -16,9 +16,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor.advise import Diagnosis, Recommendation
-from advisor.ruleset import Rule
-from advisor.signals import CATALOG
+from advisor.core import knobs
+from advisor.core.units import fmt
+from advisor.derive.signals import CATALOG
+from advisor.diagnose.advise import Diagnosis, Evidence, Recommendation
+from advisor.diagnose.ruleset import Rule
+from advisor.outputs import prediction as prediction_out
 
 PERCENT_HINTS = ("usage", "hit_ratio", "share", "abort_ratio")
 
@@ -216,7 +219,6 @@ def render(d: Diagnosis, fmt: str, color: bool = False) -> str:
 
 # ------------------------------------------------------------------ a rule's own docs
 def _knob_lines(rule: Rule) -> list[str]:
-    from advisor import knobs
 
     lines = []
     for i, k in enumerate(rule.knobs):
@@ -330,20 +332,18 @@ def rules_table(rules: Iterable[Rule]) -> str:
 
 
 def prediction_title(pred: Mapping[str, Any]) -> str:
-    from advisor import whatif
 
     conf = pred.get("confidence")
     if not isinstance(conf, int | float):
         return "Predicted (same load)"
     return (
-        f"Predicted (same load; confidence {conf:.2f}, typical error {whatif.interval_pct(conf)}; "
+        f"Predicted (same load; confidence {conf:.2f}, typical error {prediction_out.interval_pct(conf)}; "
         f"binding now: {pred.get('binding_now', '?')}, after: {pred.get('binding_after', '?')})"
     )
 
 
 def prediction_table(pred: Mapping[str, Any]) -> Table:
     """The model's prediction of the advised change next to the measured state."""
-    from advisor import whatif
 
     table = Table(show_edge=False, box=None, pad_edge=False)
     table.add_column("metric", style="bold")
@@ -351,20 +351,19 @@ def prediction_table(pred: Mapping[str, Any]) -> Table:
     table.add_column("predicted", justify="right")
     table.add_column("change", justify="right", style="dim")
     meas, after = pred.get("measured") or {}, pred.get("predicted") or {}
-    for metric, (label, unit) in whatif.LABELS.items():
+    for metric, (label, unit) in prediction_out.LABELS.items():
         a, b = meas.get(metric), after.get(metric)
         ch = (
             f"{(b / a - 1) * 100:+.0f}%"
             if isinstance(a, int | float) and isinstance(b, int | float) and a
             else ""
         )
-        table.add_row(label, whatif.fmt(a, unit), whatif.fmt(b, unit), ch)
+        table.add_row(label, fmt(a, unit), fmt(b, unit), ch)
     return table
 
 
 def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
     """Rebuild a Diagnosis from its JSON (``explain --daemon``), to render it the same way."""
-    from advisor.advise import Evidence
 
     rec = d.get("recommendation")
     recommendation = None

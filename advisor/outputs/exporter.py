@@ -16,62 +16,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from advisor import names
-from advisor.advise import STATUSES, Diagnosis
+from advisor.core import names
+from advisor.derive.signals import CATALOG
+from advisor.diagnose.advise import STATUSES
 from advisor.outputs.explain import fmt_value
-from advisor.ruleset import Rule
-from advisor.signals import CATALOG
-
-if TYPE_CHECKING:
-    from advisor.runner import Advisor
+from advisor.outputs.state import ExportState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-@dataclass(frozen=True)
-class ExportState:
-    """What the exporter shows: replaced whole by the daemon after every cycle."""
-
-    diagnosis: Diagnosis | None
-    up: bool
-    rules: tuple[Rule, ...]
-    scrapes: dict[str, int] = field(default_factory=dict)
-    log_lines: dict[str, int] = field(default_factory=dict)
-    last_scrape_t: float | None = None
-    last_scrape_duration_s: float | None = None
-    knob_changes: int = 0
-    experiment: dict[str, Any] | None = None
-    built_at: float = field(default_factory=time.time)
-    log_source_up: bool | None = None  # None: no log source configured
-    log_source_restarts: int = 0
-    several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
-
-    @classmethod
-    def of(
-        cls, adv: Advisor, rules: tuple[Rule, ...], diagnosis: Diagnosis | None, **extra: Any
-    ) -> ExportState:
-        """The state of one advisor (its counters as they are now) with ``diagnosis``."""
-        return cls(
-            diagnosis=diagnosis,
-            up=adv.up,
-            rules=rules,
-            scrapes=dict(adv.stats.scrapes),
-            log_lines=dict(adv.stats.log_lines),
-            last_scrape_t=adv.stats.last_scrape_t,
-            last_scrape_duration_s=adv.stats.last_scrape_duration_s,
-            knob_changes=len(adv.changes),
-            experiment=diagnosis.experiment if diagnosis is not None else None,
-            **extra,
-        )
 
 
 def _num(v: Any) -> float | None:

@@ -20,8 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from advisor import names
-from advisor.fleet import FleetState, Member
+from advisor.core import names
 from advisor.outputs.exporter import (
     CONTENT_TYPE,
     AdvisorCollector,
@@ -29,6 +28,7 @@ from advisor.outputs.exporter import (
     QuietHandler,
     html_page,
 )
+from advisor.outputs.state import FleetState, Member
 
 INSTANCE = "instance"
 MODEL = names.MODEL_LABEL

@@ -33,9 +33,10 @@ from typing import Any
 
 import yaml
 
-from advisor import knobs, names
-from advisor.model import EngineInfo, LogEvent, Provenanced, Snapshot
-from advisor.redact import REDACTED, is_number_token, is_secret_name, redact_argv, redact_obj
+from advisor.core import knobs, names
+from advisor.core.model import EngineInfo, LogEvent, Provenanced, Snapshot
+from advisor.core.redact import REDACTED, is_number_token, is_secret_name, redact_argv, redact_obj
+from advisor.sources import http as http_src
 
 
 class EngineSourceError(ValueError):
@@ -1261,63 +1262,6 @@ def _model_part(known: EngineInfo) -> dict[str, Provenanced]:
     return {}
 
 
-# --------------------------------------------------------------------------------------
-# 7. JSON
-
-_TOP_FACTS = ("vllm_version", "model", "served_model_name", "device", "gpu_count", "gpu_memory_gib")
-
-
-def _json_safe(v: Any) -> Any:
-    if v is None or isinstance(v, bool | int | str):
-        return v
-    if isinstance(v, float):
-        return v if v == v and v not in (float("inf"), float("-inf")) else str(v)
-    if isinstance(v, Mapping):
-        return {str(k): _json_safe(x) for k, x in v.items()}
-    if isinstance(v, list | tuple | set):
-        return [_json_safe(x) for x in v]
-    return str(v)
-
-
-def to_json(info: EngineInfo) -> dict[str, Any]:
-    """``{"knobs": {name: {"value", "source", "detail"}}, "facts": {...}, "vllm_version": ...}``:
-    knobs (names in ``knobs.KNOBS``) and other facts apart, keys sorted, JSON-safe."""
-    kn: dict[str, Any] = {}
-    facts: dict[str, Any] = {}
-    for name in sorted(info.values):
-        p = info.values[name]
-        entry = {"value": _json_safe(p.value), "source": p.source, "detail": p.detail}
-        (kn if name in knobs.KNOBS else facts)[name] = entry
-    out: dict[str, Any] = {"knobs": kn, "facts": facts}
-    for f in _TOP_FACTS:
-        out[f] = _json_safe(info.get(f))
-    return out
-
-
-def from_json(data: Mapping[str, Any]) -> EngineInfo:
-    """The inverse of :func:`to_json` (an ``engine.json`` of a recorded session).
-    Raises EngineSourceError on a malformed document."""
-    if not isinstance(data, Mapping):
-        raise EngineSourceError("engine JSON must be an object")
-    values: dict[str, Provenanced] = {}
-    for section in ("knobs", "facts"):
-        sec = data.get(section)
-        if sec is None:
-            continue
-        if not isinstance(sec, Mapping):
-            raise EngineSourceError(f"engine JSON: {section!r} must be an object")
-        for name, entry in sec.items():
-            if entry == REDACTED:  # a secret-named entry (--api-key) redacted whole when written
-                values[str(name)] = Provenanced(REDACTED, "cmdline", "redacted")
-                continue
-            if not isinstance(entry, Mapping) or "value" not in entry:
-                raise EngineSourceError(f"engine JSON: {section}.{name} needs a 'value'")
-            values[str(name)] = Provenanced(
-                entry["value"], str(entry.get("source", "default")), str(entry.get("detail", ""))
-            )
-    return EngineInfo(values)
-
-
 __all__ = [
     "REDACTED",
     "CommandError",
@@ -1327,7 +1271,6 @@ __all__ = [
     "find_vllm_process",
     "from_cmdline",
     "from_config_file",
-    "from_json",
     "from_log_events",
     "from_snapshot",
     "host_facts",
@@ -1342,14 +1285,12 @@ __all__ = [
     "resolve",
     "serve_args",
     "split_at_restarts",
-    "to_json",
 ]
 
 
 def from_api(base_url: str, timeout_s: float = 3.0, http: Any = None) -> dict[str, Provenanced]:
     """The server's own ``GET /version`` (vLLM's OpenAI server has it); ``{}`` when it cannot be
     read. Only the version: the API says nothing about scheduler knobs."""
-    from advisor.sources import http as http_src
 
     url = base_url.rstrip("/")
     url = url.removesuffix("/metrics") + "/version"

@@ -53,8 +53,8 @@ from datetime import datetime
 from itertools import pairwise
 from typing import IO, Any
 
-from advisor.model import EVENT_KINDS, LogEvent
-from advisor.redact import redact_obj, redact_text
+from advisor.core.model import EVENT_KINDS, LogEvent
+from advisor.core.redact import redact_obj, redact_text
 
 __all__ = [
     "MAX_LINE_BYTES",

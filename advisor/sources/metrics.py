@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from advisor import names
-from advisor.model import Family, ParseWarning, Snapshot
+from advisor.core import names
+from advisor.core.model import Family, ParseWarning, Snapshot
 from advisor.sources import http, promtext
 
 DEFAULT_TIMEOUT_S = 5.0

@@ -21,7 +21,6 @@ Errors are distinct: :class:`PrometheusError` carries a ``kind`` in
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,10 +30,11 @@ from typing import Any
 
 import requests
 
-from advisor import names
-from advisor.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
+from advisor.core import names, selectors
+from advisor.core.config import parse_duration_s
+from advisor.core.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
+from advisor.core.selectors import quote, selector
 from advisor.sources.http import SourceError
-from advisor.window import KEEP_EXTRA
 
 DEFAULT_TIMEOUT_S = 10.0
 INSTANCE = "instance"
@@ -44,7 +44,7 @@ TARGET_LABELS = (INSTANCE, JOB)
 # The families a page is read for (what metrics.KEEP_PREFIXES and window.slim keep).
 _EXTRA = ("process_start_time_seconds", "process_cpu_seconds_total", "process_resident_memory_bytes")
 assert {names.canonical_family(n, "counter" if n.endswith("_total") else "gauge") for n in _EXTRA} == set(
-    KEEP_EXTRA
+    names.KEEP_EXTRA
 )
 READ_NAME_RE = "vllm:.+|ray_vllm:.+|" + "|".join(_EXTRA)
 # vLLM families that every version exports: an instance with one of them is a vLLM server.
@@ -57,8 +57,6 @@ SIDECAR_INFO = names.output_name("engine_info")
 FLEET_LABEL = names.OUTPUT_PREFIX.rstrip("_")
 SIDECAR_SELECTOR = f'{{__name__=~"{SIDECAR_KNOB}|{SIDECAR_FACT}|{SIDECAR_INFO}",{FLEET_LABEL}!="fleet"}}'
 
-_MATCHER_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
-
 
 class PrometheusError(SourceError):
     """Prometheus could not be asked, or did not answer usefully. ``kind`` says why."""
@@ -66,44 +64,17 @@ class PrometheusError(SourceError):
 
 # ------------------------------------------------------------------ selectors and times
 def selector_matchers(selector: str) -> str:
-    """The matchers inside ``{...}`` (``{job="vllm"}`` -> ``job="vllm"``), checked one by one.
-    Raises PrometheusError (kind ``query``) with the part it could not read."""
-    s = selector.strip()
-    if not s:
-        return ""
-    if not (s.startswith("{") and s.endswith("}")):
-        raise PrometheusError("query", f'a selector is label matchers in braces, like {{job="vllm"}}: {s!r}')
-    inner = s[1:-1].strip().rstrip(",")
-    if not inner:
-        return ""
-    pos = 0
-    parts = []
-    while pos < len(inner):
-        m = _MATCHER_RE.match(inner, pos)
-        if m is None:
-            raise PrometheusError("query", f"cannot read the matcher at {inner[pos:]!r} in {s!r}")
-        parts.append(f'{m.group(1)}{m.group(2)}"{m.group(3)}"')
-        pos = m.end()
-        if pos < len(inner):
-            if inner[pos] != ",":
-                raise PrometheusError("query", f"expected ',' at {inner[pos:]!r} in {s!r}")
-            pos += 1
-    return ",".join(parts)
-
-
-def quote(value: str) -> str:
-    """A label value as a PromQL string literal."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def selector(*matchers: str) -> str:
-    return "{" + ",".join(m for m in matchers if m) + "}"
+    """The matchers inside ``{...}``, checked (:func:`advisor.core.selectors.selector_matchers`);
+    PrometheusError (kind ``query``) naming the part it could not read."""
+    try:
+        return selectors.selector_matchers(selector)
+    except selectors.SelectorError as e:
+        raise PrometheusError("query", str(e)) from None
 
 
 def parse_time(text: str, now: float | None = None) -> float:
     """``--at``: ``now``, unix seconds, an RFC 3339 / ISO 8601 time (UTC unless it says), or
     ``-30m``-style times before now. Raises ValueError with what it could not read."""
-    from advisor.config import parse_duration_s
 
     s = text.strip()
     now = time.time() if now is None else now

@@ -30,8 +30,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from advisor import names
-from advisor.model import Family, Histogram, LabelKey, ParseWarning
+from advisor.core import names
+from advisor.core.model import Family, Histogram, LabelKey, ParseWarning
 
 # One sample as tokenized: (sample name, labels without ``le``, ``le`` or None, value, line).
 Sample = tuple[str, LabelKey, str | None, float, int | None]

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
-from advisor import experiment as ex
-from advisor import knobs
-from advisor import names as n
-from advisor.config import DEFAULT_TARGETS
-from advisor.window import Window
+from advisor.core import knobs
+from advisor.core import names as n
+from advisor.core.config import DEFAULT_TARGETS
+from advisor.derive.window import Window
+from advisor.verify import experiment as ex
 
 MIN_REQUESTS = 20
 LOAD_TOLERANCE = 0.15  # request count and mean prompt/output lengths within 15%

@@ -21,9 +21,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from advisor import names
-from advisor.advise import Diagnosis, engine_json, no_rule_fired
-from advisor.model import EngineInfo, Family, Histogram, LogEvent, Snapshot, label_key
+from advisor.core import names
+from advisor.core.model import EngineInfo, Family, Histogram, LogEvent, Snapshot, label_key
+from advisor.diagnose.advise import Diagnosis, engine_json, no_rule_fired
 
 # A counter's creation stamp as prometheus_client prints it (the parser drops these lines).
 _CREATED_RE = re.compile(r"^(?:ray_)?vllm:\S*?_created(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.MULTILINE)

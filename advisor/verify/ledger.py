@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor.redact import redact_obj
+from advisor.core.redact import redact_obj
 
 SCHEMA_VERSION = 2
 SOURCES = ("daemon", "compare")
@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS experiments (
 );
 CREATE INDEX IF NOT EXISTS experiments_started ON experiments (started_at);
 """
-# version 1 -> 2: the model's prediction of the change and its error (advisor/whatif.py)
+# version 1 -> 2: the model's prediction of the change and its error (advisor/predict/scoring.py)
 _MIGRATIONS = {1: "ALTER TABLE experiments ADD COLUMN prediction TEXT;"}
 
 _JSON_COLUMNS = ("old_value", "new_value", "load_profile", "buckets", "reasons", "prediction")

@@ -13,13 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from advisor import knobs
-from advisor.config import Config
-from advisor.evaluate import DEFAULT_TARGETS, Evaluator, Finding, check
-from advisor.model import EngineInfo, Provenanced
-from advisor.ruleset import KnobChoice, Rule
-from advisor.signals import CATALOG, Context, Values
-from advisor.window import Window
+from advisor.core import knobs
+from advisor.core.config import Config
+from advisor.core.engine_json import to_json
+from advisor.core.model import EngineInfo, Provenanced
+from advisor.derive.signals import CATALOG, Context, Values
+from advisor.derive.window import Window
+from advisor.diagnose.evaluate import DEFAULT_TARGETS, Evaluator, Finding, check
+from advisor.diagnose.ruleset import KnobChoice, Rule
+from advisor.predict import scoring
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 STATUSES = ("advice", "healthy", "inconclusive", "insufficient-data")
@@ -67,7 +69,7 @@ class Recommendation:
     rollback: str
     references: tuple[str, ...]
     note: str = ""
-    predicted: dict[str, Any] | None = None  # the model's prediction of the change (whatif.refine)
+    predicted: dict[str, Any] | None = None  # the model's prediction of the change (scoring.refine)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -371,7 +373,6 @@ def measurement_context(
 
 
 def engine_json(engine: EngineInfo) -> dict[str, Any]:
-    from advisor.sources.engine import to_json
 
     return to_json(engine)
 
@@ -486,11 +487,10 @@ def diagnose(
 def by_prediction(
     c: _Candidate, window: Window, engine: EngineInfo, values: Mapping[str, float | None], cfg: Config
 ) -> Any:
-    """The advised knob's value chosen by the performance model (whatif.refine), or None."""
-    from advisor import whatif
+    """The advised knob's value chosen by the performance model (scoring.refine), or None."""
 
     limits = knobs.Limits.from_engine(engine, _host_gpus(engine, cfg))
-    return whatif.refine(
+    return scoring.refine(
         window,
         engine,
         values,

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from advisor import names as n
-from advisor.model import EngineInfo
-from advisor.window import Window
+from advisor.core import names as n
+from advisor.core.model import EngineInfo
+from advisor.derive.window import Window
 
 Value = float | None
 

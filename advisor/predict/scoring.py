@@ -1,38 +1,21 @@
-"""What-if: the performance model (:mod:`advisor.perfmodel`) put to use. Predict one knob's
-change, score candidate values by predicted goodput, and render a prediction.
-
-Pure except :func:`observe_url` (which watches a live server, as ``explain --url`` does).
+"""What-if scoring: the performance model (:mod:`advisor.predict.perfmodel`) put to use.
+Predict one knob's change, score candidate values by predicted goodput, choose the advised
+value, and set a prediction against what happened after the change. Pure.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advisor import knobs
-from advisor import perfmodel as pm
-from advisor.model import EngineInfo
-from advisor.window import Window
-
-LABELS = {
-    "running": ("running batch", ""),
-    "output_tokens_per_second": ("output tokens/s", "tok/s"),
-    "ttft_seconds_p50": ("TTFT p50", "s"),
-    "ttft_seconds_p95": ("TTFT p95", "s"),
-    "tpot_seconds_p95": ("TPOT p95", "s"),
-    "itl_seconds_p95": ("ITL p95", "s"),
-    "preemptions_per_second": ("preemptions/s", "/s"),
-}
-BINDING_WORDS = {
-    "max_num_seqs": "the max_num_seqs cap",
-    "kv_cache": "the KV cache",
-    "max_num_batched_tokens": "the token budget (max_num_batched_tokens)",
-    "load": "the offered load (the server keeps up)",
-    "unknown": "unknown",
-}
+from advisor.core import knobs
+from advisor.core.model import EngineInfo
+from advisor.core.units import fmt
+from advisor.derive.signals import Context, Values
+from advisor.derive.window import Window
+from advisor.predict import perfmodel as pm
 
 
 def model_of(window: Window, engine: EngineInfo, values: Mapping[str, float | None]) -> pm.Model:
@@ -213,136 +196,6 @@ def choose(
     return Choice(v, p, g, reason, tuple(considered), moves)
 
 
-# ------------------------------------------------------------------ rendering
-def fmt(x: float | None, unit: str) -> str:
-    if x is None:
-        return "unknown"
-    if unit == "s":
-        return f"{x * 1000:.1f} ms" if abs(x) < 1 else f"{x:.2f} s"
-    if unit in ("tok/s",):
-        return f"{x:,.0f} tok/s"
-    if unit == "/s":
-        return f"{x:.2f}/s"
-    return f"{x:.1f}"
-
-
-def change_pct(p: pm.Prediction, metric: str) -> str:
-    r = p.ratio(metric)
-    if r is None:
-        return ""
-    return f"{(r - 1) * 100:+.0f}%"
-
-
-def render_text(p: pm.Prediction, model: pm.Model | None = None) -> str:
-    cur = knobs.format_value(_int_if_whole(p.current)) if p.current is not None else "unknown"
-    lines = [
-        f"{p.knob}: {cur} -> {knobs.format_value(_int_if_whole(p.value))} (same load)",
-        f"binding now: {BINDING_WORDS.get(p.binding_before, p.binding_before)}; "
-        f"after: {BINDING_WORDS.get(p.binding_after, p.binding_after)}",
-        f"confidence: {p.confidence:.2f} (typical error {interval_pct(p.confidence)})",
-        "",
-        f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}",
-    ]
-    for m in pm.METRICS:
-        label, unit = LABELS[m]
-        lines.append(
-            f"{label:<18}{fmt(p.measured.get(m), unit):>16}{fmt(p.predicted.get(m), unit):>16}"
-            f"{change_pct(p, m):>9}"
-        )
-    for note in p.notes:
-        lines.append(f"note: {note}")
-    if model is not None and model.missing:
-        lines.append(f"unknown inputs (lower confidence): {', '.join(model.missing)}")
-    return "\n".join(lines)
-
-
-def interval_pct(confidence: float) -> str:
-    """The error band a confidence stands for (docs/prediction.md measures it)."""
-    return f"±{band(confidence) * 100:.0f}%"
-
-
-def _int_if_whole(x: float) -> Any:
-    return int(x) if float(x).is_integer() else x
-
-
-def parse_set(text: str) -> tuple[str, float]:
-    """``KNOB=VALUE`` (flag spellings and byte sizes accepted) -> (knob, value). ValueError."""
-    if "=" not in text:
-        raise ValueError(f"--set {text!r}: expected KNOB=VALUE")
-    name, raw = text.split("=", 1)
-    key = name.strip().lstrip("-").replace("-", "_")
-    if key not in pm.KNOBS:
-        raise ValueError(f"--set {text!r}: the model moves {', '.join(pm.KNOBS)}")
-    k = knobs.KNOBS.get(key)
-    if k is None:
-        raise ValueError(f"--set {text!r}: this vLLM version has no {key}")
-    try:
-        v = knobs.coerce(k, raw.strip())
-        value = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"--set {text!r}: {raw.strip()!r} is not a value for {key}") from None
-    if value <= 0:
-        raise ValueError(f"--set {text!r}: the value must be positive")
-    return key, value
-
-
-def observe_url(
-    url: str,
-    cfg: Any,
-    rules: Any,
-    window_s: float,
-    interval_s: float,
-    sleep: Callable[[float], None] = time.sleep,
-) -> Any:
-    """Watch a live server (as ``explain --url``) and return its advisor (window and engine)."""
-    from advisor.daemon import Daemon
-
-    cfg = cfg.with_overrides(vllm_url=url, interval_s=interval_s, window_s=max(window_s, cfg.min_window_s))
-    daemon = Daemon(cfg, rules, persist=False)
-    n = max(2, int(window_s / interval_s) + 1)
-    d = None
-    for i in range(n):
-        d = daemon.cycle()
-        if i == 0 and not daemon.advisor.up:
-            break
-        if i < n - 1:
-            sleep(interval_s)
-    return daemon.advisor, d
-
-
-def from_source(
-    cfg: Any,
-    rules: Any,
-    *,
-    session_dir: str | None = None,
-    metrics_files: Sequence[str] = (),
-    log_file: str | None = None,
-    url: str | None = None,
-    window_s: float = 60.0,
-    interval_s: float = 5.0,
-    config_path: str | None = None,
-) -> tuple[pm.Model, dict[str, float | None]]:
-    """The fitted model and the signal values of a session, saved pages or a live server.
-    Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
-    cannot carry a model."""
-    from advisor import inputs
-    from advisor.signals import Context, Values
-
-    if session_dir:
-        adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path)
-    elif metrics_files:
-        adv, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=config_path)
-    elif url:
-        adv, d = observe_url(url, cfg, rules, window_s, interval_s)
-    else:
-        raise ValueError("give --session, --metrics-file or --url")
-    if d is None:
-        raise pm.InsufficientData("no /metrics page to read")
-    # the model wants the whole recording, not only the evaluation window
-    values = Values(Context(adv.window, adv.engine, None, dict(cfg.targets))).all()
-    return model_of(adv.window, adv.engine, values), values
-
-
 # ------------------------------------------------------------------ advice by prediction
 @dataclass(frozen=True)
 class Refined:
@@ -473,8 +326,6 @@ def predict_change(
 ) -> dict[str, Any] | None:
     """The model's prediction for a knob change, from the window before it (None: the model
     cannot say: too little data, a knob it does not move, or an input it needs is unknown)."""
-    from advisor.signals import Context, Values
-
     if knob not in pm.KNOBS:
         return None
     try:
@@ -492,8 +343,6 @@ def prediction_error(
     """The measured after-state of ``window`` set against ``prediction``: per metric the
     predicted and measured value and the error (predicted / measured - 1; None where either is
     unknown or zero)."""
-    from advisor.signals import Context, Values
-
     try:
         values = Values(Context(window, engine, None, dict(targets))).all()
         measured: Mapping[str, float | None] = pm.build(window, engine, values).measured
@@ -505,30 +354,3 @@ def prediction_error(
         p, m = pred.get(k), measured.get(k)
         err[k] = None if p is None or m is None or m == 0 else p / m - 1
     return {**prediction, "measured_after": {k: measured.get(k) for k in pm.METRICS}, "error": err}
-
-
-HISTORY_METRICS = (
-    "output_tokens_per_second",
-    "ttft_seconds_p95",
-    "tpot_seconds_p95",
-    "preemptions_per_second",
-)
-
-
-def prediction_line(pred: Mapping[str, Any] | None) -> str:
-    """One line for ``history``: predicted vs measured after the change, with the error."""
-    if not pred:
-        return ""
-    after = pred.get("measured_after")
-    predicted = pred.get("predicted") or {}
-    if not after:
-        why = pred.get("why")
-        return "predicted; not measured" + (f" ({why})" if why else "")
-    parts = []
-    for m in HISTORY_METRICS:
-        label, unit = LABELS[m]
-        p, a = predicted.get(m), after.get(m)
-        err = (pred.get("error") or {}).get(m)
-        e = f" ({err * 100:+.0f}%)" if isinstance(err, int | float) else ""
-        parts.append(f"{label} {fmt(p, unit)} predicted / {fmt(a, unit)} measured{e}")
-    return "; ".join(parts)

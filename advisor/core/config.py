@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from advisor.ruleset import parse_duration
+from advisor.core.names import SEVERITIES
+from advisor.core.units import parse_duration
 
 # Prometheus's exporter range 9100-9999 has been fully allocated since 2023 (its "Default port
 # allocations" wiki page), so any port there clashes with some exporter. 19842 lies outside it, below
@@ -181,7 +182,6 @@ def _listen(v: Any) -> str:
 
 
 def _mapping(key: str, v: Any) -> dict[str, Any]:
-    from advisor.ruleset import SEVERITIES
 
     if not isinstance(v, dict):
         raise ValueError(f"expected a mapping, got {_what(v)}")

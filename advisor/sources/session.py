@@ -36,8 +36,13 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from advisor import __version__
-from advisor.redact import redact_obj, redact_text, redact_url
+from advisor.core import engine_json
+from advisor.core.redact import redact_obj, redact_text, redact_url
+from advisor.sources import engine as eng
 from advisor.sources import http as http_src
+from advisor.sources import logs as lg
+from advisor.sources import metrics as mt
+from advisor.sources.engine import host_facts
 
 FORMAT_VERSION = 1
 METRICS_DIR = "metrics"
@@ -284,22 +289,16 @@ def resolve_engine(
     host: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """engine.json content from what a recording saw, via advisor.sources.engine; ({}, why)
-    when that module is missing or fails (never loses the recording).
+    when it fails (never loses the recording).
 
     Inputs: the server's log lines (start-up facts such as ``non-default args``), the first
     /metrics page (``vllm:cache_config_info``) and the server's command line when known.
     """
     try:
-        from advisor.sources import engine as eng
-        from advisor.sources import logs as lg
-        from advisor.sources import metrics as mt
-    except ImportError as e:
-        return {}, f"advisor.sources.engine is not available ({e}): engine.json left empty"
-    try:
         events = list(lg.parse_lines(list(log_lines), near=near))
         snapshot = mt.parse_page(first_page, t, strict=False) if first_page else None
         info = eng.resolve(argv=list(argv) if argv else None, events=events, snapshot=snapshot, host=host)
-        data = eng.to_json(info)
+        data = engine_json.to_json(info)
     except Exception as e:  # another module's contract; record what happened, keep the session
         return {}, f"advisor.sources.engine failed ({type(e).__name__}: {e}): engine.json left empty"
     if not isinstance(data, dict):
@@ -312,8 +311,6 @@ def _host(base_url: str, probe: Callable[[], Mapping[str, Any]] | None) -> Mappi
     memory a "more KV memory" advice needs (``probe``: the engine source's host probe)."""
     if urlsplit(base_url).hostname not in ("127.0.0.1", "localhost", "::1"):
         return None
-    from advisor.sources.engine import host_facts
-
     try:
         return dict((probe or host_facts)())
     except Exception:  # a probe's failure must never lose the recording
@@ -326,8 +323,6 @@ def _local_server_argv(base_url: str) -> list[str] | None:
     if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
         return None
     try:
-        from advisor.sources import engine as eng
-
         return eng.find_vllm_process(parts.port or (443 if parts.scheme == "https" else 80))
     except Exception:  # best effort: psutil may be denied
         return None

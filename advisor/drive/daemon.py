@@ -23,17 +23,21 @@ from urllib.parse import urlparse
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from advisor import identity
-from advisor.advise import Diagnosis
-from advisor.config import Config, parse_listen
-from advisor.log import configure_logging
-from advisor.outputs.exporter import ExportState, make_server
-from advisor.ruleset import Rule
-from advisor.runner import Advisor
+from advisor.core.config import Config, parse_listen
+from advisor.core.log import configure_logging
+from advisor.derive import identity
+from advisor.diagnose.advise import Diagnosis
+from advisor.diagnose.ruleset import Rule
+from advisor.drive.inputs import advisor_for_session
+from advisor.drive.runner import Advisor, export_state
+from advisor.outputs.exporter import make_server
+from advisor.outputs.state import ExportState
 from advisor.sources import engine as engine_src
 from advisor.sources import http as http_src
 from advisor.sources import logs as log_src
 from advisor.sources import metrics as metrics_src
+from advisor.sources.session import Session, SessionError
+from advisor.verify.ledger import ExperimentRecord, Ledger, LedgerError
 
 log = structlog.get_logger("vllm-advisor")
 
@@ -135,7 +139,6 @@ class Daemon:
         done, self.advisor.finished_experiments = self.advisor.finished_experiments, []
         if not done:
             return
-        from advisor.ledger import ExperimentRecord, Ledger, LedgerError
 
         path = self.cfg.ledger_path or str(Path(self.cfg.state_dir) / "ledger.sqlite")
         eng = self.advisor.engine
@@ -176,7 +179,7 @@ class Daemon:
                 log.error("cannot write the ledger", ledger=path, error=str(e))
 
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
-        return ExportState.of(self.advisor, self.rules, diagnosis, several_servers=self.servers.several)
+        return export_state(self.advisor, self.rules, diagnosis, several_servers=self.servers.several)
 
     # ---------------------------------------------------------------- the cycle
     def cycle(self) -> Diagnosis:
@@ -481,7 +484,6 @@ def run_replay(
     """Serve the exporter while a recorded session plays at ``speed`` (as if live), then hold
     the final state until stopped. Advice withdrawal by staleness is measured on the
     replayed clock, so the final state stays what the session ended with."""
-    from advisor.session import Session, SessionError
 
     configure_logging()
     try:
@@ -489,7 +491,6 @@ def run_replay(
     except SessionError as e:
         log.error("cannot load session", error=str(e))
         return 1
-    from advisor.inputs import advisor_for_session
 
     adv, clock = advisor_for_session(s, cfg, rules)
     daemon = Daemon(cfg, rules, advisor=adv, clock=clock)

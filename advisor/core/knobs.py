@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.model import EngineInfo, Provenanced
+from advisor.core.model import EngineInfo, Provenanced
 
 # --------------------------------------------------------------------------------------
 # versions and hardware

@@ -38,8 +38,8 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Literal
 
-from advisor.config import DEFAULT_TARGETS
-from advisor.model import Histogram
+from advisor.core.config import DEFAULT_TARGETS
+from advisor.core.model import Histogram
 
 Verdict = Literal["keep", "revert", "inconclusive"]
 VERDICTS: tuple[str, ...] = ("keep", "revert", "inconclusive")

@@ -15,15 +15,17 @@ from typing import Any
 
 import yaml
 
-from advisor import names
+from advisor.core import names
+from advisor.core.knobs import KNOBS
+from advisor.core.names import SEVERITIES
+from advisor.core.units import parse_duration
+from advisor.derive.signals import CATALOG
 
 FORMAT = "advisor/v1"
-SEVERITIES = ("critical", "warning", "info")
 OPS = (">", ">=", "<", "<=", "==", "!=")
 DIRECTIONS = ("increase", "decrease", "set", "enable", "disable")
 DOC_SECTIONS = ("what", "why", "expect", "verify", "rollback", "evidence", "references")
 STEP_RE = re.compile(r"^(?:[+-]\d+(?:\.\d+)?%|[x/]\d+(?:\.\d+)?|[+-]\d+(?:\.\d+)?|=\S+)$")
-DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)$")
 
 
 class RuleError(Exception):
@@ -82,23 +84,13 @@ class Rule:
         return out
 
 
-def parse_duration(text: str | int | float) -> float:
-    if isinstance(text, int | float):
-        return float(text)
-    m = DURATION_RE.match(str(text).strip())
-    if not m:
-        raise ValueError(f"bad duration {text!r} (use e.g. 30s, 2m, 1h)")
-    mult = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
-    return float(m.group(1)) * mult
-
-
 def default_rules_dir() -> Path:
     """``rules/`` of a source checkout, else the copy packed into the wheel."""
-    here = Path(__file__).resolve().parent
-    checkout = here.parent / "rules"
+    package = Path(str(importlib.resources.files("advisor")))
+    checkout = package.parent / "rules"
     if checkout.is_dir():
         return checkout
-    return Path(str(importlib.resources.files("advisor") / "_rules"))
+    return package / "_rules"
 
 
 # ------------------------------------------------------------------ loading
@@ -188,13 +180,9 @@ def load_rules(
     if not d.is_dir():
         raise RuleError([f"{d}: not a directory"])
     if known_signals is None:
-        from advisor.signals import CATALOG
-
         known_signals = CATALOG.keys()
     if known_knobs is None:
         try:
-            from advisor.knobs import KNOBS
-
             known_knobs = KNOBS.keys()
         except ImportError:  # pragma: no cover - knobs is part of the package
             known_knobs = None

@@ -25,12 +25,13 @@ from typing import Any
 
 import structlog
 
-from advisor.advise import Diagnosis
-from advisor.config import Config
-from advisor.model import Provenanced, Snapshot
-from advisor.outputs.exporter import ExportState
-from advisor.ruleset import Rule
-from advisor.runner import Advisor
+from advisor.core.config import Config, parse_listen
+from advisor.core.model import Provenanced, Snapshot
+from advisor.diagnose.advise import Diagnosis
+from advisor.diagnose.ruleset import Rule
+from advisor.drive.runner import Advisor, export_state
+from advisor.outputs.fleet import make_server
+from advisor.outputs.state import ExportState, FleetState, Member, Server
 from advisor.sources import prometheus as prom
 from advisor.sources.metrics import MetricsError
 
@@ -39,56 +40,6 @@ log = structlog.get_logger("vllm-advisor")
 METADATA_EVERY = 20
 # An instance no longer discovered and without samples this long is forgotten.
 FORGET_AFTER_S = 900.0
-_STATUS_RANK = {"advice": 0, "insufficient-data": 1, "inconclusive": 2, "healthy": 3}
-_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
-
-
-@dataclass(frozen=True)
-class Server:
-    """One advised server as discovered: its instance, job, models and engines."""
-
-    instance: str
-    job: str = ""
-    models: tuple[str, ...] = ()
-    engines: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Member:
-    """What the exporter shows for one server."""
-
-    server: Server
-    state: ExportState
-
-
-@dataclass(frozen=True)
-class FleetState:
-    members: tuple[Member, ...] = ()
-    prometheus_up: bool = False
-    last_error: str | None = None
-    cycle_seconds: float | None = None
-    queries_last_cycle: int = 0
-    cycles: int = 0
-    at: float = 0.0
-    range_s: float = 0.0  # how far back the last cycle read
-    samples_last_cycle: int = 0
-
-    def worst_first(self) -> list[Member]:
-        return sorted(self.members, key=lambda m: (rank(m.state.diagnosis), m.server.instance))
-
-    def member(self, instance: str) -> Member | None:
-        for m in self.members:
-            if m.server.instance == instance:
-                return m
-        return None
-
-
-def rank(d: Diagnosis | None) -> tuple[int, int]:
-    """Worst first: advice (critical, warning, info), unreadable, inconclusive, healthy."""
-    if d is None:
-        return (1, 0)
-    sev = _SEVERITY_RANK.get(d.recommendation.severity, 3) if d.recommendation is not None else 3
-    return (_STATUS_RANK.get(d.status, 4), sev)
 
 
 def family_groups(metric_names: Sequence[str]) -> list[list[str]]:
@@ -286,7 +237,7 @@ class Fleet:
         return d
 
     def _export(self, adv: Advisor, d: Diagnosis) -> ExportState:
-        return ExportState.of(adv, self.rules, d)
+        return export_state(adv, self.rules, d)
 
     def _forget(self, inst: str) -> None:
         self.advisors.pop(inst, None)
@@ -322,8 +273,6 @@ class Runner:
     server: Any = None
 
     def start(self) -> tuple[str, int]:
-        from advisor.config import parse_listen
-        from advisor.outputs.fleet import make_server
 
         host, port = parse_listen(self.listen)
         self.server = make_server(host, port, self.fleet.state)

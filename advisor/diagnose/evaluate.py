@@ -10,7 +10,7 @@ import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from advisor.ruleset import Condition, Rule
+from advisor.diagnose.ruleset import Condition, Rule
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,

@@ -42,9 +42,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from advisor import names as n
-from advisor.model import EngineInfo, Snapshot
-from advisor.window import Window
+from advisor.core import names as n
+from advisor.core.model import EngineInfo, Snapshot
+from advisor.derive.window import Window
 
 KNOBS = (
     "max_num_seqs",

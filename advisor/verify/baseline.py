@@ -9,9 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from advisor import __version__
-from advisor.advise import Diagnosis
-from advisor.config import Config
-from advisor.ruleset import load_rules
 
 SUMMARY_SIGNALS = (
     "window_seconds",
@@ -50,7 +47,7 @@ class BaselineError(Exception):
     pass
 
 
-def _from_diagnosis(d: dict[str, Any], source: str) -> dict[str, Any]:
+def from_diagnosis(d: dict[str, Any], source: str) -> dict[str, Any]:
     eng = d.get("engine", {})
     sig = d.get("signals", {})
     return {
@@ -67,36 +64,6 @@ def _from_diagnosis(d: dict[str, Any], source: str) -> dict[str, Any]:
         "status": d.get("status"),
         "recommendation": d.get("recommendation"),
     }
-
-
-def capture(
-    url: str | None = None,
-    daemon_url: str | None = None,
-    session_dir: str | None = None,
-    window_s: float = 60.0,
-    interval_s: float = 5.0,
-) -> dict[str, Any]:
-    from advisor import daemon, inputs
-    from advisor.session import SessionError
-    from advisor.sources.metrics import MetricsError
-
-    try:
-        if daemon_url:
-            return _from_diagnosis(daemon.fetch_diagnosis(daemon_url), f"daemon {daemon_url}")
-        rules = load_rules()
-        d: Diagnosis | None
-        if session_dir:
-            _, d = inputs.from_session(session_dir, Config(), rules)
-            source = f"session {session_dir}"
-        else:
-            assert url is not None
-            d = daemon.observe(url, Config(), rules, window_s, interval_s)
-            source = f"observed {url} for {window_s:.0f}s"
-    except (daemon.DaemonError, SessionError, MetricsError, inputs.InputError) as e:
-        raise BaselineError(str(e)) from None
-    if d is None:
-        raise BaselineError("no /metrics page could be read")
-    return _from_diagnosis(json.loads(json.dumps(d.to_json(), default=str)), source)
 
 
 def write(doc: dict[str, Any], path: str) -> None:

@@ -18,12 +18,13 @@ from urllib.parse import urlparse
 from rich.console import Console
 from rich.table import Table
 
-from advisor.model import EVENT_KINDS, LogEvent, Snapshot
-from advisor.runner import base_from_session_engine
-from advisor.session import Session, SessionError
+from advisor.core import engine_json
+from advisor.core.model import EVENT_KINDS, LogEvent, Snapshot
+from advisor.drive.runner import base_from_session_engine
 from advisor.sources import engine as engine_src
 from advisor.sources import logs as log_src
 from advisor.sources import metrics as metrics_src
+from advisor.sources.session import Session, SessionError
 
 
 class InspectError(Exception):
@@ -118,7 +119,7 @@ def inspect(
     except engine_src.EngineSourceError as e:
         raise InspectError(str(e)) from None
     report = {
-        "engine": engine_src.to_json(info),
+        "engine": engine_json.to_json(info),
         "logs": _logs_report(events),
         "metrics": _metrics_report(pages, page_errors, warnings),
     }

@@ -8,16 +8,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from advisor import evidence, knobs
-from advisor.advise import Diagnosis
-from advisor.config import Config
-from advisor.model import Snapshot
-from advisor.ruleset import Rule
-from advisor.runner import Advisor, ReplayClock, base_from_session_engine, replay
-from advisor.session import Session
+from advisor.core import knobs
+from advisor.core.config import Config
+from advisor.core.model import Snapshot
+from advisor.diagnose import evidence
+from advisor.diagnose.advise import Diagnosis
+from advisor.diagnose.ruleset import Rule
+from advisor.drive.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.sources import prometheus as prom_src
 from advisor.sources.engine import PastedCommand
 from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warning, parse_page
+from advisor.sources.session import Session
 
 
 class InputError(Exception):

@@ -13,9 +13,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from advisor import config
+from advisor.core import config
+from advisor.diagnose.ruleset import Rule, load_rules
 from advisor.outputs import alerts, dashboards, deploy
-from advisor.ruleset import Rule, load_rules
 
 RULES_FILE = "deploy/prometheus/vllm-advisor.rules.yaml"
 PROMTOOL_TESTS_FILE = "deploy/prometheus/tests/vllm-advisor.alerts.test.yaml"

@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from itertools import islice, pairwise
 from typing import Any
 
-from advisor.model import Family, Histogram, LabelKey, LogEvent, Snapshot, labels_match
+from advisor.core import names
+from advisor.core.model import Family, Histogram, LabelKey, LogEvent, Snapshot, labels_match
 
 Clock = Callable[[], float]
 
-# Families kept besides vllm:*, so that a snapshot stays small in memory.
-KEEP_EXTRA = ("process_start_time_seconds", "process_cpu_seconds", "process_resident_memory_bytes")
 # Counters whose going down means the server restarted.
 RESTART_COUNTERS = ("vllm:request_success", "vllm:generation_tokens", "vllm:prompt_tokens")
 START_TIME = "process_start_time_seconds"
@@ -45,7 +44,7 @@ START_TIME = "process_start_time_seconds"
 
 def slim(snapshot: Snapshot) -> Snapshot:
     """Drop families the advisor never reads (HTTP and GC series of the API server)."""
-    fams = {n: f for n, f in snapshot.families.items() if n.startswith("vllm:") or n in KEEP_EXTRA}
+    fams = {n: f for n, f in snapshot.families.items() if n.startswith("vllm:") or n in names.KEEP_EXTRA}
     return Snapshot(t=snapshot.t, families=fams, warnings=snapshot.warnings)
 
 

@@ -15,6 +15,8 @@ import re
 
 VLLM_PREFIX = "vllm:"
 RAY_PREFIX = "ray_vllm:"
+# Families kept besides vllm:*, so that a snapshot stays small in memory (canonical names).
+KEEP_EXTRA = ("process_start_time_seconds", "process_cpu_seconds", "process_resident_memory_bytes")
 
 # Canonical family names are the current V1 names, as prometheus_client's parser
 # reports them: the `vllm:` prefix kept, a counter's `_total` suffix dropped
@@ -88,6 +90,7 @@ LABEL_ALIASES: dict[str, str] = {"model": MODEL_LABEL}
 OUTPUT_PREFIX = "vllm_advisor_"
 
 RULE_ID_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+SEVERITIES = ("critical", "warning", "info")  # a rule's and an alert's severity label
 SIGNAL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 
 

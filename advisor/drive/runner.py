@@ -14,17 +14,19 @@ from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from typing import Any
 
-from advisor import knobs
-from advisor import live_experiment as lx
-from advisor.advise import Diagnosis, diagnose
-from advisor.config import Config
-from advisor.evaluate import Evaluator
-from advisor.model import EngineInfo, LogEvent, ParseWarning, Provenanced, Snapshot
-from advisor.ruleset import Rule
+from advisor.core import engine_json, knobs
+from advisor.core.config import Config
+from advisor.core.model import EngineInfo, LogEvent, ParseWarning, Provenanced, Snapshot
+from advisor.derive.window import Outage, Window
+from advisor.diagnose.advise import Diagnosis, diagnose
+from advisor.diagnose.evaluate import Evaluator
+from advisor.diagnose.ruleset import Rule
+from advisor.outputs.state import ExportState
+from advisor.predict import scoring
 from advisor.sources import engine as engine_src
 from advisor.sources import logs as log_src
 from advisor.sources.metrics import MetricsError, parse_page
-from advisor.window import Outage, Window
+from advisor.verify import live_experiment as lx
 
 # Knobs whose change is an experiment (the engine restarted with a different value).
 TRACKED_KNOBS = tuple(k for k in knobs.KNOBS if k != "replicas")
@@ -212,14 +214,13 @@ class Advisor:
 
     def _predict(self, old: EngineInfo, changed: Sequence[KnobChange]) -> dict[str, Any] | None:
         """What the model predicted for this change, from the window before it (one knob only)."""
-        from advisor import whatif
 
         exp = self.experiment
         if len(changed) != 1 or exp is None:
             return None
         c = changed[0]
         before = self.window.slice(*exp.before)
-        return whatif.predict_change(before, old, self.cfg.targets, c.knob, c.new)
+        return scoring.predict_change(before, old, self.cfg.targets, c.knob, c.new)
 
     def discard_changes_since(self, t: float) -> int:
         """Forget knob changes noticed at ``t`` or later, and the experiments they started: they
@@ -251,11 +252,9 @@ class Advisor:
             exp, self.window, now, max_wait_s=self.cfg.experiment_max_wait_s, targets=self.cfg.targets
         )
         if exp.state == "done" and exp.prediction is not None:
-            from advisor import whatif
-
             after = self.window.slice(exp.after_start, now)
             exp = dc_replace(
-                exp, prediction=whatif.prediction_error(exp.prediction, after, self.engine, self.cfg.targets)
+                exp, prediction=scoring.prediction_error(exp.prediction, after, self.engine, self.cfg.targets)
             )
         self.experiment = exp
         if exp.state == "done":
@@ -332,6 +331,24 @@ def base_from_session_engine(data: Mapping[str, Any], has_argv: bool = False) ->
     is re-derived while replaying."""
     if not data:
         return {}
-    info = engine_src.from_json(data)
+    info = engine_json.from_json(data)
     keep = ("config",) if has_argv else ("config", "cmdline")
     return {k: v for k, v in info.values.items() if v.source in keep or "host" in (v.detail or "")}
+
+
+def export_state(
+    adv: Advisor, rules: tuple[Rule, ...], diagnosis: Diagnosis | None, **extra: Any
+) -> ExportState:
+    """The state of one advisor (its counters as they are now) with ``diagnosis``."""
+    return ExportState(
+        diagnosis=diagnosis,
+        up=adv.up,
+        rules=rules,
+        scrapes=dict(adv.stats.scrapes),
+        log_lines=dict(adv.stats.log_lines),
+        last_scrape_t=adv.stats.last_scrape_t,
+        last_scrape_duration_s=adv.stats.last_scrape_duration_s,
+        knob_changes=len(adv.changes),
+        experiment=diagnosis.experiment if diagnosis is not None else None,
+        **extra,
+    )

@@ -1,0 +1,89 @@
+"""The ``predict`` command's plumbing: read ``--set``, and get a fitted model and the signal
+values from a session, saved pages or a live server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from advisor.core import knobs
+from advisor.derive.signals import Context, Values
+from advisor.drive import inputs
+from advisor.drive.daemon import Daemon
+from advisor.predict import perfmodel as pm
+from advisor.predict.scoring import model_of
+
+
+def parse_set(text: str) -> tuple[str, float]:
+    """``KNOB=VALUE`` (flag spellings and byte sizes accepted) -> (knob, value). ValueError."""
+    if "=" not in text:
+        raise ValueError(f"--set {text!r}: expected KNOB=VALUE")
+    name, raw = text.split("=", 1)
+    key = name.strip().lstrip("-").replace("-", "_")
+    if key not in pm.KNOBS:
+        raise ValueError(f"--set {text!r}: the model moves {', '.join(pm.KNOBS)}")
+    k = knobs.KNOBS.get(key)
+    if k is None:
+        raise ValueError(f"--set {text!r}: this vLLM version has no {key}")
+    try:
+        v = knobs.coerce(k, raw.strip())
+        value = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"--set {text!r}: {raw.strip()!r} is not a value for {key}") from None
+    if value <= 0:
+        raise ValueError(f"--set {text!r}: the value must be positive")
+    return key, value
+
+
+def observe_url(
+    url: str,
+    cfg: Any,
+    rules: Any,
+    window_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """Watch a live server (as ``explain --url``) and return its advisor (window and engine)."""
+    cfg = cfg.with_overrides(vllm_url=url, interval_s=interval_s, window_s=max(window_s, cfg.min_window_s))
+    daemon = Daemon(cfg, rules, persist=False)
+    n = max(2, int(window_s / interval_s) + 1)
+    d = None
+    for i in range(n):
+        d = daemon.cycle()
+        if i == 0 and not daemon.advisor.up:
+            break
+        if i < n - 1:
+            sleep(interval_s)
+    return daemon.advisor, d
+
+
+def from_source(
+    cfg: Any,
+    rules: Any,
+    *,
+    session_dir: str | None = None,
+    metrics_files: Sequence[str] = (),
+    log_file: str | None = None,
+    url: str | None = None,
+    window_s: float = 60.0,
+    interval_s: float = 5.0,
+    config_path: str | None = None,
+) -> tuple[pm.Model, dict[str, float | None]]:
+    """The fitted model and the signal values of a session, saved pages or a live server.
+    Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
+    cannot carry a model."""
+
+    if session_dir:
+        adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path)
+    elif metrics_files:
+        adv, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=config_path)
+    elif url:
+        adv, d = observe_url(url, cfg, rules, window_s, interval_s)
+    else:
+        raise ValueError("give --session, --metrics-file or --url")
+    if d is None:
+        raise pm.InsufficientData("no /metrics page to read")
+    # the model wants the whole recording, not only the evaluation window
+    values = Values(Context(adv.window, adv.engine, None, dict(cfg.targets))).all()
+    return model_of(adv.window, adv.engine, values), values

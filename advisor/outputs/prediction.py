@@ -1,0 +1,95 @@
+"""A prediction as text: the table of measured vs predicted, and the one-line summary that
+``history`` prints for a judged change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from advisor.core import knobs
+from advisor.core.units import fmt
+from advisor.predict import perfmodel as pm
+from advisor.predict.scoring import band
+
+LABELS = {
+    "running": ("running batch", ""),
+    "output_tokens_per_second": ("output tokens/s", "tok/s"),
+    "ttft_seconds_p50": ("TTFT p50", "s"),
+    "ttft_seconds_p95": ("TTFT p95", "s"),
+    "tpot_seconds_p95": ("TPOT p95", "s"),
+    "itl_seconds_p95": ("ITL p95", "s"),
+    "preemptions_per_second": ("preemptions/s", "/s"),
+}
+BINDING_WORDS = {
+    "max_num_seqs": "the max_num_seqs cap",
+    "kv_cache": "the KV cache",
+    "max_num_batched_tokens": "the token budget (max_num_batched_tokens)",
+    "load": "the offered load (the server keeps up)",
+    "unknown": "unknown",
+}
+
+
+def change_pct(p: pm.Prediction, metric: str) -> str:
+    r = p.ratio(metric)
+    if r is None:
+        return ""
+    return f"{(r - 1) * 100:+.0f}%"
+
+
+def render_text(p: pm.Prediction, model: pm.Model | None = None) -> str:
+    cur = knobs.format_value(_int_if_whole(p.current)) if p.current is not None else "unknown"
+    lines = [
+        f"{p.knob}: {cur} -> {knobs.format_value(_int_if_whole(p.value))} (same load)",
+        f"binding now: {BINDING_WORDS.get(p.binding_before, p.binding_before)}; "
+        f"after: {BINDING_WORDS.get(p.binding_after, p.binding_after)}",
+        f"confidence: {p.confidence:.2f} (typical error {interval_pct(p.confidence)})",
+        "",
+        f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}",
+    ]
+    for m in pm.METRICS:
+        label, unit = LABELS[m]
+        lines.append(
+            f"{label:<18}{fmt(p.measured.get(m), unit):>16}{fmt(p.predicted.get(m), unit):>16}"
+            f"{change_pct(p, m):>9}"
+        )
+    for note in p.notes:
+        lines.append(f"note: {note}")
+    if model is not None and model.missing:
+        lines.append(f"unknown inputs (lower confidence): {', '.join(model.missing)}")
+    return "\n".join(lines)
+
+
+def interval_pct(confidence: float) -> str:
+    """The error band a confidence stands for (docs/prediction.md measures it)."""
+    return f"±{band(confidence) * 100:.0f}%"
+
+
+def _int_if_whole(x: float) -> Any:
+    return int(x) if float(x).is_integer() else x
+
+
+HISTORY_METRICS = (
+    "output_tokens_per_second",
+    "ttft_seconds_p95",
+    "tpot_seconds_p95",
+    "preemptions_per_second",
+)
+
+
+def prediction_line(pred: Mapping[str, Any] | None) -> str:
+    """One line for ``history``: predicted vs measured after the change, with the error."""
+    if not pred:
+        return ""
+    after = pred.get("measured_after")
+    predicted = pred.get("predicted") or {}
+    if not after:
+        why = pred.get("why")
+        return "predicted; not measured" + (f" ({why})" if why else "")
+    parts = []
+    for m in HISTORY_METRICS:
+        label, unit = LABELS[m]
+        p, a = predicted.get(m), after.get(m)
+        err = (pred.get("error") or {}).get(m)
+        e = f" ({err * 100:+.0f}%)" if isinstance(err, int | float) else ""
+        parts.append(f"{label} {fmt(p, unit)} predicted / {fmt(a, unit)} measured{e}")
+    return "; ".join(parts)

@@ -1,0 +1,82 @@
+"""What the exporters show: the state of one advised server (:class:`ExportState`) and of a
+fleet (:class:`FleetState`), replaced whole by the daemon after every cycle. Plain values;
+the drive layer builds them, the outputs render them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from advisor.diagnose.advise import Diagnosis
+from advisor.diagnose.ruleset import Rule
+
+_STATUS_RANK = {"advice": 0, "insufficient-data": 1, "inconclusive": 2, "healthy": 3}
+_SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class ExportState:
+    """What the exporter shows: replaced whole by the daemon after every cycle."""
+
+    diagnosis: Diagnosis | None
+    up: bool
+    rules: tuple[Rule, ...]
+    scrapes: dict[str, int] = field(default_factory=dict)
+    log_lines: dict[str, int] = field(default_factory=dict)
+    last_scrape_t: float | None = None
+    last_scrape_duration_s: float | None = None
+    knob_changes: int = 0
+    experiment: dict[str, Any] | None = None
+    built_at: float = field(default_factory=time.time)
+    log_source_up: bool | None = None  # None: no log source configured
+    log_source_restarts: int = 0
+    several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
+
+
+@dataclass(frozen=True)
+class Server:
+    """One advised server as discovered: its instance, job, models and engines."""
+
+    instance: str
+    job: str = ""
+    models: tuple[str, ...] = ()
+    engines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Member:
+    """What the exporter shows for one server."""
+
+    server: Server
+    state: ExportState
+
+
+@dataclass(frozen=True)
+class FleetState:
+    members: tuple[Member, ...] = ()
+    prometheus_up: bool = False
+    last_error: str | None = None
+    cycle_seconds: float | None = None
+    queries_last_cycle: int = 0
+    cycles: int = 0
+    at: float = 0.0
+    range_s: float = 0.0  # how far back the last cycle read
+    samples_last_cycle: int = 0
+
+    def worst_first(self) -> list[Member]:
+        return sorted(self.members, key=lambda m: (rank(m.state.diagnosis), m.server.instance))
+
+    def member(self, instance: str) -> Member | None:
+        for m in self.members:
+            if m.server.instance == instance:
+                return m
+        return None
+
+
+def rank(d: Diagnosis | None) -> tuple[int, int]:
+    """Worst first: advice (critical, warning, info), unreadable, inconclusive, healthy."""
+    if d is None:
+        return (1, 0)
+    sev = _SEVERITY_RANK.get(d.recommendation.severity, 3) if d.recommendation is not None else 3
+    return (_STATUS_RANK.get(d.status, 4), sev)
