@@ -28,6 +28,7 @@ from advisor.drive import daemon, fleet, inputs, inspection
 from advisor.drive import generate as gen
 from advisor.drive import predict as predict_cmd
 from advisor.drive.daemon import DaemonError
+from advisor.outputs import comparison as comparison_out
 from advisor.outputs import explain as out
 from advisor.outputs import prediction as prediction_out
 from advisor.outputs.alerts import AlertConfigError, load_alert_config
@@ -41,7 +42,7 @@ from advisor.sources.metrics import MetricsError
 from advisor.sources.prometheus import PrometheusError
 from advisor.sources.session import SessionError
 from advisor.verify import baseline as bl
-from advisor.verify import experiment as ex
+from advisor.verify import comparison, samples, verdict
 from advisor.verify.ledger import Ledger, LedgerError, record_from_comparison
 
 FORMATS = click.Choice(["text", "json", "markdown"])
@@ -841,9 +842,11 @@ def compare(
         pre = tuple(float(x) for x in preemptions.split(":")) if preemptions else None
         if pre is not None and len(pre) != 2:
             raise ValueError("--preemptions must be A:B")
-        slo = ex.slo_from_targets({"ttft_p95_seconds": ttft_p95_target, "itl_p95_seconds": itl_p95_target})
+        slo = samples.slo_from_targets(
+            {"ttft_p95_seconds": ttft_p95_target, "itl_p95_seconds": itl_p95_target}
+        )
         targets: str | tuple[str, ...] | None = target
-        guards = ex.GUARDS
+        guards = samples.GUARDS
         if knob:
             name, _, direction = knob.partition(":")
             if direction not in ("increase", "decrease"):
@@ -853,21 +856,21 @@ def compare(
             if k is None:
                 raise ValueError(f"unknown knob {name!r}; known: {', '.join(sorted(KNOBS))}")
             name = k.name
-            targets = target or ex.targets_for_knob(name, direction) or None
-            guards = ex.guards_for_knob(name, direction)
-        c = ex.compare_bench_files(
+            targets = target or verdict.targets_for_knob(name, direction) or None
+            guards = verdict.guards_for_knob(name, direction)
+        c = comparison.compare_bench_files(
             a,
             b,
             buckets=buckets,
             target=targets,
             preemptions=pre,
-            settings=ex.Settings(slo=slo),
+            settings=samples.Settings(slo=slo),
             guards=guards,
         )
-    except (ex.ExperimentError, ValueError) as e:
+    except (samples.ExperimentError, ValueError) as e:
         _fail(str(e))
         return
-    click.echo(json.dumps(c.to_json(), indent=2) if fmt == "json" else ex.render_text(c))
+    click.echo(json.dumps(c.to_json(), indent=2) if fmt == "json" else comparison_out.render_text(c))
     if ledger_path:
         try:
             Ledger(ledger_path).add(record_from_comparison(c, time.time()))

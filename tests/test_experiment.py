@@ -17,31 +17,29 @@ from pathlib import Path
 import pytest
 
 from advisor.core.model import Histogram
-from advisor.verify.experiment import (
+from advisor.outputs.comparison import render_text
+from advisor.verify.bench import BenchRun, load_bench, parse_bench
+from advisor.verify.comparison import (
+    LoadCheck,
+    compare_bench_files,
+    compare_runs,
+    compare_windows,
+    default_edges,
+    parse_buckets,
+    same_load,
+)
+from advisor.verify.differences import compare_metric, quantile
+from advisor.verify.samples import (
     METRICS,
-    BenchRun,
     CountSample,
     ExperimentError,
     HistogramSample,
-    LoadCheck,
     ScalarSample,
     Settings,
     SummarySample,
     ValuesSample,
-    compare_bench_files,
-    compare_metric,
-    compare_runs,
-    compare_windows,
-    default_edges,
-    load_bench,
-    parse_bench,
-    parse_buckets,
-    parse_targets,
-    quantile,
-    render_text,
-    same_load,
-    targets_for_knob,
 )
+from advisor.verify.verdict import parse_targets, targets_for_knob
 
 BENCH = Path(__file__).parent / "fixtures" / "bench"
 H200 = BENCH / "h200-vllm-0.25"

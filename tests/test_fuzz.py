@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from advisor.core import config
 from advisor.diagnose.ruleset import RuleError, default_rules_dir, load_rules
 from advisor.sources import logs
-from advisor.verify.experiment import ExperimentError, load_bench
+from advisor.verify.bench import load_bench
+from advisor.verify.samples import ExperimentError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOG_LINES = [

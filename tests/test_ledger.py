@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.verify.experiment import compare_bench_files
+from advisor.verify.comparison import compare_bench_files
 from advisor.verify.ledger import (
     SCHEMA_VERSION,
     ExperimentRecord,

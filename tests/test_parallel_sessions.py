@@ -124,7 +124,7 @@ def test_more_media_loading_threads_advised_then_measured() -> None:
     from advisor.derive.window import Window
     from advisor.sources.metrics import parse_page
     from advisor.sources.session import Session
-    from advisor.verify import experiment as ex
+    from advisor.verify import comparison, verdict
     from advisor.verify import live_experiment as lx
 
     before, after = diagnose("cpu-vl-media"), diagnose("cpu-vl-media-after")
@@ -143,14 +143,17 @@ def test_more_media_loading_threads_advised_then_measured() -> None:
             w.add_snapshot(parse_page(page, t))
         return w
 
-    (sb, pb), (sa, pa) = lx.samples(window("cpu-vl-media")), lx.samples(window("cpu-vl-media-after"))
-    comp = ex.compare_windows(
+    (sb, pb), (sa, pa) = (
+        lx.window_samples(window("cpu-vl-media")),
+        lx.window_samples(window("cpu-vl-media-after")),
+    )
+    comp = comparison.compare_windows(
         sb,
         sa,
-        target=ex.targets_for_knob("media_loading_thread_count", "increase") or None,
+        target=verdict.targets_for_knob("media_loading_thread_count", "increase") or None,
         load=lx._load_check(pb, pa),
         requests=(int(pb["requests"]), int(pa["requests"])),
-        guards=ex.guards_for_knob("media_loading_thread_count", "increase"),
+        guards=verdict.guards_for_knob("media_loading_thread_count", "increase"),
     )
     assert comp.verdict == "keep", comp.reasons
 

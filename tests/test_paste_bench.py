@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.verify import experiment as ex
+from advisor.verify import bench, comparison, samples, verdict
 
 FIX = Path(__file__).parent / "fixtures"
 REAL = FIX / "bench" / "h200-vllm-0.25"
@@ -21,16 +21,16 @@ KNOB = ("max_num_batched_tokens", "decrease")
 
 def _compare(
     a: Path, b: Path, knob: tuple[str, str] | None = KNOB, target: str | None = None
-) -> ex.Comparison:
+) -> comparison.Comparison:
     if knob is None:
-        return ex.compare_bench_files(a, b, target=target)
-    return ex.compare_bench_files(
-        a, b, target=target or ex.targets_for_knob(*knob), guards=ex.guards_for_knob(*knob)
+        return comparison.compare_bench_files(a, b, target=target)
+    return comparison.compare_bench_files(
+        a, b, target=target or verdict.targets_for_knob(*knob), guards=verdict.guards_for_knob(*knob)
     )
 
 
 def test_the_table_reads_every_printed_row() -> None:
-    run = ex.load_bench(FORMS / "C_b2048-table.txt")
+    run = bench.load_bench(FORMS / "C_b2048-table.txt")
     real = json.loads(gzip.decompress((REAL / "C_b2048" / "bench.json.gz").read_bytes()))
     assert (run.completed, run.failed, run.max_concurrency) == (160, 0, 32)
     assert run.num_prompts == 160  # from the command above the table (and completed + failed)
@@ -88,7 +88,7 @@ def test_json_under_the_command_that_was_run(tmp_path: Path) -> None:
         "$ vllm bench serve --model /models/llama-8b-shaped --num-prompts 160 --max-concurrency 32 \\\n"
         "    --save-result --result-filename out.json\n" + summary
     )
-    run = ex.load_bench(pasted)
+    run = bench.load_bench(pasted)
     assert run.completed == 160 and run.model_id == "/models/llama-8b-shaped"
     assert run.aggregates["p95_itl_ms"] == pytest.approx(68.367, abs=0.001)
 
@@ -119,8 +119,8 @@ def test_two_models_get_a_warning(tmp_path: Path) -> None:
 def test_what_is_not_a_result_fails_with_one_line(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "x.txt"
     f.write_text(text)
-    with pytest.raises(ex.ExperimentError, match=message) as e:
-        ex.load_bench(f)
+    with pytest.raises(samples.ExperimentError, match=message) as e:
+        bench.load_bench(f)
     assert str(f) in str(e.value)
 
 

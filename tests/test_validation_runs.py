@@ -23,7 +23,7 @@ import pytest
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
-from advisor.verify import experiment as ex
+from advisor.verify import comparison, samples, verdict
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "validation" / "runs"
@@ -55,18 +55,18 @@ NOISE = ["kv-seqs-bind.before", f"{R2}.before", "kv-seqs-bind-aa.1", "kv-seqs-bi
 
 
 def compare(
-    before: str, after: str, knob: str, direction: str, settings: ex.Settings | None = None
-) -> ex.Comparison:
+    before: str, after: str, knob: str, direction: str, settings: samples.Settings | None = None
+) -> comparison.Comparison:
     """The advisor's compare on two recorded runs, as for a change of ``knob`` in ``direction``:
     its targets and guards, with the preemptions each run's session counted."""
     pa, pb = REPORT.preemptions(RUNS / before), REPORT.preemptions(RUNS / after)
-    return ex.compare_bench_files(
+    return comparison.compare_bench_files(
         RUNS / before / "bench.json.gz",
         RUNS / after / "bench.json.gz",
-        target=list(ex.targets_for_knob(knob, direction)) or None,
+        target=list(verdict.targets_for_knob(knob, direction)) or None,
         preemptions=(pa, pb),
         settings=settings,
-        guards=ex.guards_for_knob(knob, direction),
+        guards=verdict.guards_for_knob(knob, direction),
     )
 
 
@@ -214,11 +214,11 @@ def test_per_token_latency_within_its_target_is_a_trade_off_not_a_breach() -> No
     target, for +33% throughput and -26% TTFT p95. Without targets those count as breaches."""
     c = compare("queue-headroom.before", "queue-headroom.after", "max_num_seqs", "increase")
     assert any(r.startswith("Within its target: ITL p95") for r in c.reasons)
-    strict = ex.compare_bench_files(
+    strict = comparison.compare_bench_files(
         RUNS / "queue-headroom.before" / "bench.json.gz",
         RUNS / "queue-headroom.after" / "bench.json.gz",
-        target=list(ex.targets_for_knob("max_num_seqs", "increase")),
-        settings=ex.Settings(slo={}),
+        target=list(verdict.targets_for_knob("max_num_seqs", "increase")),
+        settings=samples.Settings(slo={}),
     )
     assert strict.verdict == "revert"
 
@@ -260,10 +260,10 @@ def test_a_higher_cap_that_preempts_is_judged_by_what_users_see() -> None:
         r.startswith("A known cost of this change, not a guard: Preemptions 0 -> 60") for r in c.reasons
     )
     pa, pb = REPORT.preemptions(RUNS / f"{R2}.after"), REPORT.preemptions(RUNS / KV12_72)
-    as_guard = ex.compare_bench_files(
+    as_guard = comparison.compare_bench_files(
         RUNS / f"{R2}.after" / "bench.json.gz",
         RUNS / KV12_72 / "bench.json.gz",
-        target=list(ex.targets_for_knob("max_num_seqs", "increase")),
+        target=list(verdict.targets_for_knob("max_num_seqs", "increase")),
         preemptions=(pa, pb),
     )
     assert as_guard.verdict == "revert"
@@ -285,8 +285,8 @@ def test_identical_configurations_are_within_noise(knob: str, direction: str) ->
     pairs = list(itertools.permutations(NOISE, 2))
     verdicts = {(a, b): compare(a, b, knob, direction).verdict for a, b in pairs}
     assert set(verdicts.values()) == {"inconclusive"}, verdicts
-    if "itl_p95" in ex.targets_for_knob(knob, direction):
-        bare = ex.Settings(noise_floor={})
+    if "itl_p95" in verdict.targets_for_knob(knob, direction):
+        bare = samples.Settings(noise_floor={})
         assert {compare(a, b, knob, direction, bare).verdict for a, b in pairs} != {"inconclusive"}
 
 

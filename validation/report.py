@@ -35,7 +35,8 @@ from advisor.diagnose.ruleset import load_rules  # noqa: E402
 from advisor.drive.inputs import from_session  # noqa: E402
 from advisor.sources.metrics import parse_page  # noqa: E402
 from advisor.sources.session import Session  # noqa: E402
-from advisor.verify import experiment as ex  # noqa: E402
+from advisor.verify.comparison import compare_bench_files  # noqa: E402
+from advisor.verify.verdict import guards_for_knob, targets_for_knob  # noqa: E402
 
 RUNS = REPO / "validation" / "runs"
 RESULTS = REPO / "validation" / "results.json"
@@ -103,15 +104,15 @@ def run_row(run_id: str, label: str, advice: str, verdict: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def verdict(before: str, after: str, rec: dict[str, Any]) -> tuple[str, list[str]]:
-    targets = ex.targets_for_knob(rec["knob"], rec["direction"])  # () = every metric is a target
+def bench_verdict(before: str, after: str, rec: dict[str, Any]) -> tuple[str, list[str]]:
+    targets = targets_for_knob(rec["knob"], rec["direction"])  # () = every metric is a target
     pa, pb = preemptions(RUNS / before), preemptions(RUNS / after)
-    c = ex.compare_bench_files(
+    c = compare_bench_files(
         RUNS / before / "bench.json.gz",
         RUNS / after / "bench.json.gz",
         target=list(targets) or None,
         preemptions=(pa, pb) if pa is not None and pb is not None else None,
-        guards=ex.guards_for_knob(rec["knob"], rec["direction"]),
+        guards=guards_for_knob(rec["knob"], rec["direction"]),
     )
     return c.verdict, list(c.reasons)
 
@@ -165,7 +166,7 @@ def render() -> str:
                 continue
             base = base_run(after, chain, results)
             knob, direction = changed_knob(results[base]["serve"], results[after]["serve"])
-            v, reasons = verdict(base, after, {"knob": knob, "direction": direction})
+            v, reasons = bench_verdict(base, after, {"knob": knob, "direction": direction})
             label, change = describe(after, base, results)
             out.append(run_row(after, f"{scn}: {label}", f"`{change}`", f"{v}: {verdict_word(v, reasons)}"))
             notes.append(f"- **{after}** vs {base}: " + " ".join(reasons))
@@ -213,7 +214,7 @@ def render_noise(results: dict[str, Any]) -> list[str]:
         spread.append(f"{(max(vals) / min(vals) - 1) * 100:.0f}%")
     out.append("| largest / smallest - 1 | | | " + " | ".join(spread) + " |")
     verdicts = [
-        ex.compare_bench_files(RUNS / a / "bench.json.gz", RUNS / b / "bench.json.gz").verdict
+        compare_bench_files(RUNS / a / "bench.json.gz", RUNS / b / "bench.json.gz").verdict
         for a in runs
         for b in runs
         if a != b

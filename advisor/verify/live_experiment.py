@@ -17,7 +17,7 @@ from advisor.core import knobs
 from advisor.core import names as n
 from advisor.core.config import DEFAULT_TARGETS
 from advisor.derive.window import Window
-from advisor.verify import experiment as ex
+from advisor.verify import comparison, samples, verdict
 
 MIN_REQUESTS = 20
 LOAD_TOLERANCE = 0.15  # request count and mean prompt/output lengths within 15%
@@ -116,22 +116,22 @@ def _busy_rates(w: Window) -> list[float]:
     return rates
 
 
-def samples(w: Window) -> tuple[dict[str, ex.MetricSample], dict[str, Any]]:
+def window_samples(w: Window) -> tuple[dict[str, samples.MetricSample], dict[str, Any]]:
     """The comparison inputs of one window, and its load profile."""
-    out: dict[str, ex.MetricSample] = {}
+    out: dict[str, samples.MetricSample] = {}
     for quantity, fam in (("ttft", n.TTFT), ("itl", n.ITL), ("tpot", n.TPOT), ("e2e", n.E2E)):
         h = w.histogram_delta(fam)
         if h is not None and h.count > 0:
-            out[quantity] = ex.HistogramSample(h)
+            out[quantity] = samples.HistogramSample(h)
     requests = w.counter_delta(n.REQUEST_SUCCESS) or 0.0
     busy = _busy_seconds(w)
     rates = _busy_rates(w)
     if len(rates) >= 2:
         # per-interval throughput while busy: its spread gives the comparison a noise estimate
-        out["output_throughput"] = ex.ValuesSample.of(rates)
+        out["output_throughput"] = samples.ValuesSample.of(rates)
     pre = w.counter_delta(n.NUM_PREEMPTIONS)
     if pre is not None and requests > 0:
-        out["preemptions"] = ex.CountSample(pre, requests)
+        out["preemptions"] = samples.CountSample(pre, requests)
     prompt = w.histogram_delta(n.REQUEST_PROMPT_TOKENS)
     output = w.histogram_delta(n.REQUEST_GENERATION_TOKENS)
     profile = {
@@ -144,7 +144,7 @@ def samples(w: Window) -> tuple[dict[str, ex.MetricSample], dict[str, Any]]:
     return out, profile
 
 
-def _load_check(a: dict[str, Any], b: dict[str, Any]) -> ex.LoadCheck:
+def _load_check(a: dict[str, Any], b: dict[str, Any]) -> comparison.LoadCheck:
     diffs = []
     ra, rb = a["requests"], b["requests"]
     if ra and abs(rb - ra) / ra > COUNT_TOLERANCE:
@@ -156,7 +156,7 @@ def _load_check(a: dict[str, Any], b: dict[str, Any]) -> ex.LoadCheck:
         x, y = a.get(key), b.get(key)
         if x and y and abs(y - x) / x > LOAD_TOLERANCE:
             diffs.append(f"{what} {x:.0f} before vs {y:.0f} after tokens")
-    return ex.LoadCheck(not diffs, tuple(diffs), a, b)
+    return comparison.LoadCheck(not diffs, tuple(diffs), a, b)
 
 
 def advance(
@@ -192,8 +192,8 @@ def advance(
 def judge(
     exp: LiveExperiment, window: Window, now: float, targets: Mapping[str, float] | None = None
 ) -> LiveExperiment:
-    before_s, before_p = samples(window.slice(*exp.before))
-    after_s, after_p = samples(window.slice(exp.after_start, now))
+    before_s, before_p = window_samples(window.slice(*exp.before))
+    after_s, after_p = window_samples(window.slice(exp.after_start, now))
     if exp.before_requests < MIN_REQUESTS:
         return replace(
             exp,
@@ -207,14 +207,16 @@ def judge(
             ),
         )
     knob, direction = exp.knob, exp.direction
-    comp = ex.compare_windows(
+    comp = comparison.compare_windows(
         before_s,
         after_s,
-        target=ex.targets_for_knob(knob, direction) or None,
+        target=verdict.targets_for_knob(knob, direction) or None,
         load=_load_check(before_p, after_p),
         requests=(int(before_p["requests"]), int(after_p["requests"])),
-        guards=ex.guards_for_knob(knob, direction),
-        settings=ex.Settings(slo=ex.slo_from_targets(targets if targets is not None else DEFAULT_TARGETS)),
+        guards=verdict.guards_for_knob(knob, direction),
+        settings=samples.Settings(
+            slo=samples.slo_from_targets(targets if targets is not None else DEFAULT_TARGETS)
+        ),
     )
     reasons = list(comp.reasons)
     if len(exp.changes) > 1:
@@ -223,8 +225,8 @@ def judge(
             + ", ".join(c.knob for c in exp.changes)
             + "): the effect cannot be told apart; change one at a time."
         )
-    verdict = comp.verdict
-    if verdict == "revert":
+    outcome = comp.verdict
+    if outcome == "revert":
         c = exp.changes[0]
         flag = knobs.KNOBS[c.knob].flag if c.knob in knobs.KNOBS else c.knob
         reasons = [r for r in reasons if not r.startswith("Restore the previous value")]
@@ -232,7 +234,7 @@ def judge(
     return replace(
         exp,
         state="done",
-        verdict=verdict,
+        verdict=outcome,
         reasons=tuple(reasons),
         ended_at=now,
         comparison=comp.to_json(),

@@ -1,0 +1,507 @@
+"""The difference of one metric between A and B with its confidence interval: a seeded
+bootstrap for per-request values, the bucket resolution for histograms, a normal approximation
+for reported percentiles, a Poisson rate ratio for counts. A difference is *significant* only
+when its interval excludes 0 AND its size reaches the minimum effect (default 5%).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from statistics import NormalDist
+from typing import Any
+
+from advisor.core.model import Histogram
+from advisor.verify.samples import (
+    MEAN_Q,
+    METRICS,
+    PER_REQUEST_QUANTITIES,
+    SUMMARY_METRICS,
+    CountSample,
+    ExperimentError,
+    HistogramSample,
+    MetricSample,
+    MetricSpec,
+    ScalarSample,
+    Settings,
+    SummarySample,
+    ValuesSample,
+)
+
+# --------------------------------------------------------------------------------------------
+# Differences
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    """A versus B for one metric. ``change``/``ci_low``/``ci_high`` are fractions (B/A - 1).
+    ``status``: ok | insufficient (too few observations) | missing (a side lacks the data)."""
+
+    spec: MetricSpec
+    a: float | None
+    b: float | None
+    change: float | None
+    ci_low: float | None
+    ci_high: float | None
+    significant: bool
+    status: str
+    method: str
+    n_a: float | None = None
+    n_b: float | None = None
+    note: str = ""
+    under_floor: float | None = None  # beyond its interval but within this run-to-run noise floor
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def direction(self) -> str:
+        """``better`` / ``worse`` when significant, else ``same``."""
+        if not self.significant or self.change is None or self.change == 0:
+            return "same"
+        lower = self.change < 0
+        return "better" if lower == (self.spec.better == "lower") else "worse"
+
+    def worse_by(self) -> float:
+        """How much worse (a positive fraction), 0 when not worse."""
+        if self.change is None:
+            return 0.0
+        return max(0.0, self.change if self.spec.better == "lower" else -self.change)
+
+    def describe(self, confidence: float = 0.95) -> str:
+        """``ITL p95 242 ms -> 68.4 ms (-72%, 95% CI -75%..-69%)``."""
+        if self.a is None or self.b is None:
+            side = "A" if self.a is None else "B"
+            return f"{self.spec.label} not measured in {side}"
+        text = (
+            f"{self.spec.label} {_fmt_value(self.a, self.spec.unit)} -> {_fmt_value(self.b, self.spec.unit)}"
+        )
+        parts = []
+        if self.change is not None:
+            parts.append(_fmt_pct(self.change))
+        if self.ci_low is not None or self.ci_high is not None:
+            label = "bucket bounds" if self.method == "histogram" else f"{confidence * 100:.0f}% CI"
+            parts.append(f"{label} {_fmt_pct(self.ci_low)}..{_fmt_pct(self.ci_high)}")
+        elif self.method == "run-total":
+            parts.append("run total, no CI")
+        if self.under_floor is not None:
+            parts.append(f"within its run-to-run noise, a factor of {1 + self.under_floor:g}")
+        return text + (f" ({', '.join(parts)})" if parts else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": _round(self.a),
+            "b": _round(self.b),
+            "unit": self.spec.unit,
+            "better": self.spec.better,
+            "change_pct": _pct(self.change),
+            "ci_low_pct": _pct(self.ci_low),
+            "ci_high_pct": _pct(self.ci_high),
+            "significant": self.significant,
+            "direction": self.direction,
+            "status": self.status,
+            "method": self.method,
+            "n_a": _round(self.n_a),
+            "n_b": _round(self.n_b),
+            "note": self.note,
+            "under_noise_floor_pct": _pct(self.under_floor),
+        }
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of sorted values (numpy's default, which vLLM's bench uses)."""
+    n = len(sorted_values)
+    if n == 0:
+        raise ExperimentError("quantile of no values")
+    h = (n - 1) * min(max(q, 0.0), 1.0)
+    lo = math.floor(h)
+    if lo + 1 >= n:
+        return sorted_values[-1]
+    return sorted_values[lo] + (h - lo) * (sorted_values[lo + 1] - sorted_values[lo])
+
+
+def _seed(settings: Settings, key: str) -> int:
+    return (settings.seed * 1_000_003) ^ zlib.crc32(key.encode())
+
+
+def _bootstrap_quantile(s: ValuesSample, q: float, rng: random.Random) -> float:
+    """One bootstrap replicate of the q-quantile of ``s``, drawn in O(1): the k-th order
+    statistic of m uniforms is Beta(k, m + 1 - k), mapped through the empirical quantile function.
+    Equivalent to resampling m values and taking their quantile, without building the resample."""
+    n = len(s.values)
+    m = min(n, s.resample_size) if s.resample_size else n
+    if m < 2:
+        return quantile(s.values, q)
+    k = (m - 1) * q + 1
+    u = rng.betavariate(k, m + 1 - k)
+    return quantile(s.values, u)
+
+
+def _ci_from(reps: list[float], confidence: float) -> tuple[float, float]:
+    reps.sort()
+    alpha = (1 - confidence) / 2
+    return quantile(reps, alpha), quantile(reps, 1 - alpha)
+
+
+def _bucket_bounds(h: Histogram, q: float) -> tuple[float, float]:
+    """The (lower, upper) bounds of the bucket holding the q-quantile: the resolution of the
+    quantile estimate. Upper is +inf when the rank falls in the ``+Inf`` bucket."""
+    total = h.buckets[-1][1]
+    rank = q * total
+    prev = 0.0
+    for b, c in h.buckets:
+        if c >= rank and c > 0:
+            return prev, b
+        prev = b
+    return prev, math.inf
+
+
+def compare_metric(
+    spec: MetricSpec, a: MetricSample | None, b: MetricSample | None, settings: Settings, key: str = ""
+) -> MetricDelta:
+    """Compare one metric between A and B, choosing the noise rule by the kind of sample."""
+    if a is None or b is None:
+        return _delta(
+            spec, None, None, status="missing", method="", note=f"no data in {'A' if a is None else 'B'}"
+        )
+    if type(a) is not type(b):
+        return _delta(
+            spec, None, None, status="missing", method="", note="A and B carry different kinds of data"
+        )
+    if isinstance(a, ValuesSample) and isinstance(b, ValuesSample):
+        return _compare_values(spec, a, b, settings, key)
+    if isinstance(a, HistogramSample) and isinstance(b, HistogramSample):
+        return _compare_histograms(spec, a, b, settings)
+    if isinstance(a, SummarySample) and isinstance(b, SummarySample):
+        return _compare_summaries(spec, a, b, settings)
+    if isinstance(a, ScalarSample) and isinstance(b, ScalarSample):
+        change = _rel(a.value, b.value)
+        sig = change is not None and abs(change) >= settings.min_effect
+        return MetricDelta(
+            spec,
+            a.value,
+            b.value,
+            change,
+            None,
+            None,
+            sig,
+            "ok",
+            "run-total",
+            note="a run total: no interval from one run; counted when beyond the minimum effect",
+        )
+    if isinstance(a, CountSample) and isinstance(b, CountSample):
+        return _compare_counts(spec, a, b, settings)
+    raise ExperimentError(f"cannot compare samples of type {type(a).__name__}")
+
+
+def _delta(
+    spec: MetricSpec,
+    a: float | None,
+    b: float | None,
+    *,
+    status: str,
+    method: str,
+    note: str = "",
+    n_a: float | None = None,
+    n_b: float | None = None,
+) -> MetricDelta:
+    return MetricDelta(spec, a, b, _rel(a, b), None, None, False, status, method, n_a, n_b, note)
+
+
+def _rel(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or a <= 0:
+        return None
+    return b / a - 1
+
+
+def _significant(change: float | None, lo: float | None, hi: float | None, settings: Settings) -> bool:
+    if change is None or lo is None or hi is None:
+        return False
+    excludes_zero = lo > 0 or hi < 0
+    return excludes_zero and abs(change) >= settings.min_effect
+
+
+def _compare_values(
+    spec: MetricSpec, a: ValuesSample, b: ValuesSample, settings: Settings, key: str
+) -> MetricDelta:
+    q = spec.q if spec.q is not None else 0.5
+    if not a.values or not b.values:
+        return _delta(
+            spec, None, None, status="missing", method="bootstrap", note="no observations", n_a=a.n, n_b=b.n
+        )
+    pa, pb = quantile(a.values, q), quantile(b.values, q)
+    if a.n < settings.min_requests or b.n < settings.min_requests:
+        return _delta(
+            spec,
+            pa,
+            pb,
+            status="insufficient",
+            method="bootstrap",
+            n_a=a.n,
+            n_b=b.n,
+            note=f"fewer than {settings.min_requests} requests",
+        )
+    change = _rel(pa, pb)
+    if change is None:
+        return _delta(spec, pa, pb, status="ok", method="bootstrap", n_a=a.n, n_b=b.n, note="A is zero")
+    rng = random.Random(_seed(settings, f"{key}/{spec.name}"))
+    reps: list[float] = []
+    for _ in range(settings.bootstrap):
+        ra = _bootstrap_quantile(a, q, rng)
+        rb = _bootstrap_quantile(b, q, rng)
+        if ra > 0:
+            reps.append(rb / ra - 1)
+    if not reps:
+        return _delta(spec, pa, pb, status="ok", method="bootstrap", n_a=a.n, n_b=b.n)
+    lo, hi = _ci_from(reps, settings.confidence)
+    note = ""
+    if a.resample_size and len(a.values) > a.resample_size:
+        note = f"pooled per-token values; bootstrap resamples {a.resample_size} of them"
+    return MetricDelta(
+        spec,
+        pa,
+        pb,
+        change,
+        lo,
+        hi,
+        _significant(change, lo, hi, settings),
+        "ok",
+        "bootstrap",
+        a.n,
+        b.n,
+        note,
+    )
+
+
+def _compare_histograms(
+    spec: MetricSpec, a: HistogramSample, b: HistogramSample, settings: Settings
+) -> MetricDelta:
+    q = spec.q if spec.q is not None else 0.5
+    pa, pb = a.hist.quantile(q), b.hist.quantile(q)
+    if pa is None or pb is None:
+        return _delta(
+            spec, pa, pb, status="missing", method="histogram", n_a=a.n, n_b=b.n, note="empty histogram"
+        )
+    if a.n < settings.min_requests or b.n < settings.min_requests:
+        return _delta(
+            spec,
+            pa,
+            pb,
+            status="insufficient",
+            method="histogram",
+            n_a=a.n,
+            n_b=b.n,
+            note=f"fewer than {settings.min_requests} observations",
+        )
+    la, ua = _bucket_bounds(a.hist, q)
+    lb, ub = _bucket_bounds(b.hist, q)
+    # Worst-case relative change given where each quantile can lie inside its bucket.
+    lo = lb / ua - 1 if math.isfinite(ua) and ua > 0 else -1.0
+    hi = ub / la - 1 if la > 0 and math.isfinite(ub) else math.inf
+    change = _rel(pa, pb)
+    sig = change is not None and (lo > 0 or hi < 0) and abs(change) >= settings.min_effect
+    return MetricDelta(
+        spec,
+        pa,
+        pb,
+        change,
+        lo,
+        None if math.isinf(hi) else hi,
+        sig,
+        "ok",
+        "histogram",
+        a.n,
+        b.n,
+        "counted only when the quantiles fall in separate buckets",
+    )
+
+
+_Z = NormalDist()
+
+
+def _quantile_se(q: float, std: float, n: int) -> float:
+    """Asymptotic standard error of the q-quantile of a normal sample: sqrt(q(1-q))/phi(z_q)*s/sqrt(n)."""
+    z = _Z.inv_cdf(min(max(q, 1e-6), 1 - 1e-6))
+    return math.sqrt(q * (1 - q)) / _Z.pdf(z) * std / math.sqrt(max(n, 1))
+
+
+def _compare_summaries(
+    spec: MetricSpec, a: SummarySample, b: SummarySample, settings: Settings
+) -> MetricDelta:
+    q = spec.q if spec.q is not None else 0.5
+    pa, pb = a.quantiles.get(q), b.quantiles.get(q)
+    if pa is None or pb is None:
+        what = "the mean" if q == MEAN_Q else f"p{q * 100:g}"
+        return _delta(
+            spec,
+            pa,
+            pb,
+            status="missing",
+            method="summary",
+            n_a=a.n,
+            n_b=b.n,
+            note=f"{what} not reported",
+        )
+    if a.n < settings.min_requests or b.n < settings.min_requests:
+        return _delta(
+            spec,
+            pa,
+            pb,
+            status="insufficient",
+            method="summary",
+            n_a=a.n,
+            n_b=b.n,
+            note=f"fewer than {settings.min_requests} requests",
+        )
+    change = _rel(pa, pb)
+    if change is None or a.std is None or b.std is None or pb <= 0 or q == MEAN_Q:
+        # no per-request values, no spread (or a mean): no interval, no bootstrap; a change
+        # counts when it is beyond the metric's run-to-run noise floor (and the minimum effect)
+        floor = max(settings.noise_floor.get(spec.name, settings.summary_floor), settings.min_effect)
+        beyond = change is not None and change > -1 and abs(math.log1p(change)) >= math.log1p(floor)
+        return MetricDelta(
+            spec,
+            pa,
+            pb,
+            change,
+            None,
+            None,
+            beyond,
+            "ok",
+            "summary",
+            a.n,
+            b.n,
+            f"reported value only (no per-request values: no bootstrap); counted beyond a "
+            f"{floor * 100:.0f}% run-to-run noise floor",
+        )
+    cap = settings.itl_resample
+    se_a = _quantile_se(q, a.std, min(a.n, cap))
+    se_b = _quantile_se(q, b.std, min(b.n, cap))
+    ratio = pb / pa
+    se_r = ratio * math.sqrt((se_a / pa) ** 2 + (se_b / pb) ** 2)
+    z = _Z.inv_cdf(1 - (1 - settings.confidence) / 2)
+    lo, hi = ratio - z * se_r - 1, ratio + z * se_r - 1
+    return MetricDelta(
+        spec,
+        pa,
+        pb,
+        change,
+        lo,
+        hi,
+        _significant(change, lo, hi, settings),
+        "ok",
+        "summary",
+        a.n,
+        b.n,
+        "approximate interval from reported percentiles and spread (no per-request values)",
+    )
+
+
+def _compare_counts(spec: MetricSpec, a: CountSample, b: CountSample, settings: Settings) -> MetricDelta:
+    if a.exposure <= 0 or b.exposure <= 0:
+        return _delta(spec, a.count, b.count, status="missing", method="poisson", note="no exposure")
+    if a.count == 0 and b.count == 0:
+        return MetricDelta(
+            spec,
+            a.count,
+            b.count,
+            0.0,
+            None,
+            None,
+            False,
+            "ok",
+            "poisson",
+            a.exposure,
+            b.exposure,
+            "none in either run",
+        )
+    ca, cb = max(a.count, 0.5), max(b.count, 0.5)  # 0 counted as 0.5 (continuity) for the ratio
+    log_r = math.log((cb / b.exposure) / (ca / a.exposure))
+    se = math.sqrt(1 / ca + 1 / cb)
+    z = _Z.inv_cdf(1 - (1 - settings.confidence) / 2)
+    change = math.exp(log_r) - 1
+    lo, hi = math.exp(log_r - z * se) - 1, math.exp(log_r + z * se) - 1
+    note = "rate per unit of exposure; Poisson interval" + (
+        "; a zero counted as 0.5" if 0 in (a.count, b.count) else ""
+    )
+    return MetricDelta(
+        spec,
+        a.count,
+        b.count,
+        change,
+        lo,
+        hi,
+        _significant(change, lo, hi, settings),
+        "ok",
+        "poisson",
+        a.exposure,
+        b.exposure,
+        note,
+    )
+
+
+def compare_samples(
+    a: Mapping[str, MetricSample],
+    b: Mapping[str, MetricSample],
+    settings: Settings | None = None,
+    key: str = "",
+    metrics: Iterable[MetricSpec] = METRICS,
+) -> dict[str, MetricDelta]:
+    """Compare every metric whose quantity appears on either side. Samples are keyed by quantity
+    (``ttft``, ``tpot``, ``itl``, ``e2e``, ``output_throughput``, ``request_throughput``,
+    ``preemptions``); ``key`` names the bucket so that each bootstrap has its own fixed seed."""
+    settings = settings or Settings()
+    out: dict[str, MetricDelta] = {}
+    metrics = list(metrics)
+    if any(m.quantity in PER_REQUEST_QUANTITIES for m in metrics):
+        metrics += [
+            m
+            for m in SUMMARY_METRICS
+            if isinstance(a.get(m.quantity), SummarySample)
+            and isinstance(b.get(m.quantity), SummarySample)
+            and (m.q in a[m.quantity].quantiles or m.q in b[m.quantity].quantiles)  # type: ignore[union-attr]
+        ]
+    for spec in metrics:
+        if spec.quantity not in a and spec.quantity not in b:
+            continue
+        d = compare_metric(spec, a.get(spec.quantity), b.get(spec.quantity), settings, key)
+        if d.significant and d.change is not None and settings.under_noise_floor(spec.name, d.change):
+            d = replace(d, significant=False, under_floor=settings.noise_floor[spec.name])
+        out[spec.name] = d
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v * 1000:.3g} ms" if abs(v) < 1 else f"{v:.3g} s"
+    if unit == "tok/s":
+        return f"{v:,.0f} tok/s"
+    if unit == "req/s":
+        return f"{v:.3g} req/s"
+    return f"{v:g}"
+
+
+def _fmt_pct(x: float | None) -> str:
+    if x is None:
+        return "?"
+    return f"{x * 100:+.0f}%"
+
+
+def _pct(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x * 100, 1)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, 6)
