@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from advisor.core import config
 from advisor.diagnose.ruleset import RuleError, default_rules_dir, load_rules
-from advisor.sources import logs
+from advisor.sources import logs, logwrap
 from advisor.verify.bench import load_bench
 from advisor.verify.samples import ExperimentError
 
@@ -86,7 +86,7 @@ def test_log_line_parser_never_raises(line: str) -> None:
         ev.kind in ("engine_stats", "startup", "error", "unknown", "request", "iteration", "preemption")
         or ev.kind
     )
-    joiner = logs.LineJoiner()
+    joiner = logwrap.LineJoiner()
     for joined in [*joiner.feed(line), *joiner.flush()]:
         logs.parse_line(joined)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.runner import MAX_KEPT_LINE_CHARS, Advisor
-from advisor.sources import logs
+from advisor.sources import follow
 
 
 def test_two_rotations_within_one_poll_lose_no_file(tmp_path: Path) -> None:
@@ -17,7 +17,7 @@ def test_two_rotations_within_one_poll_lose_no_file(tmp_path: Path) -> None:
     suspended between two reads: the middle file is read, then the new one."""
     path = tmp_path / "vllm.log"
     path.write_text("a1\na2\n")
-    f = logs.FileFollower(path, from_start=True, poll_interval=0.01)
+    f = follow.FileFollower(path, from_start=True, poll_interval=0.01)
     gen = f.lines()
     assert [next(gen), next(gen)] == ["a1", "a2"]
     # both rotations happen while the follower sleeps (the generator is suspended)
@@ -39,7 +39,7 @@ def test_a_stale_rotated_file_is_not_read_again(tmp_path: Path) -> None:
     os.utime(old, (1_000_000, 1_000_000))
     path = tmp_path / "vllm.log"
     path.write_text("a1\n")
-    f = logs.FileFollower(path, from_start=True, poll_interval=0.01)
+    f = follow.FileFollower(path, from_start=True, poll_interval=0.01)
     gen = f.lines()
     assert next(gen) == "a1"
     path.unlink()

@@ -19,26 +19,19 @@ import pytest
 
 from advisor.core.model import EVENT_KINDS, LogEvent
 from advisor.core.redact import REDACTED, redact_text
-from advisor.sources import logs
-from advisor.sources.logs import (
-    MAX_LINE_CHARS,
+from advisor.sources import follow
+from advisor.sources.follow import (
     CommandFollower,
     FileFollower,
-    LineJoiner,
-    LogCounts,
     LogFollower,
     LogSourceError,
-    collect_facts,
-    count_events,
-    event_facts,
     follow_command,
     follow_file,
     follow_stdin,
-    join_lines,
-    parse_line,
-    parse_lines,
-    strip_prefixes,
 )
+from advisor.sources.logprefix import MAX_LINE_CHARS, strip_prefixes
+from advisor.sources.logs import LogCounts, collect_facts, count_events, event_facts, parse_line, parse_lines
+from advisor.sources.logwrap import LineJoiner, join_lines
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
 CAPTURES = sorted(p for p in FIX.glob("*.log") if p.name.startswith(("h200-", "cpu-")))
@@ -809,7 +802,7 @@ def test_follow_file_caps_huge_lines_and_decodes_garbage(tmp_path: Path, readers
     r = Reader(follow_file(log, poll_interval=POLL))
     readers.append(r)
     big, bad, stats = r.take(3)
-    assert len(big.encode()) == logs.MAX_LINE_BYTES
+    assert len(big.encode()) == follow.MAX_LINE_BYTES
     assert bad == "\ufffd\ufffd bad \ufffd"
     assert parse_line(stats, year=YEAR).kind == "engine_stats"
     r.stop()

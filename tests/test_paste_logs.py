@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from advisor.cli import main
 from advisor.core.model import LogEvent
 from advisor.sources import engine as engine_src
-from advisor.sources.logs import LineJoiner, parse_lines
+from advisor.sources.logs import parse_lines
+from advisor.sources.logwrap import LineJoiner
 
 FIX = Path(__file__).parent / "fixtures"
 PASTE = FIX / "paste" / "logs"

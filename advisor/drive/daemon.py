@@ -33,8 +33,8 @@ from advisor.drive.runner import Advisor, export_state
 from advisor.outputs.exporter import make_server
 from advisor.outputs.state import ExportState
 from advisor.sources import engine as engine_src
+from advisor.sources import follow
 from advisor.sources import http as http_src
-from advisor.sources import logs as log_src
 from advisor.sources import metrics as metrics_src
 from advisor.sources.session import Session, SessionError
 from advisor.verify.ledger import ExperimentRecord, Ledger, LedgerError
@@ -85,7 +85,7 @@ class Daemon:
         self.advisor = advisor
         self._state = self._build_state()
         self.scheduler: BackgroundScheduler | None = None
-        self.follower: log_src.LogFollower | None = None
+        self.follower: follow.LogFollower | None = None
         self.server: Any = None
         self._threads: list[threading.Thread] = []
         self.last_logged_status: str | None = None
@@ -322,11 +322,11 @@ class Daemon:
     LOG_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # waits between restarts of a log source
     LOG_HEALTHY_S = 60.0  # a source that ran this long starts its backoff afresh
 
-    def _open_follower(self) -> log_src.LogFollower | None:
+    def _open_follower(self) -> follow.LogFollower | None:
         if self.cfg.log_file:
-            return log_src.follow_file(self.cfg.log_file, from_start=self.follower is None)
+            return follow.follow_file(self.cfg.log_file, from_start=self.follower is None)
         if self.cfg.log_cmd:
-            return log_src.follow_command(self.cfg.log_cmd)
+            return follow.follow_command(self.cfg.log_cmd)
         return None
 
     def _follow_logs(self) -> None:
@@ -336,7 +336,7 @@ class Daemon:
         while not self._stop.is_set():
             try:
                 follower = self._open_follower()
-            except (log_src.LogSourceError, OSError, ValueError) as e:
+            except (follow.LogSourceError, OSError, ValueError) as e:
                 follower, why = None, str(e)
             if follower is None and not (self.cfg.log_file or self.cfg.log_cmd):
                 return
@@ -356,18 +356,18 @@ class Daemon:
             log.warning("log source ended; restarting", detail=why, retry_in_s=backoff)
             self._stop.wait(backoff)
 
-    def _drain(self, follower: log_src.LogFollower) -> str:
+    def _drain(self, follower: follow.LogFollower) -> str:
         """Feed the follower's lines until it ends; returns why it ended."""
         try:
             for line in follower.lines():
                 self.log_source_up = True
                 with self._lock:
                     self.advisor.on_log_line(line)
-        except log_src.LogSourceError as e:
+        except follow.LogSourceError as e:
             return str(e)
         except Exception as e:
             return f"log follower failed: {type(e).__name__}: {e}"
-        if isinstance(follower, log_src.CommandFollower):
+        if isinstance(follower, follow.CommandFollower):
             return follower.describe_exit()
         return "the log source ended"
 

@@ -22,7 +22,7 @@ from advisor.core import engine_json
 from advisor.core.model import EVENT_KINDS, LogEvent, Snapshot
 from advisor.drive.runner import base_from_session_engine
 from advisor.sources import engine as engine_src
-from advisor.sources import logs as log_src
+from advisor.sources import logs
 from advisor.sources import metrics as metrics_src
 from advisor.sources.session import Session, SessionError
 
@@ -107,7 +107,7 @@ def inspect(
         argv = cmd.argv  # the pasted command wins over a process found on this host
         base.update(cmd.facts())
         command = {"launcher": cmd.launcher, "argv": cmd.argv, "warnings": cmd.warnings}
-    events = list(log_src.parse_lines(lines, near=near))
+    events = list(logs.parse_lines(lines, near=near))
     try:
         info = engine_src.resolve(
             config_path=engine_config,

@@ -24,7 +24,7 @@ from advisor.diagnose.ruleset import Rule
 from advisor.outputs.state import ExportState
 from advisor.predict import scoring
 from advisor.sources import engine as engine_src
-from advisor.sources import logs as log_src
+from advisor.sources import logs, logwrap
 from advisor.sources.metrics import MetricsError, parse_page
 from advisor.verify import live_experiment as lx
 
@@ -79,7 +79,7 @@ class Advisor:
         self.argv_provider = argv_provider
         self.argv: Sequence[str] | None = argv_provider() if argv_provider else None
         self.log_near = log_near  # year-less log stamps take the year nearest this (default: now)
-        self.joiner = log_src.LineJoiner()
+        self.joiner = logwrap.LineJoiner()
         self.startup_events: list[LogEvent] = []
         self.stats = Stats()
         self.up = False
@@ -141,7 +141,7 @@ class Advisor:
             self._on_joined(joined)
 
     def _on_joined(self, line: str) -> None:
-        ev = log_src.parse_line(line, near=self.log_near)
+        ev = logs.parse_line(line, near=self.log_near)
         self.stats.log_lines[ev.kind] = self.stats.log_lines.get(ev.kind, 0) + 1
         if ev.kind == "unknown":
             return

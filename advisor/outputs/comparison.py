@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from advisor.verify.comparison import Comparison
-from advisor.verify.differences import _fmt_pct, _fmt_value
+from advisor.verify.differences import fmt_pct, fmt_value
 
 
 def render_text(c: Comparison) -> str:
@@ -35,7 +35,7 @@ def render_text(c: Comparison) -> str:
             ci = (
                 "-"
                 if d.ci_low is None and d.ci_high is None
-                else f"{_fmt_pct(d.ci_low)}..{_fmt_pct(d.ci_high)}"
+                else f"{fmt_pct(d.ci_low)}..{fmt_pct(d.ci_high)}"
             )
             mark = {"better": "better", "worse": "WORSE"}.get(
                 d.direction, "" if d.status == "ok" else d.status
@@ -43,9 +43,9 @@ def render_text(c: Comparison) -> str:
             rows.append(
                 (
                     d.spec.label,
-                    _fmt_value(d.a, d.spec.unit),
-                    _fmt_value(d.b, d.spec.unit),
-                    _fmt_pct(d.change) if d.change is not None else "-",
+                    fmt_value(d.a, d.spec.unit),
+                    fmt_value(d.b, d.spec.unit),
+                    fmt_pct(d.change) if d.change is not None else "-",
                     ci,
                     mark,
                 )

@@ -40,7 +40,7 @@ from advisor.core import engine_json
 from advisor.core.redact import redact_obj, redact_text, redact_url
 from advisor.sources import engine as eng
 from advisor.sources import http as http_src
-from advisor.sources import logs as lg
+from advisor.sources import logs
 from advisor.sources import metrics as mt
 from advisor.sources.engine import host_facts
 
@@ -295,7 +295,7 @@ def resolve_engine(
     /metrics page (``vllm:cache_config_info``) and the server's command line when known.
     """
     try:
-        events = list(lg.parse_lines(list(log_lines), near=near))
+        events = list(logs.parse_lines(list(log_lines), near=near))
         snapshot = mt.parse_page(first_page, t, strict=False) if first_page else None
         info = eng.resolve(argv=list(argv) if argv else None, events=events, snapshot=snapshot, host=host)
         data = engine_json.to_json(info)

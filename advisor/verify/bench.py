@@ -71,7 +71,7 @@ _DATASET_KEYS = (
     "seed",
     "ignore_eos",
 )
-_AGG_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
+AGG_METRICS = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
 
 
 def load_bench(path: str | Path, itls_path: str | Path | None = None) -> BenchRun:

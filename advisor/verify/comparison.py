@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from advisor.verify.bench import _AGG_METRICS, BenchRun, RequestRow, load_bench
-from advisor.verify.differences import _fmt_pct, compare_samples, quantile
+from advisor.verify.bench import AGG_METRICS, BenchRun, RequestRow, load_bench
+from advisor.verify.differences import compare_samples, fmt_pct, quantile
 from advisor.verify.samples import (
     GUARDS,
     MEAN_Q,
@@ -107,7 +107,7 @@ def same_load(a: BenchRun, b: BenchRun, tol: LoadTolerance | None = None) -> tup
             if rel > limit:
                 diffs.append(
                     f"{label} {what} differs: {va:g} vs {vb:g} tokens "
-                    f"({_fmt_pct((vb - va) / va if va > 0 else None)}, tolerance {limit * 100:.0f}%)"
+                    f"({fmt_pct((vb - va) / va if va > 0 else None)}, tolerance {limit * 100:.0f}%)"
                 )
     return not diffs, diffs
 
@@ -215,7 +215,7 @@ def _summary_samples(run: BenchRun) -> dict[str, MetricSample]:
     """Aggregate-only quantities (files without per-request values): reported percentiles."""
     out: dict[str, MetricSample] = {}
     n = run.completed or 0
-    for qty, key in _AGG_METRICS.items():
+    for qty, key in AGG_METRICS.items():
         qs = {
             q: run.aggregates[f"p{p}_{key}_ms"] / 1000
             for q, p in ((0.5, 50), (0.9, 90), (0.95, 95), (0.99, 99))

@@ -78,15 +78,13 @@ class MetricDelta:
         if self.a is None or self.b is None:
             side = "A" if self.a is None else "B"
             return f"{self.spec.label} not measured in {side}"
-        text = (
-            f"{self.spec.label} {_fmt_value(self.a, self.spec.unit)} -> {_fmt_value(self.b, self.spec.unit)}"
-        )
+        text = f"{self.spec.label} {fmt_value(self.a, self.spec.unit)} -> {fmt_value(self.b, self.spec.unit)}"
         parts = []
         if self.change is not None:
-            parts.append(_fmt_pct(self.change))
+            parts.append(fmt_pct(self.change))
         if self.ci_low is not None or self.ci_high is not None:
             label = "bucket bounds" if self.method == "histogram" else f"{confidence * 100:.0f}% CI"
-            parts.append(f"{label} {_fmt_pct(self.ci_low)}..{_fmt_pct(self.ci_high)}")
+            parts.append(f"{label} {fmt_pct(self.ci_low)}..{fmt_pct(self.ci_high)}")
         elif self.method == "run-total":
             parts.append("run total, no CI")
         if self.under_floor is not None:
@@ -481,7 +479,7 @@ def compare_samples(
 # --------------------------------------------------------------------------------------------
 
 
-def _fmt_value(v: float | None, unit: str) -> str:
+def fmt_value(v: float | None, unit: str) -> str:
     if v is None:
         return "-"
     if unit == "s":
@@ -493,7 +491,7 @@ def _fmt_value(v: float | None, unit: str) -> str:
     return f"{v:g}"
 
 
-def _fmt_pct(x: float | None) -> str:
+def fmt_pct(x: float | None) -> str:
     if x is None:
         return "?"
     return f"{x * 100:+.0f}%"

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.verify.differences import MetricDelta, _fmt_value
+from advisor.verify.differences import MetricDelta, fmt_value
 from advisor.verify.samples import (
     _SPEC,
     GUARDS,
@@ -94,7 +94,7 @@ def judge(
         traded_names = {d.spec.name for d in within}
         breaches = [d for d in worse_guards if d.spec.name not in traded_names]
         traded = [
-            f"Within its target: {d.describe(conf)}, under {_fmt_value(settings.slo[d.spec.name], d.spec.unit)}"
+            f"Within its target: {d.describe(conf)}, under {fmt_value(settings.slo[d.spec.name], d.spec.unit)}"
             " (a trade-off, not a breach)."
             for d in within
         ]
