@@ -37,7 +37,8 @@ from advisor.predict import scoring
 from advisor.predict.perfmodel import InsufficientData
 from advisor.sources import prometheus as prom_src
 from advisor.sources import session
-from advisor.sources.engine import CommandError, EngineSourceError, read_command_file
+from advisor.sources.cmdline import CommandError, read_command_file
+from advisor.sources.engine_config import EngineSourceError
 from advisor.sources.metrics import MetricsError
 from advisor.sources.prometheus import PrometheusError
 from advisor.sources.session import SessionError

@@ -21,7 +21,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from advisor.core import engine_json
-from advisor.sources import engine as engine_src
+from advisor.core.redact import redact_argv
+from advisor.sources import engine
+from advisor.sources import host as host_src
 from advisor.sources.session import SessionWriter
 
 
@@ -58,7 +60,7 @@ def main() -> int:
         if '"GET /metrics' in line:
             continue
         w.add_log_line(line)
-    info = engine_src.resolve(argv=argv, host=engine_src.parse_nvidia_smi(args.gpu))
+    info = engine.resolve(argv=argv, host=host_src.parse_nvidia_smi(args.gpu))
     w.write_engine(engine_json.to_json(info))
     import datetime as dt
 
@@ -68,7 +70,7 @@ def main() -> int:
             "started_at": started,
             "duration_s": round((last or 0) - (first or 0), 3),
             "interval_s": 2.0,
-            "serve_args": engine_src.redact_argv(argv),
+            "serve_args": redact_argv(argv),
             "load": (cap / "bench_args.txt").read_text().strip()
             if (cap / "bench_args.txt").exists()
             else None,

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 import realvllm  # noqa: E402
 
-from advisor.sources.engine import env_knob_assignments  # noqa: E402
+from advisor.sources.cmdline import env_knob_assignments  # noqa: E402
 from advisor.sources.session import Session, record, update_meta  # noqa: E402
 
 KV_24MIB = 25_165_824  # 24 MiB = 3,072 tokens of this model = 24 blocks of 128: 8 requests of 384 fit

@@ -13,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from advisor.core import engine_json
+from advisor.core import engine_json, redact
 from advisor.core.model import EngineInfo, LogEvent
 from advisor.core.redact import REDACTED
+from advisor.sources import cmdline as cmdline_src
 from advisor.sources import engine, logs, metrics
-from advisor.sources.engine import EngineSourceError
+from advisor.sources import engine_config as engine_config_src
+from advisor.sources import host as host_src
+from advisor.sources import logfacts as logfacts_src
+from advisor.sources.engine_config import EngineSourceError
 
 FIX = Path(__file__).parent / "fixtures"
 ENGINE_FIX = FIX / "engine"
@@ -50,15 +54,15 @@ SECRET_ARGVS = [
 
 @pytest.mark.parametrize(("argv", "secret"), SECRET_ARGVS)
 def test_redact_argv(argv: list[str], secret: str) -> None:
-    red = engine.redact_argv(argv)
+    red = redact.redact_argv(argv)
     assert secret not in " ".join(red)
     assert any(REDACTED in t for t in red)
-    assert engine.redact_argv(red) == red  # idempotent
+    assert redact.redact_argv(red) == red  # idempotent
 
 
 def test_redact_keeps_everything_else() -> None:
     argv = ["vllm", "serve", "m", "--api-key", "abc", "--max-num-batched-tokens", "8192", "--port", "8000"]
-    assert engine.redact_argv(argv) == [
+    assert redact.redact_argv(argv) == [
         "vllm",
         "serve",
         "m",
@@ -85,14 +89,14 @@ def test_redact_keeps_everything_else() -> None:
     ],
 )
 def test_not_secret_names(name: str) -> None:
-    assert not engine.is_secret_name(name)
+    assert not redact.is_secret_name(name)
 
 
 @pytest.mark.parametrize(
     "name", ["--api-key", "api_key", "--hf-token", "HF_TOKEN", "--token", "X_PASSWORD", "secret"]
 )
 def test_secret_names(name: str) -> None:
-    assert engine.is_secret_name(name)
+    assert redact.is_secret_name(name)
 
 
 # ---------------------------------------------------------------- command line
@@ -157,7 +161,7 @@ def test_secret_names(name: str) -> None:
     ],
 )
 def test_from_cmdline_spellings(argv: list[str], expected: dict[str, object]) -> None:
-    got = engine.from_cmdline(argv)
+    got = cmdline_src.from_cmdline(argv)
     for k, v in expected.items():
         assert got[k].value == v, k
         assert got[k].source == "cmdline"
@@ -166,7 +170,7 @@ def test_from_cmdline_spellings(argv: list[str], expected: dict[str, object]) ->
 def test_from_cmdline_real_serve_args() -> None:
     """The exact flags of the H200 A_s256 run (shared/fixtures/h200-vllm-0.25/A_s256/serve_args.txt)."""
     args = (ENGINE_FIX / "h200-0.25-A_s256-serve_args.txt").read_text().split()
-    got = vals(engine.from_cmdline(["vllm", "serve", "/models/llama-8b-shaped", *args]))
+    got = vals(cmdline_src.from_cmdline(["vllm", "serve", "/models/llama-8b-shaped", *args]))
     assert got["max_num_seqs"] == 256
     assert got["max_num_batched_tokens"] == 8192
     assert got["kv_cache_memory_bytes"] == 6442450944
@@ -176,7 +180,7 @@ def test_from_cmdline_real_serve_args() -> None:
 
 
 def test_from_cmdline_flag_detail_is_the_spelling() -> None:
-    got = engine.from_cmdline(["vllm", "serve", "m", "-tp", "2"])
+    got = cmdline_src.from_cmdline(["vllm", "serve", "m", "-tp", "2"])
     assert got["tensor_parallel_size"].detail == "-tp"
 
 
@@ -194,7 +198,7 @@ def test_from_cmdline_config_file_overridden_by_flags(tmp_path: Path) -> None:
         )
     )
     argv = ["vllm", "serve", "--config", str(cfg), "--max-num-seqs", "32", "--api-key=cli-secret"]
-    got = engine.from_cmdline(argv)
+    got = cmdline_src.from_cmdline(argv)
     assert got["max_num_seqs"].value == 32 and got["max_num_seqs"].detail == "--max-num-seqs"
     assert got["max_num_batched_tokens"].value == 4096
     assert got["max_num_batched_tokens"].detail == f"--config {cfg}"
@@ -206,7 +210,7 @@ def test_from_cmdline_config_file_overridden_by_flags(tmp_path: Path) -> None:
 
 
 def test_from_cmdline_unreadable_config_is_reported_not_raised(tmp_path: Path) -> None:
-    got = engine.from_cmdline(
+    got = cmdline_src.from_cmdline(
         ["vllm", "serve", "m", "--config", str(tmp_path / "missing.yaml"), "--max-num-seqs", "4"]
     )
     assert got["max_num_seqs"].value == 4
@@ -214,7 +218,7 @@ def test_from_cmdline_unreadable_config_is_reported_not_raised(tmp_path: Path) -
 
 
 def test_from_cmdline_keeps_a_redacted_cmdline_fact() -> None:
-    got = engine.from_cmdline(
+    got = cmdline_src.from_cmdline(
         ["vllm", "serve", "m", "--hf-token", "hf_zzzzzzzzzzzzzzzzzzzzzzzz", "--max-num-seqs", "4"]
     )
     assert "hf_zzzz" not in got["cmdline"].value
@@ -236,7 +240,7 @@ def test_from_cmdline_keeps_a_redacted_cmdline_fact() -> None:
     ],
 )
 def test_looks_like_vllm(argv: list[str], is_vllm: bool) -> None:
-    assert engine.looks_like_vllm(argv) is is_vllm
+    assert cmdline_src.looks_like_vllm(argv) is is_vllm
 
 
 # ---------------------------------------------------------------- config file
@@ -247,7 +251,7 @@ def test_from_config_file(tmp_path: Path) -> None:
     p.write_text(
         "max-num-seqs: 48\nenable_prefix_caching: false\ntensor-parallel-size: 2\nhf-token: tok123\n"
     )
-    got = engine.from_config_file(p)
+    got = engine_config_src.from_config_file(p)
     assert vals(got) == {
         "max_num_seqs": 48,
         "enable_prefix_caching": False,
@@ -266,12 +270,12 @@ def test_from_config_file_bad_input(tmp_path: Path, content: str, message: str) 
     p = tmp_path / "bad.yaml"
     p.write_text(content)
     with pytest.raises(EngineSourceError, match=message):
-        engine.from_config_file(p)
+        engine_config_src.from_config_file(p)
 
 
 def test_from_config_file_missing(tmp_path: Path) -> None:
     with pytest.raises(EngineSourceError, match="cannot read"):
-        engine.from_config_file(tmp_path / "nope.yaml")
+        engine_config_src.from_config_file(tmp_path / "nope.yaml")
 
 
 # ---------------------------------------------------------------- a real process
@@ -331,10 +335,10 @@ def test_find_vllm_process_by_listening_port(tmp_path: Path, spawn) -> None:  # 
             "7",
         ]
     )
-    argv = engine.find_vllm_process(port)
+    argv = host_src.find_vllm_process(port)
     assert argv is not None
     assert "sekrit" not in argv and REDACTED in argv
-    got = engine.from_cmdline(argv)
+    got = cmdline_src.from_cmdline(argv)
     assert got["max_num_seqs"].value == 7
     assert got["model"].value == "tiny"
 
@@ -346,19 +350,21 @@ def test_knobs_in_the_server_environment_are_read_and_nothing_else(spawn) -> Non
     port = _free_port()
     env = {**os.environ, "VLLM_MEDIA_LOADING_THREAD_COUNT": "12", "HF_TOKEN": "hf_sekrit"}
     spawn([sys.executable, "-c", LISTENER, "vllm", "serve", "tiny", "--port", str(port)], env=env)
-    argv = engine.find_vllm_process(port)
+    argv = host_src.find_vllm_process(port)
     assert argv is not None and argv[0] == "VLLM_MEDIA_LOADING_THREAD_COUNT=12"
     assert not any("sekrit" in a or "HF_TOKEN" in a for a in argv)
-    got = engine.from_cmdline(argv)
+    got = cmdline_src.from_cmdline(argv)
     assert (got["media_loading_thread_count"].value, got["media_loading_thread_count"].source) == (
         12,
         "cmdline",
     )
     assert got["cmdline"].value.startswith("VLLM_MEDIA_LOADING_THREAD_COUNT=12 ")
     # the same words in front of a recorded or pasted command
-    cmd = engine.read_command("HF_TOKEN=x VLLM_MEDIA_LOADING_THREAD_COUNT=32 vllm serve m --max-num-seqs 8")
+    cmd = cmdline_src.read_command(
+        "HF_TOKEN=x VLLM_MEDIA_LOADING_THREAD_COUNT=32 vllm serve m --max-num-seqs 8"
+    )
     assert cmd.argv[:3] == ["VLLM_MEDIA_LOADING_THREAD_COUNT=32", "vllm", "serve"]
-    got = engine.from_cmdline(cmd.argv)
+    got = cmdline_src.from_cmdline(cmd.argv)
     assert got["media_loading_thread_count"].value == 32 and got["max_num_seqs"].value == 8
 
 
@@ -378,9 +384,9 @@ def test_find_vllm_process_module_form(spawn) -> None:  # type: ignore[no-untype
             "1",
         ]
     )
-    argv = engine.find_vllm_process(port)
+    argv = host_src.find_vllm_process(port)
     assert argv is not None and "vllm.entrypoints.openai.api_server" in argv
-    assert engine.from_cmdline(argv)["port"].value == str(port)
+    assert cmdline_src.from_cmdline(argv)["port"].value == str(port)
 
 
 def test_find_vllm_process_ignores_other_listeners(tmp_path: Path, spawn) -> None:  # type: ignore[no-untyped-def]
@@ -388,7 +394,7 @@ def test_find_vllm_process_ignores_other_listeners(tmp_path: Path, spawn) -> Non
     script.write_text(LISTENER)
     port = _free_port()
     spawn([sys.executable, str(script), "--port", str(port)])
-    assert engine.find_vllm_process(port) is None
+    assert host_src.find_vllm_process(port) is None
 
 
 # ---------------------------------------------------------------- metrics
@@ -458,9 +464,9 @@ def test_log_events_last_run_wins() -> None:
             also=[{"fact": "vllm_version", "value": "0.25.0"}],
         ),
     ]
-    runs = engine.split_at_restarts(events)
+    runs = logfacts_src.split_at_restarts(events)
     assert [len(r) for r in runs] == [4, 4]
-    got = engine.from_log_events(events)
+    got = logfacts_src.from_log_events(events)
     v = vals(got)
     assert v["max_num_seqs"] == 128
     assert v["max_num_batched_tokens"] == 4096
@@ -473,15 +479,18 @@ def test_log_events_last_run_wins() -> None:
 
 
 def test_log_events_redact_non_default_args() -> None:
-    got = engine.from_log_events([startup("non_default_args", "{'api_key': ['s3cr3t'], 'max_num_seqs': 8}")])
+    got = logfacts_src.from_log_events(
+        [startup("non_default_args", "{'api_key': ['s3cr3t'], 'max_num_seqs': 8}")]
+    )
     assert got["api_key"].value == REDACTED
     assert got["max_num_seqs"].value == 8
 
 
 def test_log_events_empty_and_odd() -> None:
-    assert engine.from_log_events([]) == {}
+    assert logfacts_src.from_log_events([]) == {}
     assert (
-        engine.from_log_events([startup("non_default_args", "not a dict"), LogEvent("unknown", None)]) == {}
+        logfacts_src.from_log_events([startup("non_default_args", "not a dict"), LogEvent("unknown", None)])
+        == {}
     )
 
 
@@ -515,8 +524,8 @@ def test_log_events_empty_and_odd() -> None:
 def test_real_logs_through_the_log_parser(log: str, expected: dict[str, object]) -> None:
     with open(LOGS / log, encoding="utf-8", errors="replace") as fh:
         events = list(logs.parse_lines(fh))
-    assert len(engine.split_at_restarts(events)) == 1
-    v = vals(engine.from_log_events(events))
+    assert len(logfacts_src.split_at_restarts(events)) == 1
+    v = vals(logfacts_src.from_log_events(events))
     for k, want in expected.items():
         assert v[k] == want, k
 
@@ -526,8 +535,8 @@ def test_real_log_restart_splits_runs() -> None:
     lines = (LOGS / "cpu-0.32-preempt_mns16.log").read_text(errors="replace").splitlines()
     lines += (LOGS / "cpu-0.32-preempt_mns8.log").read_text(errors="replace").splitlines()
     events = list(logs.parse_lines(lines))
-    assert len(engine.split_at_restarts(events)) == 2
-    assert engine.from_log_events(events)["max_num_seqs"].value == 8
+    assert len(logfacts_src.split_at_restarts(events)) == 2
+    assert logfacts_src.from_log_events(events)["max_num_seqs"].value == 8
 
 
 # ---------------------------------------------------------------- defaults, host, resolve
@@ -543,18 +552,18 @@ def test_defaults_function() -> None:
 
 def test_parse_nvidia_smi() -> None:
     """nvidia-smi is absent here; the text has the documented csv,noheader shape."""
-    got = engine.parse_nvidia_smi("NVIDIA H200, 143771 MiB\nNVIDIA H200, 143771 MiB\n")
+    got = host_src.parse_nvidia_smi("NVIDIA H200, 143771 MiB\nNVIDIA H200, 143771 MiB\n")
     assert vals(got) == {"gpu_count": 2, "gpu_name": "NVIDIA H200", "gpu_memory_gib": 140.4}
-    assert engine.parse_nvidia_smi("") == {}
-    assert engine.parse_nvidia_smi("No devices were found\n") == {}
+    assert host_src.parse_nvidia_smi("") == {}
+    assert host_src.parse_nvidia_smi("No devices were found\n") == {}
 
 
 def test_host_facts_never_fails() -> None:
     def broken(_cmd: list[str]) -> str:
         raise subprocess.CalledProcessError(9, "nvidia-smi")
 
-    assert engine.host_facts(broken) == {}
-    assert isinstance(engine.host_facts(), dict)
+    assert host_src.host_facts(broken) == {}
+    assert isinstance(host_src.host_facts(), dict)
 
 
 def test_precedence_config_over_cmdline_over_log_over_metrics_over_default(tmp_path: Path) -> None:
@@ -594,7 +603,7 @@ def test_resolve_real_cpu_baseline() -> None:
 def test_resolve_real_h200_with_host_probe() -> None:
     with open(LOGS / "h200-0.25-A_s256.log", encoding="utf-8", errors="replace") as fh:
         events = list(logs.parse_lines(fh))
-    host = engine.parse_nvidia_smi("NVIDIA H200, 143771 MiB\n")
+    host = host_src.parse_nvidia_smi("NVIDIA H200, 143771 MiB\n")
     info = engine.resolve(events=events, host=host)
     assert info.get("device") == "NVIDIA H200"
     assert info.get("gpu_count") == 1

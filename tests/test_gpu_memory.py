@@ -11,8 +11,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from advisor.core import knobs
+from advisor.core.model import EngineInfo, Provenanced
 from advisor.predict import scoring
-from advisor.sources import engine
+from advisor.sources import host as host_src
 from advisor.sources.session import record
 from tests.test_session import FIXTURE_PAGE, T0, FakeHttp, FakeTime
 
@@ -49,28 +50,28 @@ class FakeNvml:
 
 def test_nvidia_smi_with_free_memory() -> None:
     """The documented csv,noheader shape of --query-gpu=name,memory.total,memory.free."""
-    got = engine.parse_nvidia_smi("NVIDIA H200, 143771 MiB, 98304 MiB\n")
+    got = host_src.parse_nvidia_smi("NVIDIA H200, 143771 MiB, 98304 MiB\n")
     assert got["gpu_memory_gib"].value == 140.4
     assert got["gpu_memory_free_gib"].value == 96.0
     # the old two-column shape still parses, without free memory
-    assert "gpu_memory_free_gib" not in engine.parse_nvidia_smi("NVIDIA H200, 143771 MiB\n")
+    assert "gpu_memory_free_gib" not in host_src.parse_nvidia_smi("NVIDIA H200, 143771 MiB\n")
 
 
 def test_the_probe_counts_the_gpus_nobody_serves_from() -> None:
     """Parallelism advice counts GPUs with (nearly) all memory free, not every GPU of the host."""
-    smi = engine.parse_nvidia_smi(
+    smi = host_src.parse_nvidia_smi(
         "NVIDIA H200, 143771 MiB, 8000 MiB\nNVIDIA H200, 143771 MiB, 143000 MiB\n"
         "NVIDIA H200, 143771 MiB, 60000 MiB\n"
     )
     assert (smi["gpu_count"].value, smi["gpu_idle_count"].value) == (3, 1)
-    nvml = engine.host_facts(
+    nvml = host_src.host_facts(
         run=lambda c: "", nvml=FakeNvml(141 * GiB, 9 * GiB, others=(140 * GiB, 139 * GiB))
     )
     assert (nvml["gpu_count"].value, nvml["gpu_idle_count"].value) == (3, 2)
 
 
 def test_nvml_first_then_nvidia_smi() -> None:
-    facts = engine.host_facts(run=lambda c: "", nvml=FakeNvml(141 * GiB, 100 * GiB))
+    facts = host_src.host_facts(run=lambda c: "", nvml=FakeNvml(141 * GiB, 100 * GiB))
     assert (facts["gpu_count"].value, facts["gpu_memory_gib"].value, facts["gpu_memory_free_gib"].value) == (
         1,
         141.0,
@@ -83,7 +84,7 @@ def test_nvml_first_then_nvidia_smi() -> None:
         asked.append(cmd)
         return "NVIDIA H200, 143771 MiB, 1024 MiB\n"
 
-    smi = engine.host_facts(run=smi_run, nvml=FakeNvml(0, 0, fail=True))
+    smi = host_src.host_facts(run=smi_run, nvml=FakeNvml(0, 0, fail=True))
     assert smi["gpu_memory_free_gib"].value == 1.0
     assert "--query-gpu=name,memory.total,memory.free" in asked[0]
 
@@ -91,7 +92,7 @@ def test_nvml_first_then_nvidia_smi() -> None:
 def test_a_local_recording_keeps_the_device_memory(tmp_path: Path) -> None:
     ft = FakeTime()
     ft.now = T0
-    probe = lambda: engine.nvml_facts(FakeNvml(141 * GiB, 30 * GiB))  # noqa: E731
+    probe = lambda: host_src.nvml_facts(FakeNvml(141 * GiB, 30 * GiB))  # noqa: E731
     record(
         "http://127.0.0.1:8000",
         tmp_path / "sess",
@@ -132,8 +133,8 @@ def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
     limits = knobs.Limits.from_engine(adv.engine)
 
     def refine(free_gib: float) -> scoring.Refined | None:
-        eng = engine.EngineInfo(
-            {**adv.engine.values, "gpu_memory_free_gib": engine.Provenanced(free_gib, "default", "test")}
+        eng = EngineInfo(
+            {**adv.engine.values, "gpu_memory_free_gib": Provenanced(free_gib, "default", "test")}
         )
         return scoring.refine(
             adv.window, eng, d.signals, Config().targets, "kv_cache_memory_bytes", "increase",
@@ -157,13 +158,13 @@ def test_a_knob_the_model_cannot_predict_here_keeps_the_rules_step() -> None:
     run = Path(__file__).resolve().parent.parent / "validation" / "runs" / "kv-capacity.before"
     adv, d = inputs.from_session(run, Config(), load_rules())
     assert d is not None
-    values = {**engine.EngineInfo(adv.engine.values).values}
+    values = {**EngineInfo(adv.engine.values).values}
     values.pop("kv_cache_memory_bytes", None)
-    eng = engine.EngineInfo(
+    eng = EngineInfo(
         {
             **values,
-            "gpu_memory_utilization": engine.Provenanced(0.5, "cmdline"),
-            "gpu_memory_gib": engine.Provenanced(140.0, "default"),
+            "gpu_memory_utilization": Provenanced(0.5, "cmdline"),
+            "gpu_memory_gib": Provenanced(140.0, "default"),
         }
     )
     got = scoring.refine(

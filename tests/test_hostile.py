@@ -116,9 +116,9 @@ def test_a_stuck_cycle_cannot_leave_up_or_advice_behind(advised: tuple[Daemon, C
 def test_every_fetcher_has_one_deadline(preempting: StandIn, tmp_path: Path) -> None:
     """`record`, `explain --url`/`inspect --url` (metrics.fetch) and the /version fetch all use
     advisor.sources.http: against the trickling stand-in each ends at its deadline."""
-    from advisor.sources import engine as engine_src
+
+    from advisor.sources import engine, session
     from advisor.sources import metrics as metrics_src
-    from advisor.sources import session
 
     preempting.mode = "trickle"
     with serve(preempting) as url:
@@ -126,7 +126,7 @@ def test_every_fetcher_has_one_deadline(preempting: StandIn, tmp_path: Path) -> 
         with pytest.raises(metrics_src.MetricsError) as e:
             metrics_src.fetch(url + "/metrics", timeout_s=0.7)
         assert e.value.kind == "timeout"
-        assert engine_src.from_api(url, timeout_s=0.7) == {}
+        assert engine.from_api(url, timeout_s=0.7) == {}
         res = session.record(url, tmp_path / "rec", duration_s=0.0, interval_s=1.0, timeout_s=0.7)
         took = time.monotonic() - t0
     assert res.scrapes == 0 and "timed out after 0.7s" in res.errors[0]["error"]

@@ -8,20 +8,21 @@ from pathlib import Path
 import pytest
 
 from advisor.core import knobs
-from advisor.core.model import EngineInfo, LogEvent
+from advisor.core.model import EngineInfo, LogEvent, Provenanced
 from advisor.derive.signals import Context, Values
 from advisor.derive.window import Window
 from advisor.sources import engine
+from advisor.sources import modelfacts as modelfacts_src
 
 MODELS = Path(__file__).parent / "fixtures" / "engine" / "models"
 
 
 def _facts(name: str) -> dict[str, object]:
-    read = engine.read_model_config(MODELS / name)
+    read = modelfacts_src.read_model_config(MODELS / name)
     assert read is not None
     data, path = read
     assert path.endswith("config.json")
-    return {k: p.value for k, p in engine.model_facts(data).items()}
+    return {k: p.value for k, p in modelfacts_src.model_facts(data).items()}
 
 
 @pytest.mark.parametrize(
@@ -59,32 +60,34 @@ def test_nested_text_config_of_a_multimodal_moe() -> None:
         "text_config": {"num_local_experts": 16, "num_experts_per_tok": 1, "num_attention_heads": 40},
         "vision_config": {"hidden_size": 1408},
     }
-    f = {k: p.value for k, p in engine.model_facts(cfg).items()}
+    f = {k: p.value for k, p in modelfacts_src.model_facts(cfg).items()}
     assert (f["model_is_moe"], f["model_num_experts"], f["num_attention_heads"]) == (True, 16, 40)
     assert f["model_has_mm_encoder"] is True and f["mm_encoder_tp_data_supported"] is True
 
 
 def test_architecture_name_only() -> None:
-    moe = engine.model_facts(None, "Qwen3MoeForCausalLM", source="log")
+    moe = modelfacts_src.model_facts(None, "Qwen3MoeForCausalLM", source="log")
     assert moe["model_is_moe"].value is True and "model_num_experts" not in moe
-    dense = engine.model_facts(None, "LlamaForCausalLM", source="log")
+    dense = modelfacts_src.model_facts(None, "LlamaForCausalLM", source="log")
     assert dense["model_is_moe"].value is False and "model_has_mm_encoder" not in dense
-    vl = engine.model_facts(None, "Qwen2_5_VLForConditionalGeneration", source="log")
+    vl = modelfacts_src.model_facts(None, "Qwen2_5_VLForConditionalGeneration", source="log")
     assert vl["model_has_mm_encoder"].value is True and vl["mm_encoder_tp_data_supported"].value is True
     # a multimodal family vLLM does not run encoder-DP for
     assert (
-        engine.model_facts(None, "LlavaForConditionalGeneration")["mm_encoder_tp_data_supported"].value
+        modelfacts_src.model_facts(None, "LlavaForConditionalGeneration")[
+            "mm_encoder_tp_data_supported"
+        ].value
         is False
     )
 
 
 def test_unreadable_model_configs_are_no_error(tmp_path: Path) -> None:
-    assert engine.read_model_config(None) is None
-    assert engine.read_model_config("Qwen/Qwen3-30B-A3B") is None  # a hub id
+    assert modelfacts_src.read_model_config(None) is None
+    assert modelfacts_src.read_model_config("Qwen/Qwen3-30B-A3B") is None  # a hub id
     (tmp_path / "config.json").write_text("[1, 2]")
-    assert engine.read_model_config(tmp_path) is None
+    assert modelfacts_src.read_model_config(tmp_path) is None
     (tmp_path / "config.json").write_text("{not json")
-    assert engine.read_model_config(tmp_path) is None
+    assert modelfacts_src.read_model_config(tmp_path) is None
 
 
 def _arch_event() -> LogEvent:
@@ -115,12 +118,12 @@ def test_signals_of_the_parallelism_rules() -> None:
     info = EngineInfo.merge(
         [
             {
-                "model_is_moe": engine.Provenanced(True, "config"),
-                "model_num_experts": engine.Provenanced(128, "config"),
-                "tensor_parallel_size": engine.Provenanced(2, "cmdline"),
-                "data_parallel_size": engine.Provenanced(2, "cmdline"),
-                "enable_expert_parallel": engine.Provenanced(False, "default"),
-                "mm_encoder_tp_mode": engine.Provenanced("data", "cmdline"),
+                "model_is_moe": Provenanced(True, "config"),
+                "model_num_experts": Provenanced(128, "config"),
+                "tensor_parallel_size": Provenanced(2, "cmdline"),
+                "data_parallel_size": Provenanced(2, "cmdline"),
+                "enable_expert_parallel": Provenanced(False, "default"),
+                "mm_encoder_tp_mode": Provenanced("data", "cmdline"),
             }
         ]
     )

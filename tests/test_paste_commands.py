@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.cli import main
-from advisor.sources import engine as engine_src
+from advisor.sources import cmdline as cmdline_src
 
 FIX = Path(__file__).parent / "fixtures"
 CMDS = FIX / "paste" / "commands"
@@ -31,7 +31,7 @@ def _cmdline_knobs(d: dict[str, Any]) -> dict[str, Any]:
 def test_a_real_serve_command_pasted_with_continuations_reads_as_its_argv() -> None:
     """The H200 0.25 run's real arguments (tests/fixtures/engine), pasted over six lines."""
     real = (FIX / "engine" / "h200-0.25-A_s256-serve_args.txt").read_text().split()
-    want = engine_src.from_cmdline(["vllm", "serve", "/models/llama-8b-shaped", *real])
+    want = cmdline_src.from_cmdline(["vllm", "serve", "/models/llama-8b-shaped", *real])
     d = _inspect("--command-file", str(CMDS / "h200-0.25-A_s256-serve.sh"))
     assert _cmdline_knobs(d) == {k: v.value for k, v in want.items() if k in d["engine"]["knobs"]}
     assert _cmdline_knobs(d)["kv_cache_memory_bytes"] == 6442450944
@@ -116,11 +116,11 @@ def test_commands_that_cannot_be_read_fail_with_one_line(tmp_path: Path, text: s
 
 
 def test_human_readable_sizes_as_vllm_reads_them() -> None:
-    assert engine_src.human_readable_int("16k") == 16000
-    assert engine_src.human_readable_int("16K") == 16384
-    assert engine_src.human_readable_int("1M") == 1048576
-    assert engine_src.human_readable_int("25.6k") == 25600
-    assert engine_src.human_readable_int("1.5K") is None and engine_src.human_readable_int("16") is None
+    assert cmdline_src.human_readable_int("16k") == 16000
+    assert cmdline_src.human_readable_int("16K") == 16384
+    assert cmdline_src.human_readable_int("1M") == 1048576
+    assert cmdline_src.human_readable_int("25.6k") == 25600
+    assert cmdline_src.human_readable_int("1.5K") is None and cmdline_src.human_readable_int("16") is None
 
 
 def test_explain_uses_the_pasted_command(tmp_path: Path) -> None:

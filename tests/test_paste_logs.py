@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.core.model import LogEvent
-from advisor.sources import engine as engine_src
+from advisor.sources import engine
+from advisor.sources import logfacts as logfacts_src
 from advisor.sources.logs import parse_lines
 from advisor.sources.logwrap import LineJoiner
 
@@ -49,10 +50,10 @@ def test_logs_hard_wrapped_at_132_and_140_columns_read_as_the_originals() -> Non
         assert a == b, wrapped
         stats = [f for k, f, _ in b if k == "engine_stats"]
         assert stats and all("kv_cache_usage" in f and "waiting" in f for f in stats)
-        facts = engine_src.from_log_events(_events(PASTE / wrapped))
+        facts = logfacts_src.from_log_events(_events(PASTE / wrapped))
         assert (
             facts["max_num_seqs"].value
-            == engine_src.from_log_events(_events(FIX / "logs" / original))["max_num_seqs"].value
+            == logfacts_src.from_log_events(_events(FIX / "logs" / original))["max_num_seqs"].value
         )
 
 
@@ -94,7 +95,7 @@ def test_two_records_glued_by_a_dollar_mark_are_split() -> None:
 
 def test_a_dev_build_is_version_unknown_not_vllm_0_1() -> None:
     ev = _shape("0.1.dev1+g5c8f2e3")
-    info = engine_src.resolve(events=[ev])
+    info = engine.resolve(events=[ev])
     assert info.get("vllm_version") == "0.1.dev1+g5c8f2e3"  # what the log said, kept
     detail = info.values["max_num_seqs"].detail
     assert "version unknown" in detail and "V0" not in detail

@@ -32,8 +32,9 @@ from advisor.drive.inputs import advisor_for_session
 from advisor.drive.runner import Advisor, export_state
 from advisor.outputs.exporter import make_server
 from advisor.outputs.state import ExportState
-from advisor.sources import engine as engine_src
-from advisor.sources import follow
+from advisor.sources import cmdline as cmdline_src
+from advisor.sources import engine, follow
+from advisor.sources import host as host_src
 from advisor.sources import http as http_src
 from advisor.sources import metrics as metrics_src
 from advisor.sources.session import Session, SessionError
@@ -70,12 +71,12 @@ class Daemon:
         self.http = http if http is not None else http_src.Client()
         if advisor is None:
             port = cfg.vllm_port or urlparse(cfg.vllm_url).port
-            version = engine_src.from_api(cfg.vllm_url, self.scrape_timeout_s, http=self.http)
-            host = {**engine_src.host_facts(), **version}
+            version = engine.from_api(cfg.vllm_url, self.scrape_timeout_s, http=self.http)
+            host = {**host_src.host_facts(), **version}
 
             def argv() -> Sequence[str] | None:
                 try:
-                    return engine_src.find_vllm_process(port)
+                    return host_src.find_vllm_process(port)
                 except Exception:  # psutil access issues must never stop the daemon
                     return None
 
@@ -575,7 +576,7 @@ def observe(
     engine_config: str | None = None,
     progress: bool | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    command: engine_src.PastedCommand | None = None,
+    command: cmdline_src.PastedCommand | None = None,
 ) -> Diagnosis:
     """Watch a live server for ``window_s`` (``explain --url``) and diagnose it (``command``:
     the server's launch command as pasted, instead of the process found on this host)."""

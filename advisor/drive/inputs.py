@@ -16,7 +16,7 @@ from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
 from advisor.drive.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.sources import prometheus as prom_src
-from advisor.sources.engine import PastedCommand
+from advisor.sources.cmdline import PastedCommand
 from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warning, parse_page
 from advisor.sources.session import Session
 

@@ -21,8 +21,10 @@ from rich.table import Table
 from advisor.core import engine_json
 from advisor.core.model import EVENT_KINDS, LogEvent, Snapshot
 from advisor.drive.runner import base_from_session_engine
-from advisor.sources import engine as engine_src
-from advisor.sources import logs
+from advisor.sources import cmdline as cmdline_src
+from advisor.sources import engine, logs
+from advisor.sources import engine_config as engine_config_src
+from advisor.sources import host as host_src
 from advisor.sources import metrics as metrics_src
 from advisor.sources.session import Session, SessionError
 
@@ -59,9 +61,9 @@ def inspect(
         except metrics_src.MetricsError as e:
             raise InspectError(str(e)) from None
         port = urlparse(url).port
-        argv = engine_src.find_vllm_process(port)
-        base.update(engine_src.host_facts())
-        base.update(engine_src.from_api(url))
+        argv = host_src.find_vllm_process(port)
+        base.update(host_src.host_facts())
+        base.update(engine.from_api(url))
     if session_dir:
         try:
             s = Session.load(session_dir)
@@ -101,22 +103,22 @@ def inspect(
     command: dict[str, Any] | None = None
     if command_file:
         try:
-            cmd = engine_src.read_command_file(command_file)
-        except engine_src.CommandError as e:
+            cmd = cmdline_src.read_command_file(command_file)
+        except cmdline_src.CommandError as e:
             raise InspectError(str(e)) from None
         argv = cmd.argv  # the pasted command wins over a process found on this host
         base.update(cmd.facts())
         command = {"launcher": cmd.launcher, "argv": cmd.argv, "warnings": cmd.warnings}
     events = list(logs.parse_lines(lines, near=near))
     try:
-        info = engine_src.resolve(
+        info = engine.resolve(
             config_path=engine_config,
             argv=argv,
             events=events,
             snapshot=pages[-1] if pages else None,
             host=base,
         )
-    except engine_src.EngineSourceError as e:
+    except engine_config_src.EngineSourceError as e:
         raise InspectError(str(e)) from None
     report = {
         "engine": engine_json.to_json(info),

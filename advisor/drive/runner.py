@@ -23,8 +23,9 @@ from advisor.diagnose.evaluate import Evaluator
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs.state import ExportState
 from advisor.predict import scoring
-from advisor.sources import engine as engine_src
-from advisor.sources import logs, logwrap
+from advisor.sources import engine, logs, logwrap
+from advisor.sources import engine_config as engine_config_src
+from advisor.sources import logfacts as logfacts_src
 from advisor.sources.metrics import MetricsError, parse_page
 from advisor.verify import live_experiment as lx
 
@@ -152,7 +153,7 @@ class Advisor:
             self.startup_events.append(ev)
             if len(self.startup_events) > MAX_STARTUP_EVENTS:
                 # keep the current run only: the last restart boundary onwards
-                runs = engine_src.split_at_restarts(self.startup_events)
+                runs = logfacts_src.split_at_restarts(self.startup_events)
                 self.startup_events = runs[-1] if runs else []
             self._refresh_engine(ev.t or self.clock(), restarted=False)
 
@@ -162,16 +163,16 @@ class Advisor:
     # ---------------------------------------------------------------- engine
     def _resolve(self) -> EngineInfo:
         try:
-            return engine_src.resolve(
+            return engine.resolve(
                 config_path=self.config_path,
                 argv=self.argv,
                 events=self.startup_events,
                 snapshot=self._latest_good,
                 host=self.base,
             )
-        except engine_src.EngineSourceError as e:
+        except engine_config_src.EngineSourceError as e:
             self.stats.last_error = f"engine config: {e}"
-            return engine_src.resolve(events=self.startup_events, snapshot=self._latest_good, host=self.base)
+            return engine.resolve(events=self.startup_events, snapshot=self._latest_good, host=self.base)
 
     def refresh_engine(self, t: float) -> None:
         """Resolve the engine again now (new facts, no restart): a default replaced by a value
@@ -240,7 +241,7 @@ class Advisor:
     def _startup_restarted(self) -> bool:
         """The log shows a new run whose arguments are known (its `non-default args` line):
         only then is a difference in knob values a change, not a half-read start-up."""
-        runs = engine_src.split_at_restarts(self.startup_events)
+        runs = logfacts_src.split_at_restarts(self.startup_events)
         return len(runs) > 1 and any(ev.fields.get("fact") == "non_default_args" for ev in runs[-1])
 
     # ---------------------------------------------------------------- output

@@ -426,7 +426,9 @@ def parse_line(line: str, year: int | None = None, near: float | None = None) ->
     try:
         return _parse_line(line, year, near)
     except Exception as exc:  # defensive: a parser bug must not stop a follower
-        return LogEvent("unknown", None, {"parse_error": type(exc).__name__}, None, redact_text(clean_line(line)))
+        return LogEvent(
+            "unknown", None, {"parse_error": type(exc).__name__}, None, redact_text(clean_line(line))
+        )
 
 
 def _parse_line(line: str, year: int | None, near: float | None) -> LogEvent:

@@ -38,11 +38,11 @@ from urllib.parse import urlsplit
 from advisor import __version__
 from advisor.core import engine_json
 from advisor.core.redact import redact_obj, redact_text, redact_url
-from advisor.sources import engine as eng
+from advisor.sources import engine, logs
+from advisor.sources import host as host_src
 from advisor.sources import http as http_src
-from advisor.sources import logs
 from advisor.sources import metrics as mt
-from advisor.sources.engine import host_facts
+from advisor.sources.host import host_facts
 
 FORMAT_VERSION = 1
 METRICS_DIR = "metrics"
@@ -297,7 +297,7 @@ def resolve_engine(
     try:
         events = list(logs.parse_lines(list(log_lines), near=near))
         snapshot = mt.parse_page(first_page, t, strict=False) if first_page else None
-        info = eng.resolve(argv=list(argv) if argv else None, events=events, snapshot=snapshot, host=host)
+        info = engine.resolve(argv=list(argv) if argv else None, events=events, snapshot=snapshot, host=host)
         data = engine_json.to_json(info)
     except Exception as e:  # another module's contract; record what happened, keep the session
         return {}, f"advisor.sources.engine failed ({type(e).__name__}: {e}): engine.json left empty"
@@ -323,7 +323,7 @@ def _local_server_argv(base_url: str) -> list[str] | None:
     if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
         return None
     try:
-        return eng.find_vllm_process(parts.port or (443 if parts.scheme == "https" else 80))
+        return host_src.find_vllm_process(parts.port or (443 if parts.scheme == "https" else 80))
     except Exception:  # best effort: psutil may be denied
         return None
 

@@ -1,0 +1,122 @@
+"""The engine's settings from its start-up log lines (``non-default args``, the engine config
+line, the KV cache size, ...): the last run in the log wins (source "log").
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from advisor.core.model import LogEvent, Provenanced
+from advisor.core.redact import REDACTED, redact_obj
+from advisor.sources.engine_config import FACT_ALIASES, coerce_value, normalize_key
+
+# --------------------------------------------------------------------------------------
+# 3. log events
+
+RUN_START_FACTS = ("vllm_version", "non_default_args")
+
+
+def _startup_facts(ev: LogEvent) -> list[tuple[str, Any]]:
+    f = ev.fields or {}
+    out: list[tuple[str, Any]] = []
+    if "fact" in f:
+        out.append((str(f["fact"]), f.get("value")))
+    for extra in f.get("also") or ():
+        if isinstance(extra, Mapping) and "fact" in extra:
+            out.append((str(extra["fact"]), extra.get("value")))
+    return out
+
+
+def split_at_restarts(events: Iterable[LogEvent]) -> list[list[LogEvent]]:
+    """Events split into server runs: a new run starts when a line whose own fact is one a
+    run prints once (the version banner, ``non-default args``) appears again; facts carried
+    in ``also`` (the engine config line repeats the version) do not count. Events before
+    the first startup fact belong to the first run."""
+    runs: list[list[LogEvent]] = [[]]
+    seen: set[str] = set()
+    for ev in events:
+        if ev.kind == "startup":
+            primary = (ev.fields or {}).get("fact")
+            facts = {str(primary)} & set(RUN_START_FACTS)
+            if facts & seen:
+                runs.append([])
+                seen = set()
+            seen |= facts
+        runs[-1].append(ev)
+    return [r for r in runs if r] or [[]]
+
+
+def _parse_dict(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            v = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            return None
+        return dict(v) if isinstance(v, dict) else None
+    return None
+
+
+def _flatten_scalar(value: Any) -> Any:
+    if isinstance(value, list | tuple) and all(isinstance(x, str) for x in value):
+        return ",".join(value)
+    return value
+
+
+def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
+    """Knobs and facts from the startup lines of the LAST run in the log (source "log").
+
+    ``non_default_args`` gives the user's arguments (secrets redacted); ``engine_config``
+    and the single facts (``max_num_batched_tokens`` from "Chunked prefill is enabled
+    with ...", ``kv_cache_tokens``, ``max_concurrency``, ``num_gpu_blocks``, ``vllm_version``,
+    ``model``) give what the engine resolved and win over the former."""
+    runs = split_at_restarts(events)
+    last = runs[-1]
+    args: dict[str, Provenanced] = {}
+    resolved: dict[str, Provenanced] = {}
+    for ev in last:
+        if ev.kind != "startup":
+            continue
+        for fact, value in _startup_facts(ev):
+            if fact == "non_default_args":
+                d = _parse_dict(value)
+                if d is None:
+                    continue
+                for k, v in redact_obj(d).items():
+                    key = FACT_ALIASES.get(normalize_key(str(k)), normalize_key(str(k)))
+                    val = v if v == REDACTED else coerce_value(key, _flatten_scalar(v))
+                    if val is not None:
+                        args[key] = Provenanced(val, "log", "non-default args")
+            elif fact == "engine_config":
+                d = _parse_dict(value)
+                if d is None:
+                    continue
+                for k, v in redact_obj(d).items():
+                    key = FACT_ALIASES.get(str(k), str(k))
+                    if key == "device_config":
+                        key = "device_type"
+                    if isinstance(v, Mapping | list | tuple) and key != "served_model_name":
+                        continue
+                    val = v if v == REDACTED else coerce_value(key, _flatten_scalar(v))
+                    if val is not None:
+                        resolved[key] = Provenanced(val, "log", "engine config line")
+            else:
+                key = FACT_ALIASES.get(fact, fact)
+                if isinstance(value, Mapping | list | tuple):
+                    continue
+                val = coerce_value(key, value)
+                if val is None:
+                    continue
+                resolved[key] = Provenanced(val, "log", ev.line.strip()[:200] if ev.line else fact)
+                if key == "max_num_batched_tokens" and "chunked prefill" in (ev.line or "").lower():
+                    resolved.setdefault(
+                        "enable_chunked_prefill", Provenanced(True, "log", "chunked prefill line")
+                    )
+    out = dict(args)
+    out.update(resolved)
+    if "model" in out and out["model"].value == REDACTED:
+        del out["model"]
+    return out
