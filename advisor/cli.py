@@ -31,7 +31,7 @@ from advisor.drive.daemon import DaemonError
 from advisor.outputs import comparison as comparison_out
 from advisor.outputs import explain as out
 from advisor.outputs import prediction as prediction_out
-from advisor.outputs.alerts import AlertConfigError, load_alert_config
+from advisor.outputs.alert_config import AlertConfigError, load_alert_config
 from advisor.outputs.explain import diagnosis_from_json
 from advisor.predict import scoring
 from advisor.predict.perfmodel import InsufficientData

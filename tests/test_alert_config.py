@@ -15,13 +15,13 @@ from click.testing import CliRunner
 from advisor.cli import main
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
-from advisor.outputs import alerts
+from advisor.outputs import alert_config, alert_tests, alerts, recording
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_defaults_are_placeholders() -> None:
-    cfg = alerts.AlertConfig()
+    cfg = alert_config.AlertConfig()
     assert "example.com" in cfg.runbook_base and "example.com" in cfg.dashboard_base
 
 
@@ -30,10 +30,10 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
     f.write_text(
         "runbook_base: https://wiki.corp/runbook\nvllm-selector: 'job=\"inference\"'\nttft_p95_seconds: 1.5\n"
     )
-    cfg = alerts.load_alert_config(str(f), ttft_p95_seconds=0.8, dashboard_base=None)
+    cfg = alert_config.load_alert_config(str(f), ttft_p95_seconds=0.8, dashboard_base=None)
     assert cfg.runbook_base == "https://wiki.corp/runbook"
     assert cfg.vllm_selector == 'job="inference"' and cfg.ttft_p95_seconds == 0.8
-    assert cfg.dashboard_base == alerts.DASHBOARD_BASE_URL
+    assert cfg.dashboard_base == alert_config.DASHBOARD_BASE_URL
 
 
 @pytest.mark.parametrize(
@@ -50,8 +50,8 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
 def test_bad_config_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "alerts.yaml"
     f.write_text(text)
-    with pytest.raises(alerts.AlertConfigError, match=message):
-        alerts.load_alert_config(str(f))
+    with pytest.raises(alert_config.AlertConfigError, match=message):
+        alert_config.load_alert_config(str(f))
     res = CliRunner().invoke(main, ["generate", "--out", str(tmp_path), "--config", str(f)])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "error:" in res.output
 
@@ -74,11 +74,11 @@ def test_symptom_alerts_join_a_servers_series_and_knobs_on_instance() -> None:
 
 
 def test_selectors_reach_every_vllm_series() -> None:
-    assert alerts.with_selector('sum(rate(vllm:x_total[5m])) / max(vllm:y{a="b"})', 'job="v"') == (
+    assert alert_config.with_selector('sum(rate(vllm:x_total[5m])) / max(vllm:y{a="b"})', 'job="v"') == (
         'sum(rate(vllm:x_total{job="v"}[5m])) / max(vllm:y{job="v", a="b"})'
     )
-    cfg = alerts.AlertConfig(vllm_selector='job="inference"')
-    recs, _ = alerts.recording_rules(vllm_selector=cfg.vllm_selector)
+    cfg = alert_config.AlertConfig(vllm_selector='job="inference"')
+    recs, _ = recording.recording_rules(vllm_selector=cfg.vllm_selector)
     for r in recs:
         assert "vllm:" not in r["expr"] or 'job="inference"' in r["expr"], r["expr"]
     assert 'job="inference"' in alerts.error_ratio_expr(cfg)
@@ -157,7 +157,7 @@ def test_promtool_tests_catch_a_drifted_symptom_or_slo_alert(
     (tmp_path / "tests").mkdir()
     (tmp_path / "vllm-advisor.rules.yaml").write_text(text[:start] + block.replace(old, new, 1) + text[end:])
     # only the unit tests that check this alert (promtool's time grows with the tests)
-    spec = alerts.promtool_tests(rules)
+    spec = alert_tests.promtool_tests(rules)
     spec["tests"] = [t for t in spec["tests"] if any(c["alertname"] == alert for c in t["alert_rule_test"])]
     assert spec["tests"]
     (tmp_path / "tests" / "t.yaml").write_text(alerts.dump_yaml(spec))

@@ -39,7 +39,7 @@ from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
 from advisor.drive.inputs import from_session
-from advisor.outputs import alerts, dashboards
+from advisor.outputs import alert_config, dashboards
 from advisor.sources.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +121,7 @@ def _wait(what: str, fn: Any, timeout: float, procs: list[subprocess.Popen[bytes
 
 def _test_rules(tmp: Path) -> Path:
     text = (ROOT / gen.RULES_FILE).read_text()
-    text = text.replace(f"    for: {alerts.ALERT_FOR}\n", "    for: 1s\n").replace(
+    text = text.replace(f"    for: {alert_config.ALERT_FOR}\n", "    for: 1s\n").replace(
         "  interval: 30s\n", "  interval: 1s\n"
     )
     path = tmp / "rules.yaml"
@@ -134,7 +134,7 @@ def _prometheus_config(tmp: Path, vllm: int, advisor: int, am: int, rules: Path)
     cfg["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"}
     cfg["rule_files"] = [str(rules)]
     cfg["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{am}"]}]
-    ports = {alerts.VLLM_JOB: vllm, alerts.ADVISOR_JOB: advisor}
+    ports = {alert_config.VLLM_JOB: vllm, alert_config.ADVISOR_JOB: advisor}
     for job in cfg["scrape_configs"]:
         job["static_configs"] = [{"targets": [f"127.0.0.1:{ports[job['job_name']]}"]}]
     path = tmp / "prometheus.yml"
@@ -268,7 +268,7 @@ def test_the_recommendation_reaches_the_webhook_with_the_knob_hint(stack: dict[s
     assert f"{rec.direction} {rec.knob}" in ann["description"]
     assert f"{rec.current} -> {rec.proposed}" in ann["description"]
     assert f"vllm serve {rec.flag} {rec.proposed}" in ann["description"]
-    assert ann["runbook_url"] == alerts.runbook_url(rule.id)
+    assert ann["runbook_url"] == alert_config.runbook_url(rule.id)
     assert ann["dashboard_url"].endswith(f"?var-instance={alert['labels']['instance']}")
     assert "{{" not in json.dumps(ann)
     # only the chosen rule pages, though others hold too (e.g. kv-capacity-below-context)
@@ -279,8 +279,8 @@ def test_the_recommendation_reaches_the_webhook_with_the_knob_hint(stack: dict[s
 def _substitute(expr: str) -> str:
     return (
         expr.replace("$__rate_interval", "1m")
-        .replace("$vllm_job", alerts.VLLM_JOB)
-        .replace("$job", alerts.ADVISOR_JOB)
+        .replace("$vllm_job", alert_config.VLLM_JOB)
+        .replace("$job", alert_config.ADVISOR_JOB)
         .replace("$instance", "127.0.0.1")
         .replace("$model_name", ".*")
     )

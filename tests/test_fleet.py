@@ -32,7 +32,7 @@ from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
 from advisor.drive.fleet import Fleet, Runner, family_groups
 from advisor.drive.inputs import from_session
-from advisor.outputs import alerts, exporter
+from advisor.outputs import alert_config, exporter
 from advisor.outputs import fleet as fleet_out
 from advisor.outputs.state import ExportState, FleetState, Member, Server
 from advisor.sources import prometheus as prom
@@ -219,7 +219,9 @@ def alertmanager(tmp_path: Path, webhook: tuple[int, list[dict[str, Any]]]) -> I
 
 
 def _rules_for_test(tmp: Path) -> Path:
-    text = (ROOT / gen.RULES_FILE).read_text().replace(f"    for: {alerts.ALERT_FOR}\n", "    for: 1s\n")
+    text = (
+        (ROOT / gen.RULES_FILE).read_text().replace(f"    for: {alert_config.ALERT_FOR}\n", "    for: 1s\n")
+    )
     path = tmp / "rules.yaml"
     path.write_text(text.replace("  interval: 30s\n", "  interval: 1s\n"))
     return path

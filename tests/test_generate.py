@@ -11,7 +11,7 @@ import yaml
 from advisor.core import names
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
-from advisor.outputs import alerts, dashboards
+from advisor.outputs import alert_config, alert_tests, alerts, dashboards, recording
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def test_every_rule_has_an_alert_and_a_runbook_section() -> None:
     groups = yaml.safe_load((ROOT / gen.RULES_FILE).read_text())["groups"]
     alert_rules = {r["alert"]: r for r in groups[0]["rules"]}
     runbook = (ROOT / gen.RUNBOOK_FILE).read_text()
-    headings = {alerts.github_anchor(h) for h in re.findall(r"^#+ (.+)$", runbook, flags=re.M)}
+    headings = {alert_config.github_anchor(h) for h in re.findall(r"^#+ (.+)$", runbook, flags=re.M)}
     for rule in rules:
         a = alert_rules[rule.alert]
         assert a["expr"] == f'vllm_advisor_recommendation_info{{rule="{rule.id}"}} == 1'
@@ -66,8 +66,8 @@ def test_every_rule_has_an_alert_and_a_runbook_section() -> None:
         assert names.runbook_anchor(rule.id) in headings
         assert f"**{rule.summary}**" in runbook
     symptoms = {names.symptom_alert_name(r.id) for r in rules if alerts.symptom_alert(r) is not None}
-    assert set(alert_rules) == {r.alert for r in rules} | symptoms | set(alerts.SLO_ALERTS) | set(
-        alerts.META_ALERTS
+    assert set(alert_rules) == {r.alert for r in rules} | symptoms | set(alert_config.SLO_ALERTS) | set(
+        alert_config.META_ALERTS
     )
     # every rule that PromQL can express has its symptom alert; those that cannot are named: a
     # signal without a PromQL twin (the KV capacity at max_model_len; the model facts an MoE rule
@@ -80,22 +80,22 @@ def test_every_rule_has_an_alert_and_a_runbook_section() -> None:
         sym = alert_rules.get(names.symptom_alert_name(rule.id))
         if sym is not None:
             assert sym["labels"] == {"severity": rule.severity, "rule": rule.id}
-            assert alerts._seconds(sym["for"]) >= rule.for_s
+            assert alert_tests._seconds(sym["for"]) >= rule.for_s
             assert "vllm_advisor_recommendation_info" not in sym["expr"]
             assert sym["annotations"]["runbook_url"].endswith("#" + names.runbook_anchor(rule.id))
-    for name in alerts.SLO_ALERTS + alerts.META_ALERTS:
-        assert alerts.github_anchor(name) in headings, name
+    for name in alert_config.SLO_ALERTS + alert_config.META_ALERTS:
+        assert alert_config.github_anchor(name) in headings, name
 
 
 def test_every_runbook_url_points_at_an_existing_anchor() -> None:
     runbook = (ROOT / gen.RUNBOOK_FILE).read_text()
-    anchors = {alerts.github_anchor(h) for h in re.findall(r"^#+ (.+)$", runbook, flags=re.M)}
+    anchors = {alert_config.github_anchor(h) for h in re.findall(r"^#+ (.+)$", runbook, flags=re.M)}
     groups = yaml.safe_load((ROOT / gen.RULES_FILE).read_text())["groups"]
     urls = [r["annotations"]["runbook_url"] for r in groups[0]["rules"]]
     assert len(urls) == len(alerts.all_alerts(load_rules()))
     for url in urls:
         base, _, anchor = url.partition("#")
-        assert base == alerts.RUNBOOK_BASE_URL
+        assert base == alert_config.RUNBOOK_BASE_URL
         assert anchor in anchors, url
 
 
@@ -110,7 +110,7 @@ def test_generated_files_say_do_not_edit() -> None:
 
 
 def test_recording_rules_cover_every_groupable_twin_with_unique_names() -> None:
-    recs, skipped = alerts.recording_rules()
+    recs, skipped = recording.recording_rules()
     from advisor.derive.signals import CATALOG
 
     with_twin = [s.name for s in CATALOG.values() if s.promql]
@@ -123,19 +123,19 @@ def test_recording_rules_cover_every_groupable_twin_with_unique_names() -> None:
         for m in re.finditer(r"\b(sum|avg|max|min|count) by \(([^)]*)\)", r["expr"]):
             labels = {x.strip() for x in m.group(2).split(",")}
             assert {"instance"} <= labels, r
-    assert alerts.recording_for("preemptions_per_second") == "instance_model:vllm_preemptions:rate5m"
+    assert recording.recording_for("preemptions_per_second") == "instance_model:vllm_preemptions:rate5m"
 
 
 def test_group_twin_rewrites_aggregations_and_refuses_bare_scalars() -> None:
-    assert alerts.group_twin("sum(rate(x[5m]))") == "sum by (instance, job, model_name) (rate(x[5m]))"
+    assert recording.group_twin("sum(rate(x[5m]))") == "sum by (instance, job, model_name) (rate(x[5m]))"
     assert (
-        alerts.group_twin("histogram_quantile(0.9, sum by (le) (rate(x_bucket[5m])))")
+        recording.group_twin("histogram_quantile(0.9, sum by (le) (rate(x_bucket[5m])))")
         == "histogram_quantile(0.9, sum by (le, instance, job, model_name) (rate(x_bucket[5m])))"
     )
-    assert alerts.group_twin("max_over_time(y[5m])") == "max_over_time(y[5m])"
+    assert recording.group_twin("max_over_time(y[5m])") == "max_over_time(y[5m])"
     try:
-        alerts.group_twin("x / scalar(sum(y))")
-    except alerts.UngroupableError as e:
+        recording.group_twin("x / scalar(sum(y))")
+    except recording.UngroupableError as e:
         assert "scalar" in str(e)
     else:
         raise AssertionError("scalar() over another series must be refused")
@@ -145,8 +145,8 @@ def test_dashboards_have_stable_ids_variables_and_no_hardcoded_datasource() -> N
     import json
 
     for rel, uid in (
-        (gen.SERVER_DASHBOARD_FILE, alerts.SERVER_DASHBOARD_UID),
-        (gen.FLEET_DASHBOARD_FILE, alerts.FLEET_DASHBOARD_UID),
+        (gen.SERVER_DASHBOARD_FILE, alert_config.SERVER_DASHBOARD_UID),
+        (gen.FLEET_DASHBOARD_FILE, alert_config.FLEET_DASHBOARD_UID),
     ):
         d = json.loads((ROOT / rel).read_text())
         assert d["uid"] == uid and d["schemaVersion"] >= 39

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from advisor.drive import generate as gen
-from advisor.outputs import alerts
+from advisor.outputs import alert_config
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "deploy" / "kubernetes"
@@ -56,7 +56,7 @@ def test_servicemonitor_selects_the_service_and_its_port_names() -> None:
         job = next(r["replacement"] for r in ep["relabelings"] if r["targetLabel"] == "job")
         jobs[job] = ep["port"]
         assert any(r["targetLabel"] == "instance" for r in ep["relabelings"])
-    assert set(jobs) == {alerts.VLLM_JOB, alerts.ADVISOR_JOB}
+    assert set(jobs) == {alert_config.VLLM_JOB, alert_config.ADVISOR_JOB}
 
 
 def test_sidecar_follows_the_file_vllm_logs_to() -> None:

@@ -13,7 +13,7 @@ import yaml
 
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
-from advisor.outputs import alerts
+from advisor.outputs import alert_tests, alerts, recording
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.prometheus
@@ -34,7 +34,7 @@ def _tool(name: str) -> str:
 def test_promtool_check_rules_is_clean() -> None:
     r = _run(_tool("promtool"), "check", "rules", gen.RULES_FILE)
     assert r.returncode == 0, r.stdout + r.stderr
-    n = len(alerts.all_alerts(load_rules())) + len(alerts.recording_rules()[0])
+    n = len(alerts.all_alerts(load_rules())) + len(recording.recording_rules()[0])
     assert f"SUCCESS: {n} rules found" in r.stdout
 
 
@@ -52,11 +52,11 @@ def test_amtool_check_config_of_the_alertmanager_example() -> None:
 def test_generated_unit_tests_cover_every_alert_on_both_sides_of_for() -> None:
     spec = yaml.safe_load((ROOT / gen.PROMTOOL_TESTS_FILE).read_text())
     groups = yaml.safe_load((ROOT / gen.RULES_FILE).read_text())["groups"]
-    for_s = {a["alert"]: alerts._seconds(a["for"]) for a in groups[0]["rules"]}
+    for_s = {a["alert"]: alert_tests._seconds(a["for"]) for a in groups[0]["rules"]}
     seen: dict[str, set[str]] = {}
     for t in spec["tests"]:
         for case in t["alert_rule_test"]:
-            at = alerts._seconds(case["eval_time"])
+            at = alert_tests._seconds(case["eval_time"])
             if case["exp_alerts"]:
                 seen.setdefault(case["alertname"], set()).add("fires")
                 for exp in case["exp_alerts"]:
@@ -90,7 +90,7 @@ def test_promtool_unit_tests_catch_a_drifted_rule(tmp_path: Path) -> None:
     for drift in (block.replace("for: 1m", "for: 2m"), block.replace("recommends:", "suggests:")):
         (tmp_path / "tests").mkdir(exist_ok=True)
         (tmp_path / "vllm-advisor.rules.yaml").write_text(text[:block_start] + drift + text[block_end:])
-        (tmp_path / "tests" / "t.yaml").write_text(alerts.render_promtool_tests(rules))
+        (tmp_path / "tests" / "t.yaml").write_text(alert_tests.render_promtool_tests(rules))
         r = _run(_tool("promtool"), "test", "rules", "tests/t.yaml", cwd=tmp_path)
         assert r.returncode != 0, drift
         assert target.alert in r.stdout + r.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from advisor.core import config
 from advisor.diagnose.ruleset import Rule, load_rules
-from advisor.outputs import alerts, dashboards, deploy
+from advisor.outputs import alert_config, alert_tests, alerts, dashboards, deploy, runbook
 
 RULES_FILE = "deploy/prometheus/vllm-advisor.rules.yaml"
 PROMTOOL_TESTS_FILE = "deploy/prometheus/tests/vllm-advisor.alerts.test.yaml"
@@ -25,7 +25,9 @@ FLEET_DASHBOARD_FILE = "grafana/vllm-advisor-fleet.json"
 SAMPLE_CONFIG_FILE = "deploy/vllm-advisor.yaml"
 
 
-def render_all(rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | None = None) -> dict[str, str]:
+def render_all(
+    rules: Sequence[Rule] | None = None, cfg: alert_config.AlertConfig | None = None
+) -> dict[str, str]:
     """Every generated file: relative path -> content. Same input, same bytes. ``cfg``: the
     site's runbook and dashboard bases, job selectors and targets (placeholders by default)."""
     rs = list(rules) if rules is not None else load_rules()
@@ -36,8 +38,8 @@ def render_all(rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | No
     )
     return {
         RULES_FILE: alerts.render_rules_file(rs, cfg),
-        PROMTOOL_TESTS_FILE: alerts.render_promtool_tests(rs, cfg),
-        RUNBOOK_FILE: alerts.render_runbook(rs),
+        PROMTOOL_TESTS_FILE: alert_tests.render_promtool_tests(rs, cfg),
+        RUNBOOK_FILE: runbook.render_runbook(rs),
         SERVER_DASHBOARD_FILE: dashboards.render(dashboards.server_dashboard()),
         FLEET_DASHBOARD_FILE: dashboards.render(dashboards.fleet_dashboard()),
         "deploy/prometheus/prometheus.yml": deploy.render_yaml(
@@ -87,7 +89,7 @@ def render_all(rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | No
 
 
 def generate(
-    out_root: Path, rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | None = None
+    out_root: Path, rules: Sequence[Rule] | None = None, cfg: alert_config.AlertConfig | None = None
 ) -> list[Path]:
     """Write every generated file under ``out_root``; return their paths (sorted)."""
     written = []
@@ -106,7 +108,7 @@ def looks_like_checkout(root: Path) -> bool:
 
 
 def diff(
-    out_root: Path, rules: Sequence[Rule] | None = None, cfg: alerts.AlertConfig | None = None
+    out_root: Path, rules: Sequence[Rule] | None = None, cfg: alert_config.AlertConfig | None = None
 ) -> list[str]:
     """Files under ``out_root`` that are missing or differ from what ``generate`` would write,
     each as ``"missing: PATH"`` or a unified diff (empty list: up to date)."""

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from advisor.derive.signals import CATALOG, promql
-from advisor.outputs import alerts
+from advisor.outputs import alert_config, recording
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 SCHEMA_VERSION = 39
@@ -27,7 +27,7 @@ RATE = "$__rate_interval"
 ADVISOR_SEL = 'job=~"$job", instance=~"$instance"'
 VLLM_SEL = 'job=~"$vllm_job", instance=~"$instance", model_name=~"$model_name"'
 DESCRIPTION = (
-    f"DO NOT EDIT: {alerts.GENERATED_BY}. vLLM and its advisor must share the instance label "
+    f"DO NOT EDIT: {alert_config.GENERATED_BY}. vLLM and its advisor must share the instance label "
     "(see deploy/prometheus/prometheus.yml)."
 )
 
@@ -56,7 +56,7 @@ def signal_query(signal: str, by: Sequence[str] = ("instance", "model_name")) ->
     expr = promql(CATALOG[signal], RATE)
     if expr is None:
         raise KeyError(f"signal {signal} has no PromQL twin")
-    return with_selectors(alerts.group_twin(expr, by))
+    return with_selectors(recording.group_twin(expr, by))
 
 
 def target(
@@ -258,13 +258,13 @@ def _dashboard(
         "refresh": "30s",
         "links": [
             {
-                "title": "Fleet" if uid == alerts.SERVER_DASHBOARD_UID else "Server",
+                "title": "Fleet" if uid == alert_config.SERVER_DASHBOARD_UID else "Server",
                 "type": "link",
-                "url": f"/d/{alerts.FLEET_DASHBOARD_UID if uid == alerts.SERVER_DASHBOARD_UID else alerts.SERVER_DASHBOARD_UID}",
+                "url": f"/d/{alert_config.FLEET_DASHBOARD_UID if uid == alert_config.SERVER_DASHBOARD_UID else alert_config.SERVER_DASHBOARD_UID}",
                 "keepTime": True,
                 "includeVars": True,
             },
-            {"title": "Runbook", "type": "link", "url": alerts.RUNBOOK_BASE_URL, "targetBlank": True},
+            {"title": "Runbook", "type": "link", "url": alert_config.RUNBOOK_BASE_URL, "targetBlank": True},
         ],
         "annotations": _annotations(),
         "templating": {"list": _variables(multi_instance)},
@@ -444,7 +444,11 @@ def server_dashboard() -> dict[str, Any]:
         **_timeseries("short", log=True),
     )
     return _dashboard(
-        alerts.SERVER_DASHBOARD_UID, "vLLM advisor / server", lay.panels, False, ["vllm", "vllm-advisor"]
+        alert_config.SERVER_DASHBOARD_UID,
+        "vLLM advisor / server",
+        lay.panels,
+        False,
+        ["vllm", "vllm-advisor"],
     )
 
 
@@ -510,13 +514,13 @@ def fleet_dashboard() -> dict[str, Any]:
             "timeseries",
             12,
             8,
-            [target(f"{alerts.recording_for(signal)}{{{rec_sel}}}", legend="{{instance}} {{model_name}}")],
+            [target(f"{recording.recording_for(signal)}{{{rec_sel}}}", legend="{{instance}} {{model_name}}")],
             description=f"{CATALOG[signal].help} Per server and model, from the recording rule "
-            f"{alerts.recording_for(signal)}.",
+            f"{recording.recording_for(signal)}.",
             **_timeseries(unit),
         )
     return _dashboard(
-        alerts.FLEET_DASHBOARD_UID, "vLLM advisor / fleet", lay.panels, True, ["vllm", "vllm-advisor"]
+        alert_config.FLEET_DASHBOARD_UID, "vLLM advisor / fleet", lay.panels, True, ["vllm", "vllm-advisor"]
     )
 
 

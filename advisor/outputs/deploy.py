@@ -5,7 +5,7 @@ docker-compose stack (vLLM, advisor, Prometheus, Alertmanager, Grafana with prov
 Conventions every file here keeps (the dashboards and the joins of the recording rules rely
 on them):
 
-- jobs ``vllm`` and ``vllm-advisor`` (:data:`alerts.VLLM_JOB`, :data:`alerts.ADVISOR_JOB`);
+- jobs ``vllm`` and ``vllm-advisor`` (:data:`alert_config.VLLM_JOB`, :data:`alert_config.ADVISOR_JOB`);
 - a vLLM server and its advisor carry the same ``instance`` label: the host (or pod), without
   the port.
 
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from advisor.diagnose.ruleset import Rule
-from advisor.outputs import alerts
+from advisor.outputs import alert_config, alerts
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"  # the vLLM the advisor is tested against (tests/realvllm.py)
 ADVISOR_IMAGE = "ghcr.io/vllm-advisor/vllm-advisor:0.1.0"
@@ -45,7 +45,7 @@ LOG_FILE = f"{LOG_DIR}/vllm.log"
 LOG_CONFIG_PATH = "/etc/vllm/logging.json"
 LOG_MAX_BYTES = 256 * 1024 * 1024
 EXAMPLE_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
-YAML_HEADER = alerts.YAML_HEADER
+YAML_HEADER = alert_config.YAML_HEADER
 
 
 def vllm_logging_config(log_file: str = LOG_FILE) -> dict[str, Any]:
@@ -113,12 +113,12 @@ def prometheus_config(
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]},
         "scrape_configs": [
             {
-                "job_name": alerts.VLLM_JOB,
+                "job_name": alert_config.VLLM_JOB,
                 "static_configs": [{"targets": list(vllm_targets)}],
                 "relabel_configs": [_instance_from_host()],
             },
             {
-                "job_name": alerts.ADVISOR_JOB,
+                "job_name": alert_config.ADVISOR_JOB,
                 "static_configs": [{"targets": list(advisor_targets)}],
                 "relabel_configs": [_instance_from_host()],
             },
@@ -274,14 +274,14 @@ def k8s_servicemonitor() -> dict[str, Any]:
         "spec": {
             "selector": {"matchLabels": dict(POD_LABELS)},
             "endpoints": [
-                _endpoint(VLLM_PORT_NAME, alerts.VLLM_JOB),
-                _endpoint(ADVISOR_PORT_NAME, alerts.ADVISOR_JOB),
+                _endpoint(VLLM_PORT_NAME, alert_config.VLLM_JOB),
+                _endpoint(ADVISOR_PORT_NAME, alert_config.ADVISOR_JOB),
             ],
         },
     }
 
 
-def k8s_prometheusrule(rules: Sequence[Rule], cfg: alerts.AlertConfig | None = None) -> dict[str, Any]:
+def k8s_prometheusrule(rules: Sequence[Rule], cfg: alert_config.AlertConfig | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
@@ -313,7 +313,7 @@ def k8s_fleet() -> list[dict[str, Any]]:
             "--prometheus",
             FLEET_PROMETHEUS_URL,
             "--selector",
-            f'{{job="{alerts.VLLM_JOB}"}}',
+            f'{{job="{alert_config.VLLM_JOB}"}}',
             "--listen",
             f"0.0.0.0:{ADVISOR_PORT}",
             "--interval",
