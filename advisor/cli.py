@@ -10,10 +10,12 @@ one line too (``VLLM_ADVISOR_DEBUG=1`` shows its traceback).
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect as _inspect
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -837,7 +839,6 @@ def compare(
 
     A is the baseline, B the run with the changed knob, under the same load. Exit 2 when the
     loads differ (the comparison is refused)."""
-    import time
 
     try:
         pre = tuple(float(x) for x in preemptions.split(":")) if preemptions else None
@@ -909,7 +910,6 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
     if not rows:
         click.echo(f"no experiments recorded in {path}")
         return
-    import datetime as dt
 
     for r in rows:
         when = dt.datetime.fromtimestamp(r["started_at"], dt.UTC).strftime("%Y-%m-%d %H:%M")

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from advisor.core import knobs
+from advisor.core import steps as knob_steps
 from advisor.core.model import EngineInfo, Provenanced
 from advisor.predict import scoring
 from advisor.sources import host as host_src
@@ -130,7 +130,7 @@ def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
     adv, d = inputs.from_session(run, Config(), load_rules())
     assert d is not None and d.recommendation is not None
     assert d.recommendation.knob == "kv_cache_memory_bytes"
-    limits = knobs.Limits.from_engine(adv.engine)
+    limits = knob_steps.Limits.from_engine(adv.engine)
 
     def refine(free_gib: float) -> scoring.Refined | None:
         eng = EngineInfo(
@@ -169,6 +169,6 @@ def test_a_knob_the_model_cannot_predict_here_keeps_the_rules_step() -> None:
     )
     got = scoring.refine(
         adv.window, eng, d.signals, Config().targets, "gpu_memory_utilization", "increase", 0.5, 0.55,
-        knobs.Limits.from_engine(eng), seconds=Config().window_s,
+        knob_steps.Limits.from_engine(eng), seconds=Config().window_s,
     )  # fmt: skip
     assert got is None

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from advisor.core import defaults as vllm_defaults
 from advisor.core import knobs
-from advisor.core.knobs import Hardware, Limits, applicable, default_for, format_flag, parse_step, propose
+from advisor.core.defaults import Hardware, default_for
+from advisor.core.knobs import format_flag
 from advisor.core.model import EngineInfo, Provenanced
+from advisor.core.steps import Limits, applicable, parse_step, propose
 
 REQUIRED = [
     "max_num_seqs",
@@ -160,12 +163,12 @@ def test_unknown_knob_default_raises() -> None:
     ],
 )
 def test_parse_version(text: str, expected: tuple[int, int, int]) -> None:
-    assert knobs.parse_version(text) == expected
+    assert vllm_defaults.parse_version(text) == expected
 
 
 def test_parse_version_garbage_is_none() -> None:
-    assert knobs.parse_version("nightly") is None
-    assert knobs.parse_version("") is None
+    assert vllm_defaults.parse_version("nightly") is None
+    assert vllm_defaults.parse_version("") is None
 
 
 def test_installed_vllm_engineargs_defaults_are_preferred(

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from advisor.core import defaults as vllm_defaults
 from advisor.core import knobs
+from advisor.core import steps as knob_steps
 from advisor.core.model import EngineInfo, LogEvent, Provenanced
 from advisor.derive.signals import Context, Values
 from advisor.derive.window import Window
@@ -137,8 +139,8 @@ def test_signals_of_the_parallelism_rules() -> None:
 def test_media_threads_knob_is_an_environment_variable() -> None:
     k = knobs.get_knob("media_loading_thread_count")
     assert k.flag is None and k.env == "VLLM_MEDIA_LOADING_THREAD_COUNT"
-    assert knobs.default_for("media_loading_thread_count", "0.32.0").value == 8
-    assert knobs.propose("media_loading_thread_count", 8, "increase", "x2") == 16
+    assert vllm_defaults.default_for("media_loading_thread_count", "0.32.0").value == 8
+    assert knob_steps.propose("media_loading_thread_count", 8, "increase", "x2") == 16
     assert knobs.format_flag(k, 16).startswith("VLLM_MEDIA_LOADING_THREAD_COUNT=16")
     assert knobs.knob_for_flag("-ep") is knobs.KNOBS["enable_expert_parallel"]
     assert knobs.knob_for_flag("-asc") is knobs.KNOBS["api_server_count"]

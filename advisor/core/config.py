@@ -6,10 +6,12 @@ Environment variables are ``VLLM_ADVISOR_<KEY>`` (upper case), e.g.
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -157,7 +159,6 @@ def _text(key: str, v: Any, optional: bool) -> str | None:
 
 
 def _url(v: Any) -> str:
-    from urllib.parse import urlsplit
 
     if not isinstance(v, str) or not v.strip():
         raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {_what(v)}")
@@ -368,6 +369,5 @@ SAMPLE_CONFIG = "vllm-advisor.yaml"
 
 def sample_text() -> str:
     """The commented sample config shipped in the package (``vllm-advisor config sample``)."""
-    import importlib.resources
 
     return (importlib.resources.files("advisor") / "data" / SAMPLE_CONFIG).read_text(encoding="utf-8")

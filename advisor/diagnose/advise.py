@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from advisor.core import defaults as vllm_defaults
 from advisor.core import knobs
+from advisor.core import steps as knob_steps
 from advisor.core.config import Config
 from advisor.core.engine_json import to_json
 from advisor.core.model import EngineInfo, Provenanced
@@ -154,13 +156,13 @@ def resolve_choice(
                 f"({h.condition.op} {h.threshold:g})"
             )
             continue
-        ok, reason = knobs.applicable(choice.name, choice.direction, engine, host_gpus)
+        ok, reason = knob_steps.applicable(choice.name, choice.direction, engine, host_gpus)
         if not ok:
             why_not.append(f"{choice.name}: {reason}")
             continue
         current, source = engine.get(choice.name), engine.source(choice.name)
         if current is None and choice.name != "replicas":
-            d = knobs.default_for(choice.name, engine.get("vllm_version"), _hardware(engine))
+            d = vllm_defaults.default_for(choice.name, engine.get("vllm_version"), _hardware(engine))
             current, source = d.value, "default" if d.value is not None else None
         if choice.name == "replicas":
             return choice, None, None, None, why_not
@@ -171,13 +173,13 @@ def resolve_choice(
             continue
         hint = values.get(choice.bound_signal) if choice.bound_signal else None
         try:
-            proposed = knobs.propose(
+            proposed = knob_steps.propose(
                 choice.name,
                 current,
                 choice.direction,
                 choice.step or "",
                 bound_hint=hint,
-                limits=knobs.Limits.from_engine(engine, host_gpus),
+                limits=knob_steps.Limits.from_engine(engine, host_gpus),
             )
         except ValueError as e:
             why_not.append(f"{choice.name}: {e}")
@@ -191,14 +193,14 @@ def resolve_choice(
     return None, None, None, None, why_not
 
 
-def _hardware(engine: EngineInfo) -> knobs.Hardware:
+def _hardware(engine: EngineInfo) -> vllm_defaults.Hardware:
     device = str(engine.get("device") or "")
     if not device:
-        return knobs.Hardware()
+        return vllm_defaults.Hardware()
     if device.lower() == "cpu":
-        return knobs.Hardware(device="cpu")
+        return vllm_defaults.Hardware(device="cpu")
     mem = engine.get("gpu_memory_gib")
-    return knobs.Hardware(
+    return vllm_defaults.Hardware(
         device="gpu",
         gpu_name=device,
         gpu_memory_gib=float(mem) if mem is not None else None,
@@ -489,7 +491,7 @@ def by_prediction(
 ) -> Any:
     """The advised knob's value chosen by the performance model (scoring.refine), or None."""
 
-    limits = knobs.Limits.from_engine(engine, _host_gpus(engine, cfg))
+    limits = knob_steps.Limits.from_engine(engine, _host_gpus(engine, cfg))
     return scoring.refine(
         window,
         engine,

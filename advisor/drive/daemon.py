@@ -8,6 +8,7 @@ SIGTERM shut everything down cleanly. ``observe`` watches a URL for ``explain --
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from urllib.parse import urlparse
 
 import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from advisor.core.config import Config, parse_listen
 from advisor.core.log import configure_logging
@@ -438,7 +440,6 @@ class Daemon:
 
 
 def _now_dt() -> Any:
-    import datetime as dt
 
     return dt.datetime.now(dt.UTC)
 
@@ -580,7 +581,6 @@ def observe(
 ) -> Diagnosis:
     """Watch a live server for ``window_s`` (``explain --url``) and diagnose it (``command``:
     the server's launch command as pasted, instead of the process found on this host)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     cfg = cfg.with_overrides(
         vllm_url=url,

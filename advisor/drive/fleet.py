@@ -16,6 +16,7 @@ servers (only those since the last cycle; a whole window when a server is first 
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -303,7 +304,6 @@ class Runner:
             th.join(timeout=10)
 
     def wait(self, seconds: float | None = None) -> None:
-        import signal
 
         def handler(signum: int, frame: object) -> None:
             self._stop.set()

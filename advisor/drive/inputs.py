@@ -3,6 +3,7 @@ session, saved pages and logs. (A live URL is observed by ``daemon.observe``.)""
 
 from __future__ import annotations
 
+import gzip
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -213,8 +214,6 @@ def _read_page(path: str) -> str:
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
     if path.endswith(".gz"):
-        import gzip
-
         try:
             data = gzip.decompress(data)
         except OSError as e:

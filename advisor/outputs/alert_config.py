@@ -6,7 +6,7 @@ selectors, targets and URLs, checked with one clear error per mistake.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import yaml
@@ -85,7 +85,6 @@ class AlertConfigError(ValueError):
 
 def load_alert_config(path: str | None = None, **flags: Any) -> AlertConfig:
     """Defaults, then ``path`` (YAML mapping of AlertConfig's fields), then non-None ``flags``."""
-    from dataclasses import fields, replace
 
     known = {f.name: f for f in fields(AlertConfig)}
     values: dict[str, Any] = {}

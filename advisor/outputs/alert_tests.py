@@ -8,7 +8,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from advisor.core import defaults as vllm_defaults
 from advisor.core import knobs, names, selectors
+from advisor.core import steps as knob_steps
 from advisor.core.units import parse_duration
 from advisor.derive.signals import CATALOG
 from advisor.diagnose.ruleset import Rule
@@ -50,11 +52,11 @@ def example_labels(rule: Rule) -> dict[str, str]:
     example = (rule.examples.get("fires") or [{}])[0]
     current: Any = example.get(choice.name)
     if current is None and knob is not None:
-        current = knob.default("0.32.0", knobs.Hardware(device="gpu", gpu_memory_gib=141.0)).value
+        current = knob.default("0.32.0", vllm_defaults.Hardware(device="gpu", gpu_memory_gib=141.0)).value
     proposed: Any = None
     if current is not None and choice.step:
         try:
-            proposed = knobs.propose(choice.name, current, choice.direction, choice.step)
+            proposed = knob_steps.propose(choice.name, current, choice.direction, choice.step)
         except (ValueError, TypeError, KeyError):
             proposed = None
     return {

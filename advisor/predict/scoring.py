@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from advisor.core import knobs
+from advisor.core import steps as knob_steps
 from advisor.core.model import EngineInfo
 from advisor.core.units import fmt
 from advisor.derive.signals import Context, Values
@@ -117,7 +118,7 @@ def candidates(
     knob: str,
     current: Any,
     direction: str,
-    limits: knobs.Limits,
+    limits: knob_steps.Limits,
     extra: Sequence[Any] = (),
     bound: float | None = None,
 ) -> list[Any]:
@@ -126,14 +127,14 @@ def candidates(
     out: list[Any] = []
     for step in STEPS.get(direction, ()):
         try:
-            v = knobs.propose(knob, current, direction, step, limits=limits)
+            v = knob_steps.propose(knob, current, direction, step, limits=limits)
         except ValueError:
             continue
         if v is not None and v not in out:
             out.append(v)
     if bound is not None and math.isfinite(bound):
         try:
-            v = knobs.propose(
+            v = knob_steps.propose(
                 knob,
                 current,
                 direction,
@@ -222,7 +223,7 @@ def refine(
     direction: str,
     current: Any,
     proposed: Any,
-    limits: knobs.Limits,
+    limits: knob_steps.Limits,
     seconds: float | None = None,
 ) -> Refined | None:
     """Choose the value of the advised knob by predicted goodput. None when the model cannot

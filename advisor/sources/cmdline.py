@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -392,7 +394,6 @@ def read_command(text: str) -> PastedCommand:
     abbreviations, short flags (``-tp 2``), ``16K``/``1M`` sizes, and NIM_*/VLLM_* knobs
     from the environment. Raises :class:`CommandError` when it cannot be split or has no
     vLLM arguments."""
-    import shlex
 
     warnings: list[str] = []
     flat = _join_continuations(text)
@@ -540,7 +541,6 @@ def _values_checked(args: list[str], warnings: list[str]) -> list[str]:
 
 def read_command_file(path: str) -> PastedCommand:
     """:func:`read_command` on a file, or on standard input for ``-``."""
-    import sys
 
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="replace")

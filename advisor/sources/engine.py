@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from advisor.core import defaults as vllm_defaults
 from advisor.core import knobs, names
 from advisor.core.model import EngineInfo, LogEvent, Provenanced, Snapshot
 from advisor.sources import http as http_src
@@ -138,7 +139,7 @@ def defaults(
     dev = None if device is None else ("cpu" if device.lower() == "cpu" else "gpu")
     if not gpu_name and device is not None and dev == "gpu" and device.lower() not in ("gpu", "cuda"):
         gpu_name = device
-    hw = knobs.Hardware(
+    hw = vllm_defaults.Hardware(
         device=dev,
         gpu_name=gpu_name,
         gpu_memory_gib=gpu_memory_gib,
@@ -149,7 +150,7 @@ def defaults(
     )
     out: dict[str, Provenanced] = {}
     for name in knobs.KNOBS:
-        p = knobs.default_for(name, version, hw)
+        p = vllm_defaults.default_for(name, version, hw)
         if p.value is not None:
             out[name] = p
     return out
@@ -214,10 +215,10 @@ def resolve(
     mml = known.get("max_model_len")
     version = known.get("vllm_version")
     era_version = None
-    if not knobs.parse_version(version) and known.get("vllm_era") == "v0":
+    if not vllm_defaults.parse_version(version) and known.get("vllm_era") == "v0":
         era_version = V0_ERA_VERSION  # a dev build or no version, but V0's names: V0's defaults
     dflt = defaults(
-        era_version or (version if knobs.parse_version(version) else None),
+        era_version or (version if vllm_defaults.parse_version(version) else None),
         device,
         known.get("gpu_memory_gib"),
         gpu_name,

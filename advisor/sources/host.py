@@ -13,6 +13,8 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
 from advisor.core.model import Provenanced
 from advisor.core.redact import redact_argv
 from advisor.sources.cmdline import env_knob_assignments, from_cmdline, looks_like_vllm
@@ -26,7 +28,6 @@ def find_vllm_process(port: int | None = None) -> list[str] | None:
     nothing is found; processes we may not inspect are skipped, never an error. The knobs that
     are environment variables of the process (VLLM_MEDIA_LOADING_THREAD_COUNT) come first as
     ``NAME=value`` words, where its environment may be read; no other variable is kept."""
-    import psutil
 
     def _cmdline(pid: int) -> list[str] | None:
         try:

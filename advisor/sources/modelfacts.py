@@ -4,12 +4,13 @@ per token, a multimodal encoder, the architecture's support for encoder data par
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from advisor.core import knobs
+from advisor.core import architectures
 from advisor.core.model import Provenanced
 
 # --------------------------------------------------------------------------------------
@@ -74,7 +75,7 @@ def model_facts(
                 out["model_active_experts"] = Provenanced(v, source, detail)
                 break
         has_encoder = any(isinstance(cfg.get(k), Mapping) for k in _ENCODER_KEYS)
-        if has_encoder or (arch and knobs.supports_encoder_tp_data(arch)):
+        if has_encoder or (arch and architectures.supports_encoder_tp_data(arch)):
             has_encoder = True
         out["model_has_mm_encoder"] = Provenanced(has_encoder, source, detail)
         for fact, keys in (
@@ -88,17 +89,17 @@ def model_facts(
                     out[fact] = Provenanced(v, source, detail)
                     break
     elif arch:
-        moe = knobs.architecture_is_moe(arch)
+        moe = architectures.architecture_is_moe(arch)
         out["model_is_moe"] = Provenanced(
             moe, source, f"{detail}: {'an' if moe else 'not an'} MoE family by name"
         )
-        if knobs.supports_encoder_tp_data(arch):
+        if architectures.supports_encoder_tp_data(arch):
             out["model_has_mm_encoder"] = Provenanced(True, source, f"{detail}: a multimodal family")
     if arch:
         out["mm_encoder_tp_data_supported"] = Provenanced(
-            knobs.supports_encoder_tp_data(arch),
+            architectures.supports_encoder_tp_data(arch),
             source,
-            f"{detail}: vLLM {knobs.ENCODER_TP_DATA_SINCE} supports_encoder_tp_data",
+            f"{detail}: vLLM {architectures.ENCODER_TP_DATA_SINCE} supports_encoder_tp_data",
         )
     return out
 
@@ -107,7 +108,6 @@ def read_model_config(model: str | os.PathLike[str] | None) -> tuple[dict[str, A
     """The ``config.json`` of a model given as a local directory (a command-line or engine
     config ``model``), with its path; None for a hub id, a missing or unreadable file, or one
     that is not a JSON object (a model the advisor cannot see is no error)."""
-    import json
 
     if not model or not isinstance(model, str | os.PathLike):
         return None

@@ -25,7 +25,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import requests
@@ -93,8 +93,6 @@ def parse_time(text: str, now: float | None = None) -> float:
             f"cannot read the time {text!r}: give now, -30m, unix seconds or 2026-01-31T14:00:00Z"
         ) from None
     if dt.tzinfo is None:
-        from datetime import UTC
-
         dt = dt.replace(tzinfo=UTC)
     return dt.timestamp()
 

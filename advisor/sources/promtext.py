@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import _split_quoted, _unquote_unescape, text_string_to_metric_families
 
 from advisor.core import names
 from advisor.core.model import Family, Histogram, LabelKey, ParseWarning
@@ -117,15 +117,12 @@ def _reference_sample(line: str) -> tuple[str, dict[str, str], float]:
 def _split_comment(line: str) -> list[str]:
     if '"' not in line:
         return line.split(None, 3)
-    from prometheus_client.parser import _split_quoted
 
     return list(_split_quoted(line, None, 3))
 
 
 def _unquote(name: str) -> tuple[str, bool]:
     if name.startswith('"'):
-        from prometheus_client.parser import _unquote_unescape
-
         text, quoted = _unquote_unescape(name)
         return str(text), bool(quoted)
     return name, False
