@@ -11,7 +11,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import DEMO_SESSION, main
+from advisor.cli import main
+from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon

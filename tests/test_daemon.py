@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from advisor.cli import DEMO_SESSION
+from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon

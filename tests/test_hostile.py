@@ -26,7 +26,7 @@ import psutil
 import pytest
 import requests
 
-from advisor.cli import DEMO_SESSION
+from advisor.cli.common import DEMO_SESSION
 from advisor.drive.daemon import Daemon
 from advisor.outputs.exporter import BoundedHTTPServer
 from advisor.sources import http as http_src

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import DEMO_SESSION, main
+from advisor.cli import main
+from advisor.cli.common import DEMO_SESSION
 
 FIX = Path(__file__).parent / "fixtures"
 KINDS = ("engine_stats", "preemption", "startup", "error", "unknown")

@@ -1,0 +1,5 @@
+"""``python -m advisor.cli``: the console script."""
+
+from advisor.cli import main
+
+main()

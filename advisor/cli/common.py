@@ -1,0 +1,127 @@
+"""What every command shares: exit codes, one-line errors, the config and rules loaders, the
+output-format options, the command group that turns any escaping error into one line.
+"""
+
+from __future__ import annotations
+
+import inspect as _inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from advisor.core import config as config_mod
+from advisor.diagnose.ruleset import RuleError, load_rules
+from advisor.drive.daemon import DaemonError
+from advisor.sources.cmdline import CommandError, read_command_file
+from advisor.sources.engine_config import EngineSourceError
+from advisor.sources.metrics import MetricsError
+
+FORMATS = click.Choice(["text", "json", "markdown"])
+TEXT_OR_JSON = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+TEXT_JSON_OR_MARKDOWN = click.option(
+    "--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format."
+)
+DEMO_SESSION = Path(__file__).resolve().parent / "data" / "sessions" / "h200-A_s256"
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_ADVICE = 3
+EXIT_NO_DATA = 4
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok, 1 error (the command could not do its job), 2 usage (a wrong flag, "
+    "setting or config file), 3 advice (explain --exit-code), 4 no data (too little to diagnose)."
+)
+
+
+def fail(msg: str, code: int = EXIT_ERROR) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(code)
+
+
+class Group(click.Group):
+    """Lists every command with its whole summary (click cuts them at ~45 characters), and turns
+    any error that escapes a command into one line and an exit code instead of a traceback."""
+
+    group_class = type  # subgroups are Group too
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, _summary(cmd)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except config_mod.ConfigError as e:
+            fail(f"config: {e}", EXIT_USAGE)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # unforeseen: one line; the traceback only on request
+            if os.environ.get("VLLM_ADVISOR_DEBUG"):
+                raise
+            fail(f"{type(e).__name__}: {e} (set VLLM_ADVISOR_DEBUG=1 for the traceback)")
+        return None
+
+
+def _summary(cmd: click.Command) -> str:
+    if cmd.short_help:
+        return cmd.short_help
+    first = _inspect.cleandoc(cmd.help or "").split("\n\n")[0]
+    return " ".join(first.split())
+
+
+def load_config(config_file: str | None, **flags: Any) -> config_mod.Config:
+    try:
+        return config_mod.load(config_file, **flags)
+    except config_mod.ConfigError as e:
+        fail(f"config: {e}", EXIT_USAGE)
+        raise  # unreachable
+
+
+def checked_rules(rules_dir: str | None) -> list[Any]:
+    try:
+        return load_rules(rules_dir)
+    except RuleError as e:
+        fail("invalid rules:\n" + "\n".join(e.errors))
+        raise
+
+
+def use_color() -> bool:
+    return sys.stdout.isatty()
+
+
+def pasted_command(command_file: str | None) -> Any:
+    """A pasted launch command (``--command-file``) as ``sources.engine.PastedCommand``, its
+    warnings on stderr; None without the option. Reusable by any command that takes it."""
+    if not command_file:
+        return None
+
+    try:
+        cmd = read_command_file(command_file)
+    except CommandError as e:
+        fail(str(e))
+        raise
+    for w in cmd.warnings:
+        click.echo(f"warning: {command_file}: {w}", err=True)
+    return cmd
+
+
+def daemon_errors() -> tuple[type[BaseException], ...]:
+
+    return (MetricsError, EngineSourceError, DaemonError, OSError)
