@@ -31,7 +31,7 @@ TEXT_OR_JSON = click.option(
 TEXT_JSON_OR_MARKDOWN = click.option(
     "--format", "fmt", type=FORMATS, default="text", show_default=True, help="Output format."
 )
-DEMO_SESSION = Path(__file__).resolve().parent / "data" / "sessions" / "h200-A_s256"
+DEMO_SESSION = Path(__file__).resolve().parent.parent / "data" / "sessions" / "h200-A_s256"
 
 EXIT_OK = 0
 EXIT_ERROR = 1
