@@ -1,5 +1,5 @@
 """The window as it was before it became incremental (commit ff5d0ce), kept verbatim as the
-reference the incremental one is checked against on recorded sessions (tests/test_window.py).
+reference the incremental one is checked against on recorded sessions (tests/derive/test_window.py).
 
 A bounded, time-ordered store of snapshots and log events, with an injected clock.
 

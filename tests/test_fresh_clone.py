@@ -16,11 +16,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # the modules that read committed data by path: pages, sessions, logs, bench files, runs, generated
 PATH_CHECKS = [
-    "tests/test_metrics.py",
-    "tests/test_window.py",
-    "tests/test_logs.py",
-    "tests/test_session.py",
-    "tests/test_generate.py",
+    "tests/sources/test_metrics.py",
+    "tests/derive/test_window.py",
+    "tests/sources/test_logs.py",
+    "tests/sources/test_session.py",
+    "tests/outputs/test_generate.py",
     "tests/test_readguard.py",
 ]
 

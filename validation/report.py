@@ -175,7 +175,7 @@ def render() -> str:
     out += [
         "",
         "Every recorded run replayed with the rules as they are now "
-        "(`vllm-advisor explain --session validation/runs/RUN`; tests/test_validation_runs.py holds them):",
+        "(`vllm-advisor explain --session validation/runs/RUN`; tests/verify/test_validation_runs.py holds them):",
         "",
         "| Run | Advice now |",
         "|---|---|",

@@ -1,0 +1,136 @@
+"""CLI paths not covered elsewhere: demo, record, explain --daemon, --help everywhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import main
+from advisor.cli.common import DEMO_SESSION
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.daemon import Daemon
+from advisor.sources.session import Session
+from tests.paths import FIXTURES
+from tests.vllm_standin import StandIn, serve, session_pages
+
+EXE = str(Path(sys.executable).parent / "vllm-advisor")
+
+
+def test_demo_prints_the_diagnosis_and_serves_the_exporter() -> None:
+    p = subprocess.run(
+        [EXE, "demo", "--listen", "127.0.0.1:0", "--serve-seconds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "CHANGE  --kv-cache-memory-bytes 6442450944 -> 9663676416" in p.stdout
+    assert "Exporter: http://127.0.0.1:" in p.stdout
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        [],
+        ["explain"],
+        ["inspect"],
+        ["run"],
+        ["record"],
+        ["rules"],
+        ["rules", "check"],
+        ["compare"],
+        ["history"],
+        ["baseline", "save"],
+        ["generate"],
+        ["demo"],
+        ["config", "sample"],
+        ["config", "check"],
+    ],
+)
+def test_every_command_has_help(cmd: list[str]) -> None:
+    res = CliRunner().invoke(main, [*cmd, "--help"])
+    assert res.exit_code == 0 and "Usage:" in res.output
+
+
+def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    out: list[tuple[tuple[str, ...], click.Command]] = []
+    for name, cmd in group.commands.items():
+        out.append(((*path, name), cmd))
+        if isinstance(cmd, click.Group):
+            out.extend(_commands(cmd, (*path, name)))
+    return out
+
+
+def test_every_option_of_every_command_says_what_it_is_for() -> None:
+    missing = [
+        f"{' '.join(path)} {param.opts[0]}"
+        for path, cmd in _commands(main)
+        for param in cmd.params
+        if isinstance(param, click.Option) and not param.help
+    ]
+    assert missing == []
+    assert len(_commands(main)) >= 15  # the walk reached the subcommands
+
+
+def test_record_a_session_from_a_server(tmp_path: Path) -> None:
+    """The stand-in serves real pages recorded from vLLM 0.25 (a server that is not here)."""
+    standin = StandIn(session_pages(DEMO_SESSION))
+    out = tmp_path / "rec"
+    with serve(standin) as url:
+        res = CliRunner().invoke(
+            main, ["record", "--url", url, "--duration", "2s", "--interval", "0.5s", "--out", str(out)]
+        )
+    assert res.exit_code == 0, res.output
+    assert "recorded" in res.output
+    s = Session.load(out)
+    assert len(s.scrapes) >= 3 and s.meta["url"] == url
+    res = CliRunner().invoke(main, ["record", "--url", url, "--duration", "1s", "--out", str(out)])
+    assert res.exit_code == 1 and "already holds a session" in res.output
+
+
+def test_explain_daemon_reads_a_running_advisor(tmp_path: Path) -> None:
+    standin = StandIn(session_pages(DEMO_SESSION))
+    t = [1_800_000_000.0]
+    with serve(standin) as url:
+        d = Daemon(
+            Config(vllm_url=url, listen="127.0.0.1:0", state_dir=str(tmp_path)),
+            load_rules(),
+            clock=lambda: t[0],
+        )
+        host, port = d.serve()
+        try:
+            for _ in range(len(standin.pages) - 4):
+                t[0] += 2
+                d.cycle()
+            res = CliRunner().invoke(
+                main, ["explain", "--daemon", f"http://{host}:{port}", "--format", "json"]
+            )
+            text = CliRunner().invoke(main, ["explain", "--daemon", f"http://{host}:{port}"])
+        finally:
+            d.stop()
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["recommendation"]["knob"] == "kv_cache_memory_bytes"
+    assert text.output.startswith("CHANGE  --kv-cache-memory-bytes")
+    res = CliRunner().invoke(main, ["explain", "--daemon", "http://127.0.0.1:9"])
+    assert res.exit_code == 1 and "cannot read the advisor daemon" in res.output
+
+
+def test_explain_lists_other_findings_with_their_state_and_never_an_empty_list() -> None:
+    """Real CPU session: the chosen rule is not repeated under "Other findings", the others carry
+    their state ("[firing]" is printed, not eaten as terminal markup); with no other finding
+    (the H200 demo session) the heading is not printed at all."""
+    sessions = FIXTURES / "sessions"
+    res = CliRunner().invoke(main, ["explain", "--session", str(sessions / "cpu-preempt-binds")])
+    assert res.exit_code == 0, res.output
+    other = res.output.split("Other findings:", 1)[1]
+    assert "  - kv-capacity-below-context [firing]" in other
+    assert "kv-preemption-seqs-bind" not in other
+    demo = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION)])
+    assert demo.exit_code == 0 and "Other findings" not in demo.output

@@ -1,0 +1,110 @@
+"""Config validation (issue 17): every setting from the YAML file, the environment or a flag
+is checked, and a bad one is one line naming the setting, where it came from and what is
+expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from advisor.core import config
+from advisor.core.config import ConfigError
+from tests.paths import REPO
+
+
+def load_yaml(tmp_path: Path, text: str | bytes) -> config.Config:
+    p = tmp_path / "advisor.yaml"
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+    return config.load(str(p), env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("interval: -5\n", "advisor.yaml:1: interval: must be greater than 0"),
+        (
+            "vllm_url: http://x:1\nscrape_timeout: 0\n",
+            "advisor.yaml:2: scrape_timeout: must be greater than 0",
+        ),
+        (
+            "listen: notaport\n",
+            "advisor.yaml:1: listen: expected HOST:PORT such as 127.0.0.1:19842, got 'notaport'",
+        ),
+        ("listen: 127.0.0.1:99999\n", "advisor.yaml:1: listen: port 99999 is out of range (0-65535)"),
+        (
+            "listen: 19990\n",
+            "listen: expected HOST:PORT such as 127.0.0.1:19842, got the number 19990 (quote it",
+        ),
+        ("state_dir: null\n", "advisor.yaml:1: state_dir: expected a directory path, got null"),
+        ("intervall: 5s\n", "advisor.yaml:1: 'intervall': unknown setting (known: vllm_url,"),
+        ("interval: [1, 2]\n", "interval: expected a duration (e.g. 5s, 500ms, 2m), got a list"),
+        ("interval: true\n", "interval: expected a duration (e.g. 5s, 500ms, 2m), got the boolean true"),
+        ("interval: 10ms\n", "interval: must be at least 0.1s"),
+        ("min_requests: 2.5\n", "min_requests: expected a whole number from 0 to"),
+        ("vllm_port: 70000\n", "vllm_port: expected a whole number from 1 to 65535, got 70000"),
+        ("vllm_url: ftp://host\n", "vllm_url: expected an http(s) URL such as http://127.0.0.1:8000"),
+        (
+            "targets: {ttft_p95_seconds: -1}\n",
+            "targets: ttft_p95_seconds: expected a number of seconds greater than 0",
+        ),
+        ("severity_overrides: {a: loud}\n", "severity_overrides: a: expected one of critical, warning, info"),
+        ("log_cmd: ''\n", "log_cmd: expected a command line, got an empty value"),
+        ("- interval\n", "advisor.yaml: must be a mapping of settings (setting: value), not a list"),
+        ("interval: 5s\ninterval: 6s\n", "advisor.yaml:2: interval: given twice"),
+        ("interval: [\n", "advisor.yaml: not valid YAML: line 2:"),
+        ("a: &a [*a]\n", "advisor.yaml: not valid YAML"),
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00", "advisor.yaml: a binary file, not YAML"),
+        (b"interval: \xff\xfe\n", "advisor.yaml: not UTF-8 text (byte 10)"),
+    ],
+)
+def test_bad_settings_in_the_file_are_one_clear_line(tmp_path: Path, text: str | bytes, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_yaml(tmp_path, text)
+    msg = str(e.value)
+    assert message in msg
+    assert "\n" not in msg
+
+
+def test_environment_and_flags_are_named_in_the_message() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^environment variable VLLM_ADVISOR_INTERVAL: interval: must be greater"
+    ):
+        config.load(None, env={"VLLM_ADVISOR_INTERVAL": "-5"})
+    with pytest.raises(ConfigError, match=r"^environment variable VLLM_ADVISOR_LISTEN: listen: port 99999"):
+        config.load(None, env={"VLLM_ADVISOR_LISTEN": "0.0.0.0:99999"})
+    with pytest.raises(
+        ConfigError, match=r"^environment variable VLLM_ADVISOR_MIN_REQUESTS: min_requests: expected"
+    ):
+        config.load(None, env={"VLLM_ADVISOR_MIN_REQUESTS": "many"})
+    with pytest.raises(ConfigError, match=r"^flag --interval: must be greater than 0"):
+        config.load(None, env={}, interval="0s")
+    with pytest.raises(ConfigError, match=r"^flag --state-dir: expected a directory path"):
+        config.load(None, env={}, state_dir="  ")
+
+
+def test_good_settings_load_from_every_source_last_wins(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+    p.write_text("interval: 10s\nlisten: '0.0.0.0:19990'\nmin_requests: 3\ntargets: {ttft_p95_seconds: 1}\n")
+    cfg = config.load(
+        str(p), env={"VLLM_ADVISOR_INTERVAL": "7s", "VLLM_ADVISOR_VLLM_PORT": "8001"}, interval="3s"
+    )
+    assert cfg.interval_s == 3.0 and cfg.listen == "0.0.0.0:19990" and cfg.min_requests == 3
+    assert cfg.vllm_port == 8001 and cfg.targets == {"ttft_p95_seconds": 1.0}
+    assert config.load(None, env={}).interval_s == 5.0
+    assert load_yaml(tmp_path, "").interval_s == 5.0  # an empty file: the defaults
+
+
+def test_the_bundled_example_config_loads() -> None:
+    example = REPO / "deploy" / "vllm-advisor.yaml"
+    cfg = config.load(str(example), env={})
+    assert cfg.interval_s == 5.0 and cfg.state_dir == "/var/lib/vllm-advisor"
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:19842", ":8080", "0.0.0.0:65535"])
+def test_listen_forms_that_are_valid(listen: str) -> None:
+    host, port = config.parse_listen(listen)
+    assert 0 <= port <= 65535 and host

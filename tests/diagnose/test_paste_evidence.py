@@ -1,0 +1,168 @@
+"""Issue 14: a single pasted page or a log alone is never called healthy or idle without
+evidence (tests/fixtures/paste/README.md says where each case comes from)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import main
+from advisor.core import config as config_mod
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import inputs
+from tests.paths import FIXTURES
+
+PAGES = FIXTURES / "paste" / "pages"
+H200_START = 1.79599261254e09  # process_start_time_seconds of the H200 0.25 page it derives from
+
+
+def _page(tmp_path: Path, name: str, mtime: float | None) -> str:
+    """A copy of a fixture page whose modification time (the page's only clock) is fixed."""
+    dst = tmp_path / name
+    shutil.copy(PAGES / name, dst)
+    if mtime is not None:
+        os.utime(dst, (mtime, mtime))
+    return str(dst)
+
+
+def _diagnose(metric_files: list[str], log_file: str | None = None):  # type: ignore[no-untyped-def]
+    cfg = config_mod.load(None)
+    _, d = inputs.from_files(metric_files, log_file, cfg, load_rules(None))
+    assert d is not None
+    return d
+
+
+def test_a_page_with_a_long_queue_and_preemptions_is_not_healthy(tmp_path: Path) -> None:
+    """719 waiting, 11 running, 353 preemptions since start (a real H200 page with those
+    gauges edited): the counters since process_start_time_seconds make the preemption rules
+    checkable, and the one that fires is the KV-capacity one (11 running of 256)."""
+    d = _diagnose([_page(tmp_path, "v1-queue-preempt.prom", H200_START + 600)])
+    assert d.status == "advice", d.reason
+    assert d.recommendation is not None and d.recommendation.rule == "kv-preemption-capacity"
+    assert d.context["single_page"]["preemptions_since_start"] == 353
+    assert "From one page" in d.recommendation.note
+    assert d.context["single_page"]["time_base"] == "process_start_time_seconds"
+    assert d.signals["preemptions_per_second"] is not None
+    assert abs(d.signals["preemptions_per_second"] - 353 / 600) < 1e-6
+
+
+def test_the_same_page_without_a_time_base_names_what_it_shows(tmp_path: Path) -> None:
+    """The file's time before the process start: no rates, so no rule can check the
+    preemptions; the verdict names the queue and the preemptions instead of "healthy"."""
+    d = _diagnose([_page(tmp_path, "v1-queue-preempt.prom", H200_START - 10)])
+    assert d.status == "inconclusive"
+    assert "719 waiting" in d.reason and "353 preemptions since start" in d.reason
+
+
+def test_a_page_without_the_running_gauge_is_not_idle(tmp_path: Path) -> None:
+    d = _diagnose([_page(tmp_path, "v1-no-running-gauge.prom", None)])
+    assert d.status == "insufficient-data"
+    assert "idle:" not in d.reason
+    assert "vllm:num_requests_running" in d.reason
+
+
+def test_a_quiet_page_without_a_start_time_is_not_called_healthy(tmp_path: Path) -> None:
+    """A real idle CPU page with process_start_time_seconds and every _created line cut."""
+    d = _diagnose([_page(tmp_path, "v1-no-start-time.prom", None)])
+    assert d.status == "insufficient-data"
+    assert d.context["single_page"]["missing_time_base"] is not None
+
+
+def test_a_v0_page_gets_v0_defaults_and_no_health_verdict(tmp_path: Path) -> None:
+    """V0 spellings (vllm:gpu_cache_usage_perc, num_requests_swapped, avg_*_throughput) and
+    no version anywhere: V0's defaults (chunked prefill off, prefix caching off), not the
+    newest vLLM's; the queue on the page keeps it from "healthy"."""
+    d = _diagnose([_page(tmp_path, "v0-0.6-queue.prom", 1.71854e09 + 3600)])
+    assert d.status == "inconclusive", d.reason
+    assert "412 waiting" in d.reason
+    knobs = d.engine["knobs"]
+    assert knobs["enable_chunked_prefill"]["value"] is False
+    assert knobs["enable_prefix_caching"]["value"] is False
+    assert "V0 era inferred" in knobs["enable_chunked_prefill"]["detail"]
+    assert d.engine["facts"]["vllm_era"]["value"] == "v0"
+
+
+def test_a_v1_page_keeps_the_newest_defaults() -> None:
+    res = CliRunner().invoke(
+        main,
+        [
+            "inspect",
+            "--metrics-file",
+            str(FIXTURES / "pages" / "cpu-0.32-baseline-after.prom"),
+            "--format",
+            "json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    eng = json.loads(res.stdout)["engine"]
+    assert eng["facts"]["vllm_era"]["value"] == "v1"
+    assert eng["knobs"]["enable_chunked_prefill"]["value"] is True
+
+
+def test_explain_on_a_log_alone_diagnoses_from_its_stats_lines() -> None:
+    """A real H200 0.25 log: its stats lines show 223 waiting and a full KV cache, and a log
+    says nothing about preemptions in V1, so no rule can confirm a cause: inconclusive, with
+    what the lines show (never "healthy", never a refusal)."""
+    d = _diagnose([], str(FIXTURES / "logs" / "h200-0.25-A_s256.log"))
+    assert d.status == "inconclusive", d.reason
+    assert "up to 223 waiting" in d.reason
+    assert d.context["source"] == "log stats lines" and d.context["stats_lines"] >= 5
+    assert d.signals["requests_waiting_avg"] is not None
+
+
+def test_explain_on_a_quiet_log_alone_and_on_a_log_without_stats(tmp_path: Path) -> None:
+    # a real CPU 0.32 run: never more than 16 running, nothing waiting, KV under 5%
+    d = _diagnose([], str(FIXTURES / "logs" / "cpu-0.32-baseline.log"))
+    assert d.status == "healthy", d.reason
+    assert d.context["source"] == "log stats lines"
+    empty = tmp_path / "startup-only.log"
+    empty.write_text("INFO 11-29 23:25:08 [api_server.py:1] vLLM API server version 0.32.0\n")
+    d2 = _diagnose([], str(empty))
+    assert d2.status == "insufficient-data" and "no periodic stats lines" in d2.reason
+    res = CliRunner().invoke(main, ["explain", "--log-file", str(empty), "--format", "json"])
+    assert json.loads(res.stdout)["status"] == "insufficient-data"
+
+
+def test_log_stats_lines_become_pages_with_v1_preemption_counts() -> None:
+    """V1 prints "Preemptions: N" (the interval's) only when N > 0: once the log shows it, a line
+    without it counts none; throughputs integrate into token counters."""
+    from advisor.core import names
+    from advisor.diagnose.evidence import pages_from_stats
+    from advisor.sources.logs import parse_lines
+
+    head = "(APIServer pid=1) INFO 11-29 23:26:{s} [loggers.py:335] Engine 000: Avg prompt throughput: 100.0 tokens/s, "
+    lines = [
+        head.format(s="00") + "Avg generation throughput: 50.0 tokens/s, Running: 8 reqs, Waiting: 0 reqs, "
+        "GPU KV cache usage: 50.0%, Prefix cache hit rate: 0.0%",
+        head.format(s="10") + "Avg generation throughput: 50.0 tokens/s, Running: 16 reqs, Waiting: 4 reqs, "
+        "Preemptions: 3, GPU KV cache usage: 99.0%, Prefix cache hit rate: 0.0%",
+        head.format(s="20") + "Avg generation throughput: 50.0 tokens/s, Running: 16 reqs, Waiting: 2 reqs, "
+        "GPU KV cache usage: 97.0%, Prefix cache hit rate: 0.0%",
+    ]
+    pages = pages_from_stats(parse_lines(lines, year=2026))
+    assert [p.total(names.NUM_PREEMPTIONS) for p in pages] == [0.0, 3.0, 3.0]
+    assert [p.total(names.NUM_WAITING) for p in pages] == [0.0, 4.0, 2.0]
+    assert pages[2].total(names.PROMPT_TOKENS) - pages[0].total(names.PROMPT_TOKENS) == 2000.0  # type: ignore[operator]
+    assert pages[1].mean(names.KV_CACHE_USAGE) == 0.99
+
+
+def test_the_counters_created_stamps_stand_in_for_a_missing_start_time(tmp_path: Path) -> None:
+    """process_start_time_seconds cut from the page (a paste of the vllm: lines only): the
+    earliest *_created stamp (the engine's counters, created at its start) is the time base."""
+    text = (PAGES / "v1-queue-preempt.prom").read_text()
+    cut = "\n".join(ln for ln in text.splitlines() if "process_start_time_seconds" not in ln) + "\n"
+    page = tmp_path / "no-process-start.prom"
+    page.write_text(cut)
+    created = min(
+        float(ln.split()[-1]) for ln in cut.splitlines() if not ln.startswith("#") and "_created" in ln
+    )
+    os.utime(page, (created + 600, created + 600))
+    d = _diagnose([str(page)])
+    assert d.context["single_page"]["time_base"] == "the earliest vllm:*_created stamp"
+    assert d.context["single_page"]["process_start"] == created
+    assert d.status == "advice" and d.signals["preemptions_per_second"] == pytest.approx(353 / 600)

@@ -1,0 +1,190 @@
+"""The performance model (advisor/perfmodel.py) on pages of a simulated engine.
+
+A stand-in, said here: the pages come from an engine simulated with a known step-time law
+(T = a + k x KV tokens read + c x prefill tokens), because only the fit's arithmetic is under test.
+How the model predicts real servers is checked on the committed H200 recordings
+(tests/predict/test_prediction.py, docs/prediction.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.core import names as n
+from advisor.core.model import EngineInfo, Family, Histogram, Provenanced, Snapshot, label_key
+from advisor.derive.window import Window
+from advisor.predict import perfmodel as pm
+
+A, K, C = 0.004, 3e-8, 2e-5  # seconds per step, per KV token read, per prefill token
+KV_TOKENS = 65536.0
+LABELS = label_key({"engine": "0", "model_name": "m"})
+
+
+def _fam(name: str, typ: str, value: object) -> Family:
+    return Family(name, typ, "", {LABELS: value})
+
+
+def _page(t: float, c: dict[str, float], running: float, waiting: float, kv: float) -> Snapshot:
+    fams = {
+        n.NUM_RUNNING: _fam(n.NUM_RUNNING, "gauge", running),
+        n.NUM_WAITING: _fam(n.NUM_WAITING, "gauge", waiting),
+        n.KV_CACHE_USAGE: _fam(n.KV_CACHE_USAGE, "gauge", kv),
+        n.GENERATION_TOKENS: _fam(n.GENERATION_TOKENS, "counter", c["gen"]),
+        n.PROMPT_TOKENS: _fam(n.PROMPT_TOKENS, "counter", c["prompt"]),
+        n.NUM_PREEMPTIONS: _fam(n.NUM_PREEMPTIONS, "counter", c["pre"]),
+        n.REQUEST_SUCCESS: _fam(n.REQUEST_SUCCESS, "counter", c["done"]),
+        n.ITERATION_TOKENS: _fam(
+            n.ITERATION_TOKENS,
+            "histogram",
+            Histogram(((float("inf"), c["steps"]),), c["steps"], c["gen"] + c["prompt"]),
+        ),
+    }
+    return Snapshot(t, fams)
+
+
+def simulate(
+    rows: list[tuple[float, float, float]],
+    waiting: float = 50.0,
+    dt: float = 2.0,
+    pre_per_interval: float = 0.0,
+) -> Window:
+    """Pages every ``dt`` s of an engine running (batch, kv usage, prefill tokens per step)."""
+    w = Window(max_age_s=1e9, clock=lambda: 1e6)
+    c = {"gen": 0.0, "prompt": 0.0, "pre": 0.0, "done": 0.0, "steps": 0.0}
+    t = 1000.0
+    batch0, kv0, _ = rows[0]
+    w.add_snapshot(_page(t, c, batch0, waiting, kv0))
+    for batch, kv, prefill in rows:
+        step = A + K * kv * KV_TOKENS + C * prefill
+        steps = dt / step
+        c["steps"] += steps
+        c["gen"] += steps * batch
+        c["prompt"] += steps * prefill
+        c["pre"] += pre_per_interval
+        c["done"] += steps * batch / 500.0
+        t += dt
+        w.add_snapshot(_page(t, c, batch, waiting, kv))
+    return w
+
+
+def engine(**knobs: object) -> EngineInfo:
+    return EngineInfo({k: Provenanced(v, "cmdline") for k, v in knobs.items()})
+
+
+VALUES = {
+    "max_num_seqs": 48.0,
+    "max_num_batched_tokens": 8192.0,
+    "kv_cache_tokens": KV_TOKENS,
+    "prompt_tokens_mean": 1000.0,
+    "generation_tokens_mean": 500.0,
+    "engines": 1.0,
+}
+
+
+def busy_rows() -> list[tuple[float, float, float]]:
+    # a batch pinned at the cap, KV usage and prefill per step varying as requests come and go
+    return [(48.0, 0.5 + 0.04 * (i % 5), 40.0 + 60.0 * (i % 4)) for i in range(30)]
+
+
+def test_step_time_fit_recovers_the_law_the_engine_obeys() -> None:
+    m = pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
+    assert m.fit is not None and m.fit.feature == "kv"
+    # within 5%: the pages show KV usage at the ends of an interval, the law used the interval's own
+    assert m.fit.a == pytest.approx(A, rel=0.05)
+    assert m.fit.k == pytest.approx(K, rel=0.05)
+    assert m.fit.c == pytest.approx(C, rel=0.05)
+    assert m.offered == pytest.approx(48 + 50)
+    assert m.binding == "max_num_seqs"
+
+
+def test_an_unchanged_knob_predicts_what_was_measured() -> None:
+    m = pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
+    p = pm.predict(m, "max_num_seqs", 48)
+    for k in pm.METRICS:
+        assert p.predicted[k] == pytest.approx(p.measured[k]), k
+    assert set(p.to_json()) == {
+        "knob",
+        "current",
+        "value",
+        "binding_after",
+        "predicted",
+        "measured",
+        "confidence",
+    }
+    assert list(p.to_json()["predicted"]) == list(pm.METRICS)
+
+
+def test_a_higher_cap_grows_the_batch_until_the_kv_cache_binds() -> None:
+    m = pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
+    holds = KV_TOKENS / (m.kv_per_running or 1)  # ~2300 KV tokens per running request -> ~28
+    small = pm.predict(m, "max_num_seqs", 60)
+    assert small.binding_after in ("kv_cache", "max_num_seqs")
+    big = pm.predict(m, "max_num_seqs", 500)
+    assert big.binding_after == "load" or big.binding_after == "kv_cache"
+    r = big.predicted["running"]
+    assert r is not None and r <= max(holds, 98.0) + 1e-6
+    # a larger batch: more tokens per second, longer steps, preemptions once it outgrows the cache
+    thr = big.ratio("output_tokens_per_second")
+    assert thr is not None
+    assert (big.predicted["preemptions_per_second"] or 0) >= (small.predicted["preemptions_per_second"] or 0)
+
+
+def test_more_kv_removes_preemptions_when_the_cap_fits_in_it() -> None:
+    m = pm.build(
+        simulate([(48.0, 0.95 + 0.01 * (i % 3), 50.0 + 40 * (i % 4)) for i in range(30)], pre_per_interval=1),
+        engine(kv_cache_memory_bytes=2**33),
+        {**VALUES, "prompt_tokens_mean": 1200.0},
+    )
+    assert m.measured["preemptions_per_second"] == pytest.approx(0.5)
+    p = pm.predict(m, "kv_cache_memory_bytes", 2 * 2**33)
+    assert p.predicted["preemptions_per_second"] == 0.0
+    assert p.binding_after == "max_num_seqs"
+
+
+def test_a_cache_that_fits_the_batch_only_in_tokens_still_preempts_in_blocks() -> None:
+    # 6 requests of 384 + 384 tokens against 4,608 tokens: they fit as tokens, but in blocks of
+    # 128 each holds 6 blocks, and V1 keeps one of the 36 as its null block, so one does not fit
+    values = {
+        **VALUES,
+        "max_num_seqs": 6.0,
+        "kv_cache_tokens": 4608.0,
+        "prompt_tokens_mean": 384.0,
+        "generation_tokens_mean": 384.0,
+    }
+    rows = [(6.0, 0.9, 40.0) for _ in range(30)]
+    blocks = pm.build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20, block_size=128), values)
+    tokens = pm.build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20), values)
+    assert blocks.config.usable_kv_tokens() == 4480.0
+    assert blocks.config.footprint(384.0, 384.0) == 768.0
+    s_blocks, s_tokens = pm.state(blocks, blocks.config), pm.state(tokens, tokens.config)
+    assert s_tokens.preempt_share == 0.0
+    assert s_blocks.preempt_share == pytest.approx(1 - 4480 / (6 * 768))
+
+
+def test_unknown_inputs_stay_unknown_and_lower_the_confidence() -> None:
+    values = {**VALUES, "kv_cache_tokens": None}
+    m = pm.build(simulate(busy_rows()), engine(), values)
+    assert "kv_cache_tokens" in m.missing and m.kv_per_running is None
+    p = pm.predict(m, "max_num_seqs", 64)
+    full = pm.predict(
+        pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES), "max_num_seqs", 64
+    )
+    assert p.confidence < full.confidence
+    with pytest.raises(ValueError, match="KV cache size"):
+        pm.predict(m, "kv_cache_memory_bytes", 2**34)
+    with pytest.raises(ValueError, match="memory"):
+        pm.predict(m, "gpu_memory_utilization", 0.95)
+
+
+def test_an_idle_window_is_insufficient_data() -> None:
+    w = Window(max_age_s=1e9, clock=lambda: 1e6)
+    c = {"gen": 0.0, "prompt": 0.0, "pre": 0.0, "done": 0.0, "steps": 0.0}
+    w.add_snapshot(_page(0.0, c, 0, 0, 0))
+    w.add_snapshot(_page(2.0, c, 0, 0, 0))
+    with pytest.raises(pm.InsufficientData):
+        pm.build(w, engine(), VALUES)
+
+
+def test_least_squares_refuses_a_singular_system() -> None:
+    # every row the same: nothing to fit
+    assert pm.fit_step_time([(0.01, 5.0, 3.0, 1.0)] * 5) is None

