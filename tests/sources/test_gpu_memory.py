@@ -16,7 +16,7 @@ from advisor.predict import scoring
 from advisor.sources import host as host_src
 from advisor.sources.session import record
 from tests.paths import REPO
-from tests.test_session import FIXTURE_PAGE, T0, FakeHttp, FakeTime
+from tests.sources.test_session import FIXTURE_PAGE, T0, FakeHttp, FakeTime
 
 GiB = 2**30
 
