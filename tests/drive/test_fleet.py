@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import subprocess
 import threading
 import time
@@ -354,7 +355,7 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                         prom_url, 'count by (__name__) ({__name__=~"vllm:.+|process_.+",job="vllm"})'
                     )
                 ]
-                n_families = len(family_groups([n for n in names if prom.re.fullmatch(prom.READ_NAME_RE, n)]))
+                n_families = len(family_groups([n for n in names if re.fullmatch(prom.READ_NAME_RE, n)]))
                 # series + names + one per family + up + sidecars (+ metadata every 20th cycle)
                 assert fleet.state().queries_last_cycle <= n_families + 5
             finally:
