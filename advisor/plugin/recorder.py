@@ -1,0 +1,278 @@
+"""The record path: vLLM's per-step stats objects -> sketches and running sums.
+
+``EngineRecorder.record`` is called once per engine step (the front-end's output handler
+calls every stat logger with the step's ``SchedulerStats`` and ``IterationStats``), so it
+does constant work per step plus ~15 sketch adds per finished request; the expensive part
+(merging sketches into quantiles) happens at scrape time in ``snapshot``.
+
+Every field is read with ``getattr`` and a default (the stats classes change between vLLM
+versions, see ``versions.py``); a series exists only once the fields it is built from have
+been seen, so a field a version lacks leaves its series out instead of exporting zeros.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from bisect import bisect_left
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.plugin import names as n
+from advisor.plugin.config import PluginConfig, bucket_labels
+from advisor.plugin.sketch import WindowedSketch
+
+_SKIPPED_REASONS = frozenset({"abort", "error"})
+"""Aborted and failed requests' latencies are cut short: they would bias the quantiles."""
+
+# indexes into a source's list of running sums (names.FIT_NAMES, in this order)
+_FIT_LEN = len(n.FIT_NAMES)
+
+SummaryKey = tuple[str, tuple[tuple[str, str], ...]]
+"""(series name, ((label, value), ...)) of one summary series."""
+
+
+@dataclass(frozen=True)
+class SummarySnapshot:
+    """One summary series at scrape time: its window quantiles and cumulative counters."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    count: float
+    total: float
+    quantiles: list[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one engine's recorder exports, copied under its lock."""
+
+    engine: str
+    summaries: list[SummarySnapshot]
+    counters: dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+class EngineRecorder:
+    """Sketches and running sums for one engine (a data-parallel rank gets its own).
+
+    ``frontend_timing`` False turns off the front-end step clock (with several API servers
+    each one receives only some steps' stats, so arrival intervals are not step times).
+    ``clock`` is injectable for tests; it must be monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        engine: str = "0",
+        frontend_timing: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.frontend_timing = frontend_timing
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._prompt_edges = config.prompt_buckets
+        self._prompt_labels = bucket_labels(config.prompt_buckets)
+        self._output_edges = config.output_buckets
+        self._output_labels = bucket_labels(config.output_buckets)
+        self._band_edges = config.batch_bands
+        self._band_labels = band_labels(config.batch_bands)
+        self._sketches: dict[SummaryKey, WindowedSketch] = {}
+        self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self._fit: dict[str, list[float]] = {}
+        self._prev_arrival: float | None = None
+        self._prev_busy = False
+        self._details_seen = False
+        self.steps = 0
+
+    # ------------------------------------------------------------------ record path
+    def record(self, scheduler_stats: Any, iteration_stats: Any) -> None:
+        """Take one engine step's stats (either may be None)."""
+        now = self._clock()
+        with self._lock:
+            if scheduler_stats is not None:
+                self._on_step(scheduler_stats, iteration_stats, now)
+            if iteration_stats is not None:
+                self._on_iteration(iteration_stats, now)
+
+    def _sketch(self, name: str, labels: tuple[tuple[str, str], ...]) -> WindowedSketch:
+        key = (name, labels)
+        sk = self._sketches.get(key)
+        if sk is None:
+            cfg = self.config
+            sk = WindowedSketch(cfg.window_seconds, cfg.window_slots, cfg.relative_accuracy)
+            self._sketches[key] = sk
+        return sk
+
+    def _count(self, name: str, labels: tuple[tuple[str, str], ...], value: float) -> None:
+        key = (name, labels)
+        self._counters[key] = self._counters.get(key, 0.0) + value
+
+    def _on_step(self, s: Any, it: Any, now: float) -> None:
+        self.steps += 1
+        self._count(n.STEPS, (), 1.0)
+        running = getattr(s, "num_running_reqs", None)
+        waiting = getattr(s, "num_waiting_reqs", None)
+        if running is not None:
+            self._count(n.STEP_RUNNING_REQUESTS, (), float(running))
+        if waiting is not None:
+            self._count(n.STEP_WAITING_REQUESTS, (), float(waiting))
+        details = getattr(s, "iteration_details", None)
+        if details is not None:
+            self._details_seen = True
+            self._on_details(details, now)
+        elif self.frontend_timing and not self._details_seen:
+            prev = self._prev_arrival
+            if prev is not None and self._prev_busy:
+                p, d = _frontend_tokens(it)
+                finished = getattr(it, "finished_requests", None) if it is not None else None
+                b = (running or 0) + (len(finished) if finished else 0)
+                self._timed(n.SOURCE_FRONTEND, now - prev, p, d, b, now)
+        self._prev_arrival = now
+        self._prev_busy = (running or 0) + (waiting or 0) > 0
+
+    def _on_details(self, details: Any, now: float) -> None:
+        if getattr(details, "is_dummy", False):
+            return
+        ms = getattr(details, "elapsed_ms", None)
+        p = getattr(details, "num_ctx_tokens", None)
+        d = getattr(details, "num_generation_tokens", None)
+        if ms is None or p is None or d is None:
+            return
+        b = (getattr(details, "num_ctx_requests", 0) or 0) + (
+            getattr(details, "num_generation_requests", 0) or 0
+        )
+        self._timed(n.SOURCE_DETAILS, ms / 1000.0, int(p), int(d), int(b), now)
+
+    def _timed(self, source: str, t: float, p: int, d: int, b: int, now: float) -> None:
+        f = self._fit.get(source)
+        if f is None:
+            f = self._fit[source] = [0.0] * _FIT_LEN
+        f[0] += 1.0
+        f[1] += t
+        f[2] += p
+        f[3] += d
+        f[4] += b
+        f[5] += t * t
+        f[6] += p * p
+        f[7] += d * d
+        f[8] += p * d
+        f[9] += t * p
+        f[10] += t * d
+        if p and d:
+            phase = n.PHASE_MIXED
+        elif d:
+            phase = n.PHASE_DECODE
+        elif p:
+            phase = n.PHASE_PREFILL
+        else:
+            phase = n.PHASE_OTHER
+        band = self._band_labels[bisect_left(self._band_edges, b)] if b > 0 else "0"
+        labels = ((n.SOURCE_LABEL, source), (n.PHASE_LABEL, phase), (n.BATCH_LABEL, band))
+        self._sketch(n.STEP_DURATION, labels).add(t, now)
+
+    def _on_iteration(self, it: Any, now: float) -> None:
+        preempted = getattr(it, "num_preempted_reqs", None)
+        if preempted is not None:
+            self._count(n.STEP_PREEMPTIONS, (), float(preempted))
+        itl = getattr(it, "inter_token_latencies_iter", None)
+        if itl:
+            self._sketch(n.ITL, ()).add_many(itl, now)
+        finished = getattr(it, "finished_requests", None)
+        if finished:
+            for fr in finished:
+                self._on_finished(fr, now)
+
+    def _on_finished(self, fr: Any, now: float) -> None:
+        reason = getattr(fr, "finish_reason", None)
+        if reason is not None and str(reason).lower() in _SKIPPED_REASONS:
+            return
+        prompt = getattr(fr, "num_prompt_tokens", None)
+        out = getattr(fr, "num_generation_tokens", None)
+        pb = self._prompt_labels[bisect_left(self._prompt_edges, prompt)] if prompt is not None else None
+        ob = self._output_labels[bisect_left(self._output_edges, out)] if out is not None else None
+        keys: list[tuple[tuple[str, str], ...]] = [
+            ((n.PROMPT_BUCKET_LABEL, n.ALL), (n.OUTPUT_BUCKET_LABEL, n.ALL))
+        ]
+        if pb is not None:
+            keys.append(((n.PROMPT_BUCKET_LABEL, pb), (n.OUTPUT_BUCKET_LABEL, n.ALL)))
+        if ob is not None:
+            keys.append(((n.PROMPT_BUCKET_LABEL, n.ALL), (n.OUTPUT_BUCKET_LABEL, ob)))
+
+        values: list[tuple[str, float]] = []
+        e2e = getattr(fr, "e2e_latency", None)
+        if e2e is not None and e2e >= 0:
+            values.append((n.REQUEST_E2E, e2e))
+            decode = getattr(fr, "decode_time", None)
+            if decode is not None and 0 <= decode <= e2e:
+                values.append((n.REQUEST_TTFT, e2e - decode))
+        for name, attr in ((n.REQUEST_QUEUE, "queued_time"), (n.REQUEST_PREFILL, "prefill_time")):
+            v = getattr(fr, attr, None)
+            if v is not None and v >= 0:
+                values.append((name, v))
+        tpot = getattr(fr, "mean_time_per_output_token", None)
+        if tpot is not None and out is not None and out > 1 and tpot > 0:
+            values.append((n.REQUEST_TPOT, tpot))
+
+        counts: list[tuple[str, float]] = []
+        if prompt is not None:
+            counts.append((n.REQUEST_PROMPT_TOKENS, float(prompt)))
+        if out is not None:
+            counts.append((n.REQUEST_GENERATION_TOKENS, float(out)))
+        for name, attr in (
+            (n.REQUEST_CACHED_TOKENS, "num_cached_tokens"),
+            (n.REQUEST_PREEMPTIONS, "num_preemptions"),
+        ):
+            v = getattr(fr, attr, None)
+            if v is not None:
+                counts.append((name, float(v)))
+
+        for labels in keys:
+            for name, v in values:
+                self._sketch(name, labels).add(v, now)
+            for name, c in counts:
+                self._count(name, labels, c)
+
+    # ------------------------------------------------------------------ scrape path
+    def snapshot(self, qs: tuple[float, ...] = n.QUANTILES) -> Snapshot:
+        """Quantiles over the window ending now, and every counter (under the lock)."""
+        now = self._clock()
+        with self._lock:
+            summaries = [
+                SummarySnapshot(name, labels, sk.count, sk.total, sk.quantiles(now, qs))
+                for (name, labels), sk in self._sketches.items()
+            ]
+            counters = dict(self._counters)
+            for source, sums in self._fit.items():
+                for name, v in zip(n.FIT_NAMES, sums, strict=True):
+                    counters[(name, ((n.SOURCE_LABEL, source),))] = v
+        return Snapshot(self.engine, summaries, counters)
+
+
+def band_labels(edges: tuple[int, ...]) -> tuple[str, ...]:
+    """Batch-size bands of at least one request: ``(1, 4, 16)`` -> ``("1", "2-4", "5-16", "17+")``."""
+    labels = []
+    lo = 1
+    for e in edges:
+        labels.append(str(lo) if lo == e else f"{lo}-{e}")
+        lo = e + 1
+    labels.append(f"{lo}+")
+    return tuple(labels)
+
+
+def _frontend_tokens(it: Any) -> tuple[int, int]:
+    """(prefill, decode) tokens of a step as the front-end sees them: prompt tokens computed
+    for requests whose prefill finished in this step, and generated tokens less the first
+    token of each such request."""
+    if it is None:
+        return 0, 0
+    gen = getattr(it, "num_generation_tokens", 0) or 0
+    firsts = getattr(it, "time_to_first_tokens_iter", None)
+    d = max(gen - (len(firsts) if firsts else 0), 0)
+    pts = getattr(it, "prompt_token_stats", None)
+    p = getattr(pts, "computed", None) if pts is not None else None
+    if p is None:
+        p = getattr(it, "num_prompt_tokens", 0) or 0
+    return int(p), int(d)
