@@ -35,7 +35,8 @@ log = logging.getLogger("vllm.advisor_plugin")
 PORT_TRIES = 16
 
 _HELP = {
-    n.REQUEST_TTFT: "Time to first token of finished requests (e2e_latency - decode_time), by length bucket.",
+    n.REQUEST_TTFT: "Time to first token of finished requests (vLLM's definition), by length bucket.",
+    n.REQUEST_TTFT_ESTIMATED: "Finished requests whose TTFT was estimated as e2e_latency - decode_time.",
     n.REQUEST_TPOT: "Mean time per output token after the first, of finished requests, by length bucket.",
     n.REQUEST_QUEUE: "Time finished requests waited in the engine queue, by length bucket.",
     n.REQUEST_PREFILL: "Time from first scheduled to first token of finished requests, by length bucket.",

@@ -28,6 +28,10 @@ ITL = PREFIX + "itl_seconds"
 """Summary of every inter-token latency (not split by length: vLLM reports ITLs per step
 without the request they belong to)."""
 
+REQUEST_TTFT_ESTIMATED = PREFIX + "request_ttft_estimated"
+"""Counter: finished requests whose first token was not seen (the plugin loaded mid-request,
+or parallel sampling's children sharing one arrival time): their TTFT is
+e2e_latency - decode_time, which also counts the front-end's lag on the last token."""
 REQUEST_PROMPT_TOKENS = PREFIX + "request_prompt_tokens"  # counter (+ _total)
 REQUEST_GENERATION_TOKENS = PREFIX + "request_generation_tokens"  # counter
 REQUEST_CACHED_TOKENS = PREFIX + "request_cached_tokens"  # counter

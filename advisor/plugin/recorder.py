@@ -26,6 +26,10 @@ from advisor.plugin.sketch import WindowedSketch
 _SKIPPED_REASONS = frozenset({"abort", "error"})
 """Aborted and failed requests' latencies are cut short: they would bias the quantiles."""
 
+_FIRST_TOKEN_SWEEP = 4096
+_FIRST_TOKEN_HORIZON_S = 3600.0
+"""A first token's TTFT waits at most this long for its request to finish."""
+
 # indexes into a source's list of running sums (names.FIT_NAMES, in this order)
 _FIT_LEN = len(n.FIT_NAMES)
 
@@ -85,6 +89,8 @@ class EngineRecorder:
         self._prev_arrival: float | None = None
         self._prev_busy = False
         self._details_seen = False
+        self._first_tokens: dict[int, float] = {}
+        self._first_token_inserts = 0
         self.steps = 0
 
     # ------------------------------------------------------------------ record path
@@ -180,12 +186,43 @@ class EngineRecorder:
         itl = getattr(it, "inter_token_latencies_iter", None)
         if itl:
             self._sketch(n.ITL, ()).add_many(itl, now)
+        stamp = getattr(it, "iteration_timestamp", None)
+        firsts = getattr(it, "time_to_first_tokens_iter", None)
+        if stamp is not None and firsts:
+            self._remember_first_tokens(stamp, firsts)
         finished = getattr(it, "finished_requests", None)
         if finished:
             for fr in finished:
-                self._on_finished(fr, now)
+                self._on_finished(fr, stamp, now)
 
-    def _on_finished(self, fr: Any, now: float) -> None:
+    def _remember_first_tokens(self, stamp: float, firsts: list[float]) -> None:
+        """Keep each first token's TTFT under its request's arrival time (the step's
+        wall-clock stamp minus the TTFT, which vLLM computed as stamp - arrival), so the
+        request's exact TTFT is found again when it finishes: vLLM hands a finished
+        request's e2e latency (stamp - arrival) and lengths, not its TTFT."""
+        table = self._first_tokens
+        for ttft in firsts:
+            table[round((stamp - ttft) * 1e6)] = ttft
+        self._first_token_inserts += len(firsts)
+        if self._first_token_inserts >= _FIRST_TOKEN_SWEEP:
+            # requests that never finish normally (aborted) leave entries: drop old ones
+            self._first_token_inserts = 0
+            oldest = round((stamp - _FIRST_TOKEN_HORIZON_S) * 1e6)
+            for key in [k for k in table if k < oldest]:
+                del table[key]
+
+    def _exact_ttft(self, stamp: float | None, e2e: float) -> float | None:
+        if stamp is None or not self._first_tokens:
+            return None
+        key = round((stamp - e2e) * 1e6)  # the arrival time, to the microsecond
+        table = self._first_tokens
+        for k in (key, key - 1, key + 1):  # float rounding moves it by at most 1 us
+            ttft = table.pop(k, None)
+            if ttft is not None:
+                return ttft
+        return None
+
+    def _on_finished(self, fr: Any, stamp: float | None, now: float) -> None:
         reason = getattr(fr, "finish_reason", None)
         if reason is not None and str(reason).lower() in _SKIPPED_REASONS:
             return
@@ -203,11 +240,17 @@ class EngineRecorder:
 
         values: list[tuple[str, float]] = []
         e2e = getattr(fr, "e2e_latency", None)
+        estimated = False
         if e2e is not None and e2e >= 0:
             values.append((n.REQUEST_E2E, e2e))
-            decode = getattr(fr, "decode_time", None)
-            if decode is not None and 0 <= decode <= e2e:
-                values.append((n.REQUEST_TTFT, e2e - decode))
+            ttft = self._exact_ttft(stamp, e2e)
+            if ttft is None:
+                decode = getattr(fr, "decode_time", None)
+                if decode is not None and 0 <= decode <= e2e:
+                    ttft = e2e - decode
+                    estimated = True
+            if ttft is not None:
+                values.append((n.REQUEST_TTFT, ttft))
         for name, attr in ((n.REQUEST_QUEUE, "queued_time"), (n.REQUEST_PREFILL, "prefill_time")):
             v = getattr(fr, attr, None)
             if v is not None and v >= 0:
@@ -221,6 +264,8 @@ class EngineRecorder:
             counts.append((n.REQUEST_PROMPT_TOKENS, float(prompt)))
         if out is not None:
             counts.append((n.REQUEST_GENERATION_TOKENS, float(out)))
+        if estimated:
+            counts.append((n.REQUEST_TTFT_ESTIMATED, 1.0))
         for name, attr in (
             (n.REQUEST_CACHED_TOKENS, "num_cached_tokens"),
             (n.REQUEST_PREEMPTIONS, "num_preemptions"),

@@ -60,7 +60,18 @@ FIELDS: tuple[Field, ...] = (
     Field("IterationStats", "num_generation_tokens", None, "decode tokens d (source=frontend)"),
     Field("IterationStats", "prompt_token_stats", None, "computed prefill tokens p (source=frontend)"),
     Field("IterationStats", "num_preempted_reqs", None, "step_preemptions_total"),
-    Field("IterationStats", "time_to_first_tokens_iter", None, "first tokens, subtracted from d"),
+    Field(
+        "IterationStats",
+        "time_to_first_tokens_iter",
+        None,
+        "request_ttft_seconds (matched to the finished request by arrival time); first tokens, subtracted from d",
+    ),
+    Field(
+        "IterationStats",
+        "iteration_timestamp",
+        None,
+        "arrival time = stamp - TTFT = stamp - e2e_latency: matches a first token to its request",
+    ),
     Field("IterationStats", "inter_token_latencies_iter", None, "itl_seconds"),
     Field("IterationStats", "finished_requests", None, "every request_* series"),
     Field("FinishedRequestStats", "finish_reason", None, "aborted and failed requests are left out"),
@@ -71,8 +82,15 @@ FIELDS: tuple[Field, ...] = (
         None,
         "output bucket; request_generation_tokens_total",
     ),
-    Field("FinishedRequestStats", "e2e_latency", None, "request_e2e_seconds; with decode_time, TTFT"),
-    Field("FinishedRequestStats", "decode_time", None, "request_ttft_seconds = e2e_latency - decode_time"),
+    Field(
+        "FinishedRequestStats", "e2e_latency", None, "request_e2e_seconds; its arrival time finds its TTFT"
+    ),
+    Field(
+        "FinishedRequestStats",
+        "decode_time",
+        None,
+        "fallback request_ttft_seconds = e2e_latency - decode_time when the first token was not seen",
+    ),
     Field("FinishedRequestStats", "queued_time", None, "request_queue_seconds"),
     Field("FinishedRequestStats", "prefill_time", None, "request_prefill_seconds"),
     Field("FinishedRequestStats", "mean_time_per_output_token", None, "request_tpot_seconds"),

@@ -47,10 +47,11 @@ def finished(
     preemptions: int = 0,
     cached: int = 0,
     reason: FinishReason = FinishReason.LENGTH,
+    first_token_lag: float = 0.0,
 ) -> SimpleNamespace:
-    """A finished request whose TTFT is ``ttft`` (decode_time = e2e - ttft, as vLLM's
-    front-end stamps make it)."""
-    decode = e2e - ttft
+    """A finished request whose TTFT is ``ttft``: decode_time (engine clock) is e2e - ttft
+    plus ``first_token_lag``, the front-end's extra lag on the first token over the last."""
+    decode = e2e - ttft + first_token_lag
     return _shaped(
         "FinishedRequestStats",
         version,
@@ -81,19 +82,23 @@ def iteration(
     preempted: int = 0,
     itls: list[float] | None = None,
     finished_requests: list[SimpleNamespace] | None = None,
+    stamp: float = 0.0,
+    ttfts: list[float] | None = None,
 ) -> SimpleNamespace:
+    """IterationStats of one step: ``stamp`` is its wall-clock iteration_timestamp, ``ttfts``
+    the TTFTs of the requests whose first token it carries (else ``first_tokens`` of 0.1 s)."""
     prompt_stats = SimpleNamespace(computed=prompt_computed, total=prompt_computed, cached_tokens=0)
     return _shaped(
         "IterationStats",
         version,
         {
-            "iteration_timestamp": 0.0,
+            "iteration_timestamp": stamp,
             "num_generation_tokens": generated,
             "prompt_token_stats": prompt_stats,
             "num_prompt_tokens": prompt_computed,
             "num_preempted_reqs": preempted,
             "finished_requests": list(finished_requests or []),
-            "time_to_first_tokens_iter": [0.1] * first_tokens,
+            "time_to_first_tokens_iter": list(ttfts) if ttfts is not None else [0.1] * first_tokens,
             "inter_token_latencies_iter": list(itls or []),
         },
     )

@@ -158,6 +158,36 @@ def test_window_forgets_old_requests_but_counters_do_not() -> None:
     assert got is not None and got[2] == {} and got[0] == 2
 
 
+def test_ttft_is_vllms_own_found_by_arrival_time() -> None:
+    """vLLM hands a finished request's e2e latency, not its TTFT; the plugin keeps each first
+    token's TTFT under its arrival time (stamp - TTFT) and finds it again at the finish
+    (stamp - e2e). Only a request whose first token it never saw falls back to
+    e2e - decode_time, which misses the front-end's lag on the first token (0.05 s here)."""
+    v = "0.32.0"
+    rec = EngineRecorder(PluginConfig(), clock=Clock())
+    arrivals = [1_700_000_000.123456 + i * 0.000137 for i in range(50)]  # 137 us apart
+    ttfts = [0.2 + 0.01 * i for i in range(50)]
+    for i in range(50):  # one step per first token
+        rec.record(None, standin.iteration(v, stamp=arrivals[i] + ttfts[i], ttfts=[ttfts[i]]))
+    for group in range(10):  # finished five per step, newest first
+        members = [49 - 5 * group - k for k in range(5)]
+        stamp = arrivals[members[0]] + 5.0
+        frs = [
+            standin.finished(v, 100, 20, e2e=stamp - arrivals[i], ttft=ttfts[i], first_token_lag=0.05)
+            for i in members
+        ]
+        rec.record(None, standin.iteration(v, stamp=stamp, finished_requests=frs))
+    # a request whose first token came before the plugin loaded
+    late = standin.finished(v, 100, 20, e2e=3.0, ttft=1.0, first_token_lag=0.05)
+    rec.record(None, standin.iteration(v, stamp=arrivals[0] + 100.0, finished_requests=[late]))
+    snap = rec.snapshot()
+    got = summary(snap, n.REQUEST_TTFT, **req_labels())
+    assert got is not None and got[0] == 51
+    assert got[1] == pytest.approx(sum(ttfts) + 0.95)  # the exact ones, plus 1.0 - 0.05 estimated
+    assert counter(snap, n.REQUEST_TTFT_ESTIMATED, **req_labels()) == 1
+    assert rec._first_tokens == {}
+
+
 def test_aborted_and_failed_requests_are_left_out() -> None:
     rec = EngineRecorder(PluginConfig(), clock=Clock())
     frs = [
