@@ -17,6 +17,7 @@ from advisor.plugin.config import PluginConfig
 from advisor.plugin.recorder import EngineRecorder, Snapshot, band_labels
 from advisor.plugin.versions import VERSIONS_CHECKED
 from tests.plugin import standin
+from tests.plugin.fit import solve3
 
 
 class Clock:
@@ -291,26 +292,6 @@ def test_iteration_details_give_exact_step_records_and_the_fit_recovers_the_mode
     coef = solve3(xtx, xty)
     assert coef == pytest.approx([a, b, c], rel=1e-6)
     assert counter(snap, n.FIT_STEPS, source=n.SOURCE_FRONTEND) is None
-
-
-def solve3(m: list[list[float]], y: list[float]) -> list[float]:
-    """Cramer's rule for a 3x3 system (test helper; no numpy in the test venv)."""
-
-    def det(x: list[list[float]]) -> float:
-        return (
-            x[0][0] * (x[1][1] * x[2][2] - x[1][2] * x[2][1])
-            - x[0][1] * (x[1][0] * x[2][2] - x[1][2] * x[2][0])
-            + x[0][2] * (x[1][0] * x[2][1] - x[1][1] * x[2][0])
-        )
-
-    d = det(m)
-    out = []
-    for col in range(3):
-        mc = [row[:] for row in m]
-        for r in range(3):
-            mc[r][col] = y[r]
-        out.append(det(mc) / d)
-    return out
 
 
 def test_batch_bands() -> None:
