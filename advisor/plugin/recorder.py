@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ddsketch import DDSketch
+
 from advisor.plugin import names as n
 from advisor.plugin.config import PluginConfig, bucket_labels
 from advisor.plugin.sketch import WindowedSketch
@@ -35,6 +37,8 @@ _FIT_LEN = len(n.FIT_NAMES)
 
 SummaryKey = tuple[str, tuple[tuple[str, str], ...]]
 """(series name, ((label, value), ...)) of one summary series."""
+CellKey = tuple[str, str | None, str | None]
+"""(series name, prompt bucket, output bucket); None where the length was not reported."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,10 @@ class EngineRecorder:
         self._band_labels = band_labels(config.batch_bands)
         self._sketches: dict[SummaryKey, WindowedSketch] = {}
         self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        # per finished request: one sketch per (series, prompt bucket, output bucket) cell; the
+        # exported by-prompt, by-output and overall series are merged from the cells at scrape
+        self._cells: dict[CellKey, WindowedSketch] = {}
+        self._cell_counts: dict[CellKey, float] = {}
         self._fit: dict[str, list[float]] = {}
         self._prev_arrival: float | None = None
         self._prev_busy = False
@@ -230,14 +238,6 @@ class EngineRecorder:
         out = getattr(fr, "num_generation_tokens", None)
         pb = self._prompt_labels[bisect_left(self._prompt_edges, prompt)] if prompt is not None else None
         ob = self._output_labels[bisect_left(self._output_edges, out)] if out is not None else None
-        keys: list[tuple[tuple[str, str], ...]] = [
-            ((n.PROMPT_BUCKET_LABEL, n.ALL), (n.OUTPUT_BUCKET_LABEL, n.ALL))
-        ]
-        if pb is not None:
-            keys.append(((n.PROMPT_BUCKET_LABEL, pb), (n.OUTPUT_BUCKET_LABEL, n.ALL)))
-        if ob is not None:
-            keys.append(((n.PROMPT_BUCKET_LABEL, n.ALL), (n.OUTPUT_BUCKET_LABEL, ob)))
-
         values: list[tuple[str, float]] = []
         e2e = getattr(fr, "e2e_latency", None)
         estimated = False
@@ -274,26 +274,81 @@ class EngineRecorder:
             if v is not None:
                 counts.append((name, float(v)))
 
-        for labels in keys:
-            for name, v in values:
-                self._sketch(name, labels).add(v, now)
-            for name, c in counts:
-                self._count(name, labels, c)
+        cells = self._cells
+        for name, v in values:
+            sk = cells.get((name, pb, ob))
+            if sk is None:
+                cfg = self.config
+                sk = cells[(name, pb, ob)] = WindowedSketch(
+                    cfg.window_seconds, cfg.window_slots, cfg.relative_accuracy
+                )
+            sk.add(v, now)
+        cell_counts = self._cell_counts
+        for name, c in counts:
+            key = (name, pb, ob)
+            cell_counts[key] = cell_counts.get(key, 0.0) + c
 
     # ------------------------------------------------------------------ scrape path
     def snapshot(self, qs: tuple[float, ...] = n.QUANTILES) -> Snapshot:
-        """Quantiles over the window ending now, and every counter (under the lock)."""
+        """Quantiles over the window ending now, and every counter. The window sketches are
+        copied under the lock; merging cells into the exported series happens outside it."""
         now = self._clock()
         with self._lock:
             summaries = [
                 SummarySnapshot(name, labels, sk.count, sk.total, sk.quantiles(now, qs))
                 for (name, labels), sk in self._sketches.items()
             ]
+            cells = [(key, sk.window(now), sk.count, sk.total) for key, sk in self._cells.items()]
+            cell_counts = dict(self._cell_counts)
             counters = dict(self._counters)
             for source, sums in self._fit.items():
                 for name, v in zip(n.FIT_NAMES, sums, strict=True):
                     counters[(name, ((n.SOURCE_LABEL, source),))] = v
+        summaries.extend(self._request_summaries(cells, qs))
+        for (name, pb, ob), value in cell_counts.items():
+            for labels in _label_sets(pb, ob):
+                counters[(name, labels)] = counters.get((name, labels), 0.0) + value
         return Snapshot(self.engine, summaries, counters)
+
+    def _request_summaries(
+        self, cells: list[tuple[CellKey, DDSketch | None, float, float]], qs: tuple[float, ...]
+    ) -> list[SummarySnapshot]:
+        """Merge the cells into the by-prompt-bucket, by-output-bucket and overall series
+        (DDSketches of one accuracy merge exactly)."""
+        merged: dict[tuple[str, tuple[tuple[str, str], ...]], list[Any]] = {}
+        for (name, pb, ob), window, count, total in cells:
+            for labels in _label_sets(pb, ob):
+                acc = merged.get((name, labels))
+                if acc is None:
+                    acc = merged[(name, labels)] = [None, 0.0, 0.0]
+                acc[1] += count
+                acc[2] += total
+                if window is not None:
+                    if acc[0] is None:
+                        acc[0] = DDSketch(self.config.relative_accuracy)
+                    acc[0].merge(window)
+        out = []
+        for (name, labels), (sketch, count, total) in merged.items():
+            quantiles: list[tuple[float, float]] = []
+            if sketch is not None:
+                for q in qs:
+                    v = sketch.get_quantile_value(q)
+                    if v is not None:
+                        quantiles.append((q, float(v)))
+            out.append(SummarySnapshot(name, labels, count, total, quantiles))
+        return out
+
+
+def _label_sets(pb: str | None, ob: str | None) -> list[tuple[tuple[str, str], ...]]:
+    """The exported label sets a (prompt bucket, output bucket) cell contributes to."""
+    sets: list[tuple[tuple[str, str], ...]] = [
+        ((n.PROMPT_BUCKET_LABEL, n.ALL), (n.OUTPUT_BUCKET_LABEL, n.ALL))
+    ]
+    if pb is not None:
+        sets.append(((n.PROMPT_BUCKET_LABEL, pb), (n.OUTPUT_BUCKET_LABEL, n.ALL)))
+    if ob is not None:
+        sets.append(((n.PROMPT_BUCKET_LABEL, n.ALL), (n.OUTPUT_BUCKET_LABEL, ob)))
+    return sets
 
 
 def band_labels(edges: tuple[int, ...]) -> tuple[str, ...]:
