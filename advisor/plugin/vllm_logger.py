@@ -8,8 +8,10 @@ logged once and the logger goes quiet.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import vllm
 from vllm.v1.metrics.loggers import StatLoggerBase
 
 from advisor.plugin import exposition
@@ -20,14 +22,7 @@ log = exposition.log
 
 
 def _versions() -> tuple[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        import vllm
-
-        vllm_version = str(getattr(vllm, "__version__", "") or "")
-    except Exception:  # pragma: no cover - vllm is importable here by construction
-        vllm_version = ""
+    vllm_version = str(getattr(vllm, "__version__", "") or "")
     try:
         own = version("vllm-advisor")
     except PackageNotFoundError:  # run from a source tree, not installed
