@@ -56,12 +56,13 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realvllm.V
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the real-vLLM tests
-    run on one worker, one server at a time, and first: they are the long pole, and two vLLM
-    servers on CI's two cores would slow each other past their time limits."""
+    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the tests that share
+    the session's vLLM server run on one worker (one server, started once), and the real-vLLM
+    tests run first: they are the long pole. Each worker's servers compute on a core of their own
+    (tests/realvllm.py), so at most one server per core runs at a time."""
     for item in items:
-        if item.get_closest_marker("realvllm"):
-            item.add_marker(pytest.mark.xdist_group("realvllm"))
+        if "vllm_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("vllm-shared"))
     items.sort(key=lambda it: it.get_closest_marker("realvllm") is None)
 
 

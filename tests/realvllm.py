@@ -163,6 +163,12 @@ def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+        # under pytest-xdist each worker's servers compute on a core of their own (vLLM's "auto"
+        # pins every server to core 0, so two workers' servers would share one core)
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(int(worker[2:]) % (os.cpu_count() or 1))
+        env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
     if extra:
         env.update(extra)
     return env
