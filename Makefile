@@ -31,6 +31,7 @@ vllm-cpu:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check advisor tests scripts validation
 	$(VENV)/bin/ruff format --check advisor tests scripts validation
+	$(VENV)/bin/hadolint Dockerfile
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
