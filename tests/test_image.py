@@ -169,6 +169,82 @@ def test_kubernetes_runs_the_advisor_as_the_images_uid() -> None:
         assert ctx.get("runAsUser") == uid, (c["name"], ctx.get("runAsUser"))
 
 
+# ---------------------------------------------------------------- its install steps, in a clean venv
+def _builder_run() -> str:
+    """The builder stage's RUN (the one that mounts the wheels stage), without its --mount flag."""
+    (run,) = [a for a in _args("RUN") if a.startswith("--mount=type=bind,from=wheels")]
+    return run.split(" ", 1)[1].strip()
+
+
+def _env_of_image(venv: Path, state: Path, listen: str) -> dict[str, str]:
+    """The final stage's ENV, its paths moved into the test's folder and its listen address to
+    loopback (nothing here needs to be reached from outside the machine)."""
+    env_args = _args("ENV")[-1]  # the final stage's
+    env = dict(os.environ)
+    for key, value in re.findall(r"(\w+)=(\S+)", env_args):
+        env[key] = value.replace("/opt/venv", str(venv)).replace("$PATH", os.environ["PATH"])
+    env.update(HOME=str(state), VLLM_ADVISOR_STATE_DIR=str(state), VLLM_ADVISOR_LISTEN=listen)
+    return env
+
+
+def test_the_dockerfiles_install_steps_work_in_a_clean_venv(tmp_path: Path) -> None:
+    """Without a container: the builder's RUN, as written in the Dockerfile, on a copy of the build
+    context (what its COPY lines take) with /opt/venv and /dist moved into a temporary folder and an
+    extra that exists (EXTRAS=gpu); then the daemon started the way ENTRYPOINT, CMD and ENV start
+    it, and the HEALTHCHECK's own command run against it. make test runs this; the image itself is
+    built and run by `make image-test` (the tests below)."""
+    src, venv, dist = tmp_path / "src", tmp_path / "venv", tmp_path / "dist"
+    src.mkdir()
+    for a in _args("COPY"):
+        if a.startswith("--from"):
+            continue
+        *sources, _ = a.split()
+        for name in sources:
+            path = ROOT / name.rstrip("/")
+            if path.is_dir():
+                shutil.copytree(path, src / path.name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(path, src / path.name)
+    steps = _builder_run().replace("/opt/venv", str(venv)).replace("/dist", str(dist))
+    env = {**os.environ, "EXTRAS": "gpu", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    p = subprocess.run(["sh", "-c", steps], cwd=src, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.stdout.strip().endswith(f"vllm-advisor, version {_version()}")
+    assert not (venv / "bin" / "pip").exists()
+    assert subprocess.run([venv / "bin" / "python", "-c", "import pynvml"], timeout=60).returncode == 0
+    # an extra the wheel does not declare fails the build (pip itself would only warn)
+    (check,) = [s for s in steps.split(" && ") if "Provides-Extra" in s]
+    bad = subprocess.run(
+        ["sh", "-c", check], env={**env, "EXTRAS": "gpu,no-such-extra"}, capture_output=True, text=True
+    )
+    assert bad.returncode == 1 and "no extra ['no-such-extra']" in bad.stderr, bad.stderr
+
+    port = _free_port()
+    state = tmp_path / "state"
+    state.mkdir()
+    image_env = _env_of_image(venv, state, f"127.0.0.1:{port}")
+    entrypoint = json.loads(_args("ENTRYPOINT")[-1]) + json.loads(_args("CMD")[-1])
+    daemon = subprocess.Popen(
+        [shutil.which(entrypoint[0], path=image_env["PATH"]) or entrypoint[0], *entrypoint[1:]],
+        env=image_env,
+        cwd=state,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _get_json(f"http://127.0.0.1:{port}/healthz")["ok"] is True
+        (check_line,) = _args("HEALTHCHECK")
+        health = json.loads(check_line[check_line.index("CMD ") + 4 :])
+        exe = shutil.which(health[0], path=image_env["PATH"])
+        assert exe == str(venv / "bin" / health[0])
+        assert subprocess.run([exe, *health[1:]], env=image_env, timeout=30).returncode == 0
+    finally:
+        daemon.terminate()
+        daemon.communicate(timeout=30)
+    assert (state / "diagnosis.json").exists()
+
+
 # ---------------------------------------------------------------- the image, built and run
 def _podman() -> list[str]:
     """podman as scripts/build-image.sh calls it: runc, and the host's hard limits (see there)."""
