@@ -83,8 +83,11 @@ debian_base() {
   if [[ -n ${DEBIAN_SUITE:-} ]]; then
     suite=$DEBIAN_SUITE
   else
-    suite=$(. /etc/os-release 2>/dev/null && [[ ${ID:-} == debian ]] && echo "${VERSION_CODENAME:-}" || true)
-    suite=${suite:-bookworm}
+    local id codename
+    id=$(sed -n 's/^ID=//p' /etc/os-release 2>/dev/null | tr -d '"')
+    codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release 2>/dev/null | tr -d '"')
+    suite=bookworm # a Debian suite also where the host is not Debian
+    if [[ $id == debian && -n $codename ]]; then suite=$codename; fi
   fi
   tag=localhost/vllm-advisor-base:$suite
   if image_exists "$tag" && [[ -z ${FORCE_BASE:-} ]]; then
