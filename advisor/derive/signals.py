@@ -252,12 +252,10 @@ def _budget_binds(c: Context, v: Values) -> Value:
 
 
 def _in_system_max(c: Context, v: Values) -> Value:
-    """Requests waiting plus running on one page, at the highest (all engines): the offered load."""
-    vals = []
-    for snap in c.window.snapshots(c.seconds):
-        run, wait = snap.total(n.NUM_RUNNING), snap.total(n.NUM_WAITING)
-        if run is not None and wait is not None:
-            vals.append(run + wait)
+    """Requests waiting plus running on one page, at the highest (all engines): the offered load.
+    From the window's per-page totals (kept as pages arrive), not by rebuilding the pages."""
+    running, waiting = c.window.totals(n.NUM_RUNNING, c.seconds), c.window.totals(n.NUM_WAITING, c.seconds)
+    vals = [r + w for (_, r), (_, w) in zip(running, waiting, strict=True) if r is not None and w is not None]
     return max(vals) if vals else None
 
 

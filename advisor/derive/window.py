@@ -292,6 +292,11 @@ class Window:
         return list(islice(self._frames, i, None)) if i else list(self._frames)
 
     @property
+    def oldest_t(self) -> float | None:
+        """The time of the oldest page the window still holds."""
+        return self._frames[0].t if self._frames else None
+
+    @property
     def latest(self) -> Snapshot | None:
         if self._latest is not None and self._frames and self._latest.t == self._frames[-1].t:
             return self._latest

@@ -416,8 +416,11 @@ def diagnose(
     cfg: Config,
     now: float | None = None,
     last_change: float | None = None,
+    observed: scoring.Observed | None = None,
 ) -> Diagnosis:
-    """Signals over the recent window -> findings -> exactly one recommendation (or why not)."""
+    """Signals over the recent window -> findings -> exactly one recommendation (or why not).
+    ``observed``: the model's facts over the window (the runner's intake); None: taken from the
+    window's pages once."""
     now = window.now() if now is None else now
     values = Values(Context(window, engine, cfg.window_s, cfg.targets)).all()
     findings = evaluator.evaluate(values, now)
@@ -474,7 +477,8 @@ def diagnose(
     rec = None
     if best is not None:
         sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)
-        refined = by_prediction(best, window, engine, values, cfg)
+        obs = observed if observed is not None else scoring.Observed.of_window(window, cfg.window_s)
+        refined = by_prediction(best, obs, engine, values, cfg)
         if refined is not None and refined.withdrawn:
             return without_advice("inconclusive", f"{best.finding.rule.id}: {refined.withdrawn}")
         if refined is not None and refined.value is not None:
@@ -487,13 +491,13 @@ def diagnose(
 
 
 def by_prediction(
-    c: _Candidate, window: Window, engine: EngineInfo, values: Mapping[str, float | None], cfg: Config
+    c: _Candidate, obs: scoring.Observed, engine: EngineInfo, values: Mapping[str, float | None], cfg: Config
 ) -> Any:
     """The advised knob's value chosen by the performance model (scoring.refine), or None."""
 
     limits = knob_steps.Limits.from_engine(engine, _host_gpus(engine, cfg))
     return scoring.refine(
-        window,
+        obs,
         engine,
         values,
         cfg.targets,
@@ -502,7 +506,6 @@ def by_prediction(
         c.current,
         c.proposed,
         limits,
-        seconds=cfg.window_s,
     )
 
 

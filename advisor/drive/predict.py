@@ -12,7 +12,7 @@ from advisor.derive.signals import Context, Values
 from advisor.drive import inputs
 from advisor.drive.daemon import Daemon
 from advisor.predict import perfmodel as pm
-from advisor.predict.scoring import model_of
+from advisor.predict.scoring import Observed, model_of
 
 
 def parse_set(text: str) -> tuple[str, float]:
@@ -86,4 +86,4 @@ def from_source(
         raise pm.InsufficientData("no /metrics page to read")
     # the model wants the whole recording, not only the evaluation window
     values = Values(Context(adv.window, adv.engine, None, dict(cfg.targets))).all()
-    return model_of(adv.window, adv.engine, values), values
+    return model_of(Observed.of(adv.intake, adv.window), adv.engine, values), values

@@ -23,6 +23,7 @@ from advisor.diagnose.evaluate import Evaluator
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs.state import ExportState
 from advisor.predict import scoring
+from advisor.predict.intake import Intake
 from advisor.sources import engine, logs, logwrap
 from advisor.sources import engine_config as engine_config_src
 from advisor.sources import logfacts as logfacts_src
@@ -74,6 +75,7 @@ class Advisor:
         self.cfg = cfg
         self.clock = clock
         self.window = Window(max_age_s=cfg.retention_s, clock=clock)
+        self.intake = Intake()  # the model's facts, page by page, over the window's span
         self.evaluator = Evaluator(list(rules), dict(cfg.targets))
         self.base = dict(base or {})
         self.config_path = config_path
@@ -116,6 +118,9 @@ class Advisor:
         self.stats.last_scrape_duration_s = duration_s
         self.stats.last_error = None
         self.window.add_snapshot(snap)
+        self.intake.add(snap)
+        if self.window.oldest_t is not None:
+            self.intake.expire_before(self.window.oldest_t)
         first = self._latest_good is None
         self._latest_good = snap
         restarts = [r for r in self.window.restart_times() if r not in self._seen_restarts]
@@ -220,7 +225,7 @@ class Advisor:
         if len(changed) != 1 or exp is None:
             return None
         c = changed[0]
-        before = self.window.slice(*exp.before)
+        before = scoring.Observed.between(self.intake, self.window, *exp.before)
         return scoring.predict_change(before, old, self.cfg.targets, c.knob, c.new)
 
     def discard_changes_since(self, t: float) -> int:
@@ -253,7 +258,7 @@ class Advisor:
             exp, self.window, now, max_wait_s=self.cfg.experiment_max_wait_s, targets=self.cfg.targets
         )
         if exp.state == "done" and exp.prediction is not None:
-            after = self.window.slice(exp.after_start, now)
+            after = scoring.Observed.between(self.intake, self.window, exp.after_start, now)
             exp = dc_replace(
                 exp, prediction=scoring.prediction_error(exp.prediction, after, self.engine, self.cfg.targets)
             )
@@ -269,7 +274,8 @@ class Advisor:
         # one change at a time: while an experiment runs, no new advice; once it is judged,
         # advice may resume; a change without an experiment waits observe_after_change_s
         last_change = now if observing else (self.last_change_t if exp is None else None)
-        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, last_change)
+        obs = scoring.Observed.of(self.intake, self.window, self.cfg.window_s)
+        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, last_change, obs)
         if exp is not None:
             d = dc_replace(d, experiment=exp.to_json())
         if observing and d.status == "insufficient-data" and "knob changed" in d.reason and exp is not None:

@@ -36,15 +36,15 @@ stay unknown (``None``) and lower the confidence; they never become zero.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from advisor.core import names as n
-from advisor.core.model import EngineInfo, Snapshot
+from advisor.core.model import EngineInfo
 from advisor.derive.window import Window
+from advisor.predict.intake import IntakeView, Sums
 
 KNOBS = (
     "max_num_seqs",
@@ -74,81 +74,6 @@ class InsufficientData(Exception):
     """The recording cannot carry a prediction (the message names what is missing)."""
 
 
-# ------------------------------------------------------------------ observation
-@dataclass(frozen=True)
-class Interval:
-    """One interval between two pages, per engine."""
-
-    dt: float
-    steps: float
-    decode: float  # decode tokens per step
-    prefill: float  # prefill tokens per step
-    running: float
-    waiting: float
-    kv_usage: float | None
-    preemptions: float
-
-
-def intervals(snaps: Sequence[Snapshot], engines: int = 1) -> list[Interval]:
-    """Busy intervals (requests running at both ends, steps taken) between consecutive pages."""
-    out: list[Interval] = []
-    e = max(1, engines)
-    for prev, cur in itertools.pairwise(snaps):
-        dt = cur.t - prev.t
-        if dt <= 0:
-            continue
-        r0, r1 = prev.total(n.NUM_RUNNING), cur.total(n.NUM_RUNNING)
-        if not r0 or not r1:
-            continue
-        gen = _delta(prev, cur, n.GENERATION_TOKENS)
-        if gen is None or gen <= 0:
-            continue
-        it = _count_sum_delta(prev, cur, n.ITERATION_TOKENS)
-        running = (r0 + r1) / 2 / e
-        if it is not None and it[0] > 0:
-            steps = it[0] / e
-            total = it[1] / e
-        else:  # no step counter: every running request decodes one token a step
-            steps = gen / e / max(running, 1.0)
-            prompt = _delta(prev, cur, n.PROMPT_TOKENS)
-            total = (gen + (prompt or 0.0)) / e
-        if steps <= 0:
-            continue
-        decode = gen / e / steps
-        w0, w1 = prev.total(n.NUM_WAITING) or 0.0, cur.total(n.NUM_WAITING) or 0.0
-        k0, k1 = prev.mean(n.KV_CACHE_USAGE), cur.mean(n.KV_CACHE_USAGE)
-        out.append(
-            Interval(
-                dt=dt,
-                steps=steps,
-                decode=decode,
-                prefill=max(0.0, total / steps - decode),
-                running=running,
-                waiting=(w0 + w1) / 2 / e,
-                kv_usage=(k0 + k1) / 2 if k0 is not None and k1 is not None else None,
-                preemptions=max(0.0, _delta(prev, cur, n.NUM_PREEMPTIONS) or 0.0) / e,
-            )
-        )
-    return out
-
-
-def _delta(a: Snapshot, b: Snapshot, name: str) -> float | None:
-    x, y = a.total(name), b.total(name)
-    if x is None or y is None:
-        return None
-    return y - x if y >= x else y
-
-
-def _count_sum_delta(a: Snapshot, b: Snapshot, name: str) -> tuple[float, float] | None:
-    """A histogram's (count, sum) increase between two pages (after a reset: since it)."""
-    x, y = a.histogram(name), b.histogram(name)
-    if x is None or y is None:
-        return None
-    if y.count < x.count:
-        return y.count, y.sum
-    return y.count - x.count, y.sum - x.sum
-
-
 # ------------------------------------------------------------------ the fitted step time
 @dataclass(frozen=True)
 class StepTime:
@@ -166,36 +91,71 @@ class StepTime:
         return self.a + self.k * x + self.c * p
 
 
-def fit_step_time(rows: Sequence[tuple[float, float, float, float]]) -> StepTime | None:
-    """Weighted least squares of (T, x, p, weight) rows; None when nothing sensible fits.
-    Negative coefficients are not physical: the feature is dropped and the rest refitted."""
-    if len(rows) < MIN_INTERVALS:
+def fit_step_time(sums: Sums, rows: int, kv_tokens: float | None) -> StepTime | None:
+    """Weighted (by steps) least squares of the step time over the busy intervals, from their
+    sums: ``T = a + k * x + c * p``, x the KV tokens the decodes read (KV use x ``kv_tokens``;
+    intervals without a KV reading use their decode tokens) or, without ``kv_tokens``, the decode
+    tokens per step. None when nothing sensible fits; a negative coefficient is not physical:
+    that feature is dropped and the rest refitted."""
+    if rows < MIN_INTERVALS:
         return None
-    full = _lstsq([(1.0, x, p) for _, x, p, _ in rows], [t for t, *_ in rows], [w for *_, w in rows])
+    x = _x_sums(sums, kv_tokens)
+    w, wt, wp, wpp, wpt = (sums[k] for k in ("w", "wt", "wp", "wpp", "wpt"))
+    wx, wxx, wxp, wxt = x["wx"], x["wxx"], x["wxp"], x["wxt"]
+    full = _solve([[w, wx, wp], [wx, wxx, wxp], [wp, wxp, wpp]], [wt, wxt, wpt])
+    feature = "kv" if kv_tokens is not None else "decode"
     if full is not None and min(full) >= 0 and full[1] > 0:
-        return StepTime(full[0], full[1], full[2], "kv", len(rows), _r2(rows, full))
-    part = _lstsq([(1.0, p) for _, _, p, _ in rows], [t for t, *_ in rows], [w for *_, w in rows])
+        return StepTime(full[0], full[1], full[2], feature, rows, _r2(sums, x, full))
+    part = _solve([[w, wp], [wp, wpp]], [wt, wpt])
     if part is not None and min(part) >= 0:
-        coef = (part[0], 0.0, part[1])
-        return StepTime(part[0], 0.0, part[1], "none", len(rows), _r2(rows, coef))
+        coef = [part[0], 0.0, part[1]]
+        return StepTime(part[0], 0.0, part[1], "none", rows, _r2(sums, x, coef))
     return None
 
 
-def _r2(rows: Sequence[tuple[float, float, float, float]], coef: Sequence[float]) -> float | None:
-    ts = [t for t, *_ in rows]
-    mean = sum(ts) / len(ts)
-    tot = sum((t - mean) ** 2 for t in ts)
+def _x_sums(s: Sums, kv_tokens: float | None) -> dict[str, float]:
+    """The fit's x terms (weighted ``w*``, unweighted ``u*``): KV use x ``kv_tokens`` where an
+    interval had a KV reading, its decode tokens where it had none; without ``kv_tokens`` the
+    decode tokens everywhere."""
+    out = {}
+    for kind in ("w", "u"):
+        for suffix, power in (("", 1), ("x", 2), ("p", 1), ("t", 1)):
+            key = f"{kind}x{suffix}"
+            dec = s[f"{kind}d{'d' if suffix == 'x' else suffix}"]
+            if kv_tokens is None:
+                out[key] = dec
+                continue
+            kv = s[f"{kind}k{'k' if suffix == 'x' else suffix}"]
+            kv_rows_dec = s[f"kd_{kind}d{'d' if suffix == 'x' else suffix}"]
+            out[key] = kv * kv_tokens**power + dec - kv_rows_dec
+    return out
+
+
+def _r2(s: Sums, x: Mapping[str, float], coef: Sequence[float]) -> float | None:
+    """R^2 of the fit over the intervals (unweighted), from their sums."""
+    u = s["u"]
+    if u <= 0:
+        return None
+    a, k, c = coef
+    tot = s["utt"] - s["ut"] ** 2 / u
     if tot <= 0:
         return None
-    res = sum((t - (coef[0] + coef[1] * x + coef[2] * p)) ** 2 for t, x, p, _ in rows)
-    return 1.0 - res / tot
+    res = (
+        s["utt"]
+        - 2 * (a * s["ut"] + k * x["uxt"] + c * s["upt"])
+        + a * a * u
+        + k * k * x["uxx"]
+        + c * c * s["upp"]
+        + 2 * (a * k * x["ux"] + a * c * s["up"] + k * c * x["uxp"])
+    )
+    return 1.0 - max(res, 0.0) / tot
 
 
-def _lstsq(xs: Sequence[Sequence[float]], ys: Sequence[float], ws: Sequence[float]) -> list[float] | None:
-    """Solve the weighted normal equations by Gaussian elimination (a 2x2 or 3x3 system)."""
-    m = len(xs[0])
-    a = [[sum(w * x[i] * x[j] for x, w in zip(xs, ws, strict=True)) for j in range(m)] for i in range(m)]
-    b = [sum(w * x[i] * y for x, y, w in zip(xs, ys, ws, strict=True)) for i in range(m)]
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Solve a small linear system (the normal equations) by Gaussian elimination."""
+    m = len(b)
+    a = [row[:] for row in a]
+    b = b[:]
     scale = max(abs(a[i][i]) for i in range(m)) or 1.0
     for col in range(m):
         piv = max(range(col, m), key=lambda r: abs(a[r][col]))
@@ -208,7 +168,8 @@ def _lstsq(xs: Sequence[Sequence[float]], ys: Sequence[float], ws: Sequence[floa
                 f = a[r][col] / a[col][col]
                 a[r] = [u - f * v for u, v in zip(a[r], a[col], strict=True)]
                 b[r] -= f * b[col]
-    return [b[i] / a[i][i] for i in range(m)]
+    out = [b[i] / a[i][i] for i in range(m)]
+    return out if all(math.isfinite(v) for v in out) else None
 
 
 # ------------------------------------------------------------------ the fitted model
@@ -301,23 +262,21 @@ def _num(x: Any) -> float | None:
 
 
 def build(
-    window: Window, engine: EngineInfo, values: Mapping[str, float | None], seconds: float | None = None
+    facts: IntakeView,
+    window: Window,
+    engine: EngineInfo,
+    values: Mapping[str, float | None],
+    seconds: float | None = None,
 ) -> Model:
-    """Fit the model to a window of pages (its last ``seconds``; None: all of it). Raises
-    InsufficientData when it cannot."""
+    """Fit the model to the facts of a span (``facts``, from :mod:`advisor.predict.intake`) and
+    the latencies the window's histograms measured over its last ``seconds`` (None: all of it).
+    Raises InsufficientData when it cannot."""
     engines = int(values.get("engines") or 1)
-    snaps = window.snapshots(seconds)
-    busy = intervals(snaps, engines)
-    if not busy:
+    if facts.busy_rows == 0:
         raise InsufficientData("no interval with requests running and tokens generated")
-    queued = [i for i in busy if i.waiting >= 0.5]
-    steady = queued if len(queued) >= MIN_INTERVALS else busy
+    queued = facts.queued_rows > 0
+    steady = facts.queued if facts.queued_rows >= MIN_INTERVALS else facts.busy
     missing: list[str] = []
-
-    def wmean(f: Any, rows: Sequence[Interval]) -> float:
-        tw = sum(i.dt for i in rows)
-        return sum(f(i) * i.dt for i in rows) / tw
-
     kv_tokens = _num(values.get("kv_cache_tokens"))
     kv_tokens_e = kv_tokens / engines if kv_tokens is not None else None
     cfg = Config(
@@ -334,47 +293,28 @@ def build(
     for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
         if getattr(cfg, name) is None:
             missing.append(name)
-    running = wmean(lambda i: i.running, steady)
-    step = sum(i.dt for i in steady) / sum(i.steps for i in steady)
-    decode = sum(i.decode * i.steps for i in steady) / sum(i.steps for i in steady)
-    prefill = sum(i.prefill * i.steps for i in steady) / sum(i.steps for i in steady)
-    kv_rows = [i for i in steady if i.kv_usage is not None and i.running > 0]
+    dt, steps = steady["dt"], steady["steps"]
+    running = steady["dt_running"] / dt
+    step = dt / steps
+    decode = steady["decode_steps"] / steps
+    prefill = steady["prefill_steps"] / steps
     kv_per_running = None
-    if kv_tokens_e is not None and kv_rows:
-        kv_per_running = wmean(lambda i: (i.kv_usage or 0.0) * kv_tokens_e / i.running, kv_rows)
-    offered = None
-    if queued:
-        offered = max(i.running + i.waiting for i in queued)
-    preempt = sum(i.preemptions for i in steady) / sum(i.dt for i in steady)
-    rows: list[tuple[float, float, float, float]] = []
-    for i in busy:
-        x = (i.kv_usage or 0.0) * kv_tokens_e if kv_tokens_e is not None and i.kv_usage is not None else None
-        if x is None:
-            x = i.decode
-        rows.append((i.dt / i.steps, x, i.prefill, i.steps))
-    fit = fit_step_time(rows)
-    if fit is not None and kv_tokens_e is None and fit.feature == "kv":
-        fit = replace(fit, feature="decode")
+    if kv_tokens_e is not None and steady["kv_dt"] > 0:
+        kv_per_running = steady["kv_per_running_dt"] / steady["kv_dt"] * kv_tokens_e
+    offered = facts.offered_max if queued else None
+    preempt = steady["preemptions"] / dt
+    fit = fit_step_time(facts.busy, facts.busy_rows, kv_tokens_e)
     if fit is None:
         missing.append("a step-time fit (too few busy intervals)")
 
-    # measured latencies over the busy span: the histograms between its first and last page
-    span = _busy_span(snaps)
-
+    # measured latencies: the histograms' increase over the window (idle pages add nothing)
     def hq(name: str, q: float) -> float | None:
-        if len(span) < 2:
-            return None
-        a, b = span[0].histogram(name), span[-1].histogram(name)
-        if a is None or b is None:
-            return None
-        return b.minus(a).quantile(q)
+        return window.quantile(name, q, seconds)
 
-    gen_rate = sum(i.decode * i.steps for i in steady) / sum(i.dt for i in steady) * engines
+    gen_rate = steady["decode_steps"] / dt * engines
     rps = _num(values.get("requests_per_second"))
-    if span and len(span) >= 2:
-        done = _delta(span[0], span[-1], n.REQUEST_SUCCESS)
-        if done is not None and span[-1].t > span[0].t:
-            rps = done / (span[-1].t - span[0].t) / engines
+    if facts.busy["dt"] > 0:
+        rps = facts.busy["finished"] / facts.busy["dt"]
     measured: dict[str, float | None] = {
         "output_tokens_per_second": gen_rate,
         "ttft_seconds_p50": hq(n.TTFT, 0.5),
@@ -389,7 +329,7 @@ def build(
         config=cfg,
         engines=engines,
         offered=offered,
-        queued=bool(queued),
+        queued=queued,
         prompt_mean=_num(values.get("prompt_tokens_mean")),
         prompt_p95=_num(values.get("prompt_tokens_p95")),
         output_mean=_num(values.get("generation_tokens_mean")),
@@ -411,14 +351,6 @@ def build(
         chunk = (itl95 - itl_p50) / fit.c + prefill
     st = state(model, model.config)
     return replace(model, binding=st.binding, itl_chunk=chunk)
-
-
-def _busy_span(snaps: Sequence[Snapshot]) -> list[Snapshot]:
-    """The pages from the one before the first with requests running to the one after the last."""
-    idx = [i for i, x in enumerate(snaps) if (x.total(n.NUM_RUNNING) or 0) > 0]
-    if not idx:
-        return []
-    return list(snaps[max(0, idx[0] - 1) : idx[-1] + 2])
 
 
 # ------------------------------------------------------------------ steady state under a config

@@ -17,11 +17,38 @@ from advisor.core.units import fmt
 from advisor.derive.signals import Context, Values
 from advisor.derive.window import Window
 from advisor.predict import perfmodel as pm
+from advisor.predict.intake import Intake, IntakeView
 
 
-def model_of(window: Window, engine: EngineInfo, values: Mapping[str, float | None]) -> pm.Model:
-    """The fitted model; InsufficientData when the window cannot carry one."""
-    return pm.build(window, engine, values)
+@dataclass(frozen=True)
+class Observed:
+    """What a model is fitted from: the model's facts of a span (the intake's rows) and the
+    window whose histograms measured the span's latencies (its last ``seconds``; None: all)."""
+
+    window: Window
+    facts: IntakeView
+    seconds: float | None = None
+
+    @classmethod
+    def of(cls, intake: Intake, window: Window, seconds: float | None = None) -> Observed:
+        """The last ``seconds`` of a live window and its intake (None: everything they hold)."""
+        t0 = -math.inf if seconds is None else window.now() - seconds
+        return cls(window, intake.view(t0), seconds)
+
+    @classmethod
+    def between(cls, intake: Intake, window: Window, t0: float, t1: float) -> Observed:
+        """The pages taken in [t0, t1] (an experiment's before- or after-window)."""
+        return cls(window.slice(t0, t1), intake.view(t0, t1), None)
+
+    @classmethod
+    def of_window(cls, window: Window, seconds: float | None = None) -> Observed:
+        """A window alone (a test, a one-shot read): its pages are taken in once."""
+        return cls(window, Intake.of(window.snapshots(seconds)).view(), seconds)
+
+
+def model_of(obs: Observed, engine: EngineInfo, values: Mapping[str, float | None]) -> pm.Model:
+    """The fitted model; InsufficientData when the span cannot carry one."""
+    return pm.build(obs.facts, obs.window, engine, values, obs.seconds)
 
 
 def predict(model: pm.Model, knob: str, value: float, values: Mapping[str, float | None]) -> pm.Prediction:
@@ -215,7 +242,7 @@ def kv_memory_room(model: pm.Model) -> float | None:
 
 
 def refine(
-    window: Window,
+    obs: Observed,
     engine: EngineInfo,
     values: Mapping[str, float | None],
     targets: Mapping[str, float],
@@ -224,14 +251,13 @@ def refine(
     current: Any,
     proposed: Any,
     limits: knob_steps.Limits,
-    seconds: float | None = None,
 ) -> Refined | None:
     """Choose the value of the advised knob by predicted goodput. None when the model cannot
     say (the rule's own step stands)."""
     if knob not in pm.KNOBS or direction not in STEPS or current is None:
         return None
     try:
-        model = pm.build(window, engine, values, seconds)
+        model = model_of(obs, engine, values)
     except pm.InsufficientData:
         return None
     bound = None
@@ -323,7 +349,7 @@ def _excluded(
 
 # ------------------------------------------------------------------ closing the loop
 def predict_change(
-    window: Window, engine: EngineInfo, targets: Mapping[str, float], knob: str, value: Any
+    obs: Observed, engine: EngineInfo, targets: Mapping[str, float], knob: str, value: Any
 ) -> dict[str, Any] | None:
     """The model's prediction for a knob change, from the window before it (None: the model
     cannot say: too little data, a knob it does not move, or an input it needs is unknown)."""
@@ -331,22 +357,22 @@ def predict_change(
         return None
     try:
         v = float(value)
-        values = Values(Context(window, engine, None, dict(targets))).all()
-        model = pm.build(window, engine, values)
+        values = Values(Context(obs.window, engine, obs.seconds, dict(targets))).all()
+        model = model_of(obs, engine, values)
         return predict(model, knob, v, values).to_json()
     except (pm.InsufficientData, ValueError, TypeError):
         return None
 
 
 def prediction_error(
-    prediction: Mapping[str, Any], window: Window, engine: EngineInfo, targets: Mapping[str, float]
+    prediction: Mapping[str, Any], obs: Observed, engine: EngineInfo, targets: Mapping[str, float]
 ) -> dict[str, Any]:
     """The measured after-state of ``window`` set against ``prediction``: per metric the
     predicted and measured value and the error (predicted / measured - 1; None where either is
     unknown or zero)."""
     try:
-        values = Values(Context(window, engine, None, dict(targets))).all()
-        measured: Mapping[str, float | None] = pm.build(window, engine, values).measured
+        values = Values(Context(obs.window, engine, obs.seconds, dict(targets))).all()
+        measured: Mapping[str, float | None] = model_of(obs, engine, values).measured
     except pm.InsufficientData as e:
         return {**prediction, "measured_after": None, "error": None, "why": str(e)}
     pred = prediction.get("predicted") or {}

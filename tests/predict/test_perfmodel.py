@@ -1,4 +1,4 @@
-"""The performance model (advisor/perfmodel.py) on pages of a simulated engine.
+"""The performance model (advisor/predict/perfmodel.py) on pages of a simulated engine.
 
 A stand-in, said here: the pages come from an engine simulated with a known step-time law
 (T = a + k x KV tokens read + c x prefill tokens), because only the fit's arithmetic is under test.
@@ -14,6 +14,7 @@ from advisor.core import names as n
 from advisor.core.model import EngineInfo, Family, Histogram, Provenanced, Snapshot, label_key
 from advisor.derive.window import Window
 from advisor.predict import perfmodel as pm
+from advisor.predict.scoring import Observed
 
 A, K, C = 0.004, 3e-8, 2e-5  # seconds per step, per KV token read, per prefill token
 KV_TOKENS = 65536.0
@@ -67,6 +68,12 @@ def simulate(
     return w
 
 
+def build(w: Window, eng: EngineInfo, values: dict[str, float]) -> pm.Model:
+    """The model of a window's pages, taken in page by page as the daemon does."""
+    obs = Observed.of_window(w)
+    return pm.build(obs.facts, obs.window, eng, values)
+
+
 def engine(**knobs: object) -> EngineInfo:
     return EngineInfo({k: Provenanced(v, "cmdline") for k, v in knobs.items()})
 
@@ -87,7 +94,7 @@ def busy_rows() -> list[tuple[float, float, float]]:
 
 
 def test_step_time_fit_recovers_the_law_the_engine_obeys() -> None:
-    m = pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
+    m = build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
     assert m.fit is not None and m.fit.feature == "kv"
     # within 5%: the pages show KV usage at the ends of an interval, the law used the interval's own
     assert m.fit.a == pytest.approx(A, rel=0.05)
@@ -98,7 +105,7 @@ def test_step_time_fit_recovers_the_law_the_engine_obeys() -> None:
 
 
 def test_an_unchanged_knob_predicts_what_was_measured() -> None:
-    m = pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
+    m = build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
     p = pm.predict(m, "max_num_seqs", 48)
     for k in pm.METRICS:
         assert p.predicted[k] == pytest.approx(p.measured[k]), k
@@ -115,7 +122,7 @@ def test_an_unchanged_knob_predicts_what_was_measured() -> None:
 
 
 def test_a_higher_cap_grows_the_batch_until_the_kv_cache_binds() -> None:
-    m = pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
+    m = build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
     holds = KV_TOKENS / (m.kv_per_running or 1)  # ~2300 KV tokens per running request -> ~28
     small = pm.predict(m, "max_num_seqs", 60)
     assert small.binding_after in ("kv_cache", "max_num_seqs")
@@ -130,7 +137,7 @@ def test_a_higher_cap_grows_the_batch_until_the_kv_cache_binds() -> None:
 
 
 def test_more_kv_removes_preemptions_when_the_cap_fits_in_it() -> None:
-    m = pm.build(
+    m = build(
         simulate([(48.0, 0.95 + 0.01 * (i % 3), 50.0 + 40 * (i % 4)) for i in range(30)], pre_per_interval=1),
         engine(kv_cache_memory_bytes=2**33),
         {**VALUES, "prompt_tokens_mean": 1200.0},
@@ -152,8 +159,8 @@ def test_a_cache_that_fits_the_batch_only_in_tokens_still_preempts_in_blocks() -
         "generation_tokens_mean": 384.0,
     }
     rows = [(6.0, 0.9, 40.0) for _ in range(30)]
-    blocks = pm.build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20, block_size=128), values)
-    tokens = pm.build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20), values)
+    blocks = build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20, block_size=128), values)
+    tokens = build(simulate(rows), engine(kv_cache_memory_bytes=36 * 2**20), values)
     assert blocks.config.usable_kv_tokens() == 4480.0
     assert blocks.config.footprint(384.0, 384.0) == 768.0
     s_blocks, s_tokens = pm.state(blocks, blocks.config), pm.state(tokens, tokens.config)
@@ -163,11 +170,11 @@ def test_a_cache_that_fits_the_batch_only_in_tokens_still_preempts_in_blocks() -
 
 def test_unknown_inputs_stay_unknown_and_lower_the_confidence() -> None:
     values = {**VALUES, "kv_cache_tokens": None}
-    m = pm.build(simulate(busy_rows()), engine(), values)
+    m = build(simulate(busy_rows()), engine(), values)
     assert "kv_cache_tokens" in m.missing and m.kv_per_running is None
     p = pm.predict(m, "max_num_seqs", 64)
     full = pm.predict(
-        pm.build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES), "max_num_seqs", 64
+        build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES), "max_num_seqs", 64
     )
     assert p.confidence < full.confidence
     with pytest.raises(ValueError, match="KV cache size"):
@@ -182,9 +189,12 @@ def test_an_idle_window_is_insufficient_data() -> None:
     w.add_snapshot(_page(0.0, c, 0, 0, 0))
     w.add_snapshot(_page(2.0, c, 0, 0, 0))
     with pytest.raises(pm.InsufficientData):
-        pm.build(w, engine(), VALUES)
+        build(w, engine(), VALUES)
 
 
 def test_least_squares_refuses_a_singular_system() -> None:
-    # every row the same: nothing to fit
-    assert pm.fit_step_time([(0.01, 5.0, 3.0, 1.0)] * 5) is None
+    # every interval the same: nothing to fit
+    w = simulate([(48.0, 0.5, 40.0)] * 6)
+    facts = Observed.of_window(w).facts
+    assert facts.busy_rows == 6
+    assert pm.fit_step_time(facts.busy, facts.busy_rows, KV_TOKENS) is None

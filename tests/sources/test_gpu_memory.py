@@ -138,8 +138,8 @@ def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
             {**adv.engine.values, "gpu_memory_free_gib": Provenanced(free_gib, "default", "test")}
         )
         return scoring.refine(
-            adv.window, eng, d.signals, Config().targets, "kv_cache_memory_bytes", "increase",
-            8 * GiB, 12 * GiB, limits, seconds=Config().window_s,
+            scoring.Observed.of(adv.intake, adv.window, Config().window_s), eng, d.signals,
+            Config().targets, "kv_cache_memory_bytes", "increase", 8 * GiB, 12 * GiB, limits,
         )  # fmt: skip
 
     some = refine(3.0)
@@ -169,7 +169,8 @@ def test_a_knob_the_model_cannot_predict_here_keeps_the_rules_step() -> None:
         }
     )
     got = scoring.refine(
-        adv.window, eng, d.signals, Config().targets, "gpu_memory_utilization", "increase", 0.5, 0.55,
-        knob_steps.Limits.from_engine(eng), seconds=Config().window_s,
+        scoring.Observed.of(adv.intake, adv.window, Config().window_s), eng, d.signals,
+        Config().targets, "gpu_memory_utilization", "increase", 0.5, 0.55,
+        knob_steps.Limits.from_engine(eng),
     )  # fmt: skip
     assert got is None
