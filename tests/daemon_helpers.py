@@ -26,13 +26,12 @@ class Clock:
 
 
 def make(url: str, tmp_path: Path, clock: Clock, **kw: object) -> Daemon:
+    settings: dict[str, object] = {"interval_s": 2.0, "scrape_timeout_s": 1.0, **kw}
     cfg = Config(
         vllm_url=url,
         listen="127.0.0.1:0",
-        interval_s=2.0,
-        scrape_timeout_s=1.0,
         state_dir=str(tmp_path / "state"),
-        **kw,
+        **settings,
     )  # type: ignore[arg-type]
     return Daemon(cfg, RULES, clock=clock)
 

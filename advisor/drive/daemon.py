@@ -66,6 +66,10 @@ class Daemon:
         self.persist = persist
         self.rules = tuple(rules)
         self.clock = clock
+        self.cycle_duration_s: float | None = None  # the last cycle's wall time
+        self.cycle_interval_s: float | None = None  # the achieved time between cycle starts (EWMA)
+        self._cycle_started: float | None = None
+        self._slow_logged = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.servers = identity.ServerTracker()  # one engine behind the URL, or several?
@@ -103,8 +107,12 @@ class Daemon:
         return max(0.05, min(self.cfg.scrape_timeout_s, 0.8 * self.cfg.interval_s))
 
     def fresh_for_s(self) -> float:
-        """A scrape this recent means vLLM is up; older, `up` falls to 0 and advice is withdrawn."""
-        return 2 * self.cfg.interval_s
+        """A scrape this recent means vLLM is up; older, `up` falls to 0 and advice is withdrawn.
+        Judged against the interval the daemon achieves, not only the one asked for: cycles that
+        take longer than the interval run back to back (apscheduler coalesces the runs missed),
+        and a slow cycle is reported as such (``cycle_duration_seconds``), never taken for vLLM
+        being unreadable."""
+        return 2 * max(self.cfg.interval_s, self.cycle_interval_s or 0.0) + (self.cycle_duration_s or 0.0)
 
     # ---------------------------------------------------------------- state
     def state(self) -> ExportState:
@@ -123,7 +131,7 @@ class Daemon:
         stale_advice = (
             d is not None
             and d.status == "advice"
-            and (not fresh or now - d.at > max(3 * self.cfg.interval_s, self.cfg.stale_after_s))
+            and (not fresh or now - d.at > max(1.5 * self.fresh_for_s(), self.cfg.stale_after_s))
         )
         if fresh and not stale_advice:
             return st
@@ -182,16 +190,47 @@ class Daemon:
                 log.error("cannot write the ledger", ledger=path, error=str(e))
 
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
-        return export_state(self.advisor, self.rules, diagnosis, several_servers=self.servers.several)
+        return export_state(
+            self.advisor,
+            self.rules,
+            diagnosis,
+            several_servers=self.servers.several,
+            cycle_duration_s=self.cycle_duration_s,
+            cycle_interval_s=self.cycle_interval_s,
+        )
 
     # ---------------------------------------------------------------- the cycle
     def cycle(self) -> Diagnosis:
         """Scrape once, evaluate, publish. Never raises: whatever goes wrong is one log line
         with the error, a failed scrape in ``scrapes_total``, and a fresh state."""
+        started, t0 = self.clock(), time.monotonic()
+        if self._cycle_started is not None and started > self._cycle_started:
+            gap = started - self._cycle_started
+            prev = self.cycle_interval_s
+            self.cycle_interval_s = gap if prev is None else 0.7 * prev + 0.3 * gap
+        self._cycle_started = started
         try:
             return self._cycle()
         except Exception as e:
             return self._cycle_failed(e)
+        finally:
+            self.cycle_duration_s = time.monotonic() - t0
+            self._note_slow()
+
+    def _note_slow(self) -> None:
+        """One log line when cycles start taking longer than the interval (and one when they
+        no longer do): the advice still stands, it is refreshed less often."""
+        slow = (self.cycle_duration_s or 0.0) > self.cfg.interval_s
+        if slow != self._slow_logged:
+            self._slow_logged = slow
+            if slow:
+                log.warning(
+                    "cycles are slower than the interval",
+                    cycle_seconds=round(self.cycle_duration_s or 0.0, 3),
+                    interval_s=self.cfg.interval_s,
+                )
+            else:
+                log.info("cycles keep up with the interval again", interval_s=self.cfg.interval_s)
 
     def _cycle(self) -> Diagnosis:
         t0 = time.monotonic()

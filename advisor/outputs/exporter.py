@@ -58,7 +58,7 @@ class AdvisorCollector(Collector):
         p = names.OUTPUT_PREFIX
         yield GaugeMetricFamily(
             p + "up",
-            "1 when the last scrape of vLLM's /metrics succeeded and completed within two intervals.",
+            "1 when the last scrape of vLLM's /metrics succeeded and completed within two intervals (as achieved).",
             value=1 if st.up else 0,
         )
         if st.last_scrape_duration_s is not None:
@@ -66,6 +66,19 @@ class AdvisorCollector(Collector):
                 p + "scrape_duration_seconds",
                 "Duration of the last scrape of vLLM.",
                 value=st.last_scrape_duration_s,
+            )
+        if st.cycle_duration_s is not None:
+            yield GaugeMetricFamily(
+                p + "cycle_duration_seconds",
+                "Wall time of the daemon's last cycle (scrape, evaluation, publication); above the "
+                "interval, cycles run back to back and are refreshed less often.",
+                value=st.cycle_duration_s,
+            )
+        if st.cycle_interval_s is not None:
+            yield GaugeMetricFamily(
+                p + "cycle_interval_seconds",
+                "Time between the starts of the daemon's cycles, as achieved (smoothed).",
+                value=st.cycle_interval_s,
             )
         if st.last_scrape_t is not None:
             yield GaugeMetricFamily(

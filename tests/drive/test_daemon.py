@@ -160,6 +160,33 @@ def test_state_is_withdrawn_when_the_cycle_stops(tmp_path: Path, preempting: Sta
         assert st.diagnosis.recommendation is None
 
 
+def test_cycles_slower_than_the_interval_keep_the_advice_and_report_their_duration(
+    tmp_path: Path, preempting: StandIn
+) -> None:
+    """A daemon asked for 0.8 s whose cycles start 2 s apart (they take longer than the
+    interval): every scrape succeeds, so the advice stands between cycles; the achieved interval
+    and the cycle's duration are exported. (Judged against the asked 0.8 s, 1.9 s after the last
+    scrape read as "no scrape of vLLM has completed for 1.6s".)"""
+    clock = Clock()
+    with serve(preempting) as url:
+        d = make(url, tmp_path, clock, interval_s=0.8, scrape_timeout_s=0.6)
+        d.serve()
+        try:
+            run_cycles(d, clock, len(preempting.pages) - 4)
+            assert d.state().diagnosis.status == "advice"  # type: ignore[union-attr]
+            clock.t += 1.9  # the next cycle has not finished yet
+            st = d.state()
+            assert st.up and st.diagnosis is not None and st.diagnosis.status == "advice", st.diagnosis
+            text = exported(d)
+            interval = series(text, "vllm_advisor_cycle_interval_seconds")
+            assert interval and abs(float(interval[0].split()[-1]) - 2.0) < 0.01
+            assert series(text, "vllm_advisor_cycle_duration_seconds")
+            clock.t += 6.0  # and once cycles really stop, the advice goes
+            assert d.state().diagnosis.status == "insufficient-data"  # type: ignore[union-attr]
+        finally:
+            d.stop()
+
+
 def test_promtool_check_metrics_is_clean(tmp_path: Path, preempting: StandIn) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool missing: run `make system-deps` (Debian's prometheus package)"
