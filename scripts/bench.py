@@ -1,26 +1,29 @@
 #!/usr/bin/env python3
-"""Benchmark: the advisor's cycle and the live daemon, each beside the bare prometheus_client
-parse of the same page, printed as one table with ratios.
+"""Benchmark: the advisor's cycle and the live daemon with advice active, each beside the bare
+prometheus_client parse of the same page, printed as tables with ratios.
 
-Pages: a busy session recorded from vLLM 0.25 on an H200 (advisor/data/sessions/h200-A_s256),
+Pages: a busy session recorded from vLLM 0.25 on an H200 (advisor/data/sessions/h200-A_s256: the
+KV cache preempts, a rule fires and the performance model is fitted and asked every cycle),
 relabelled to 1, 8 or 16 engines (engine="0".."N-1", tests/pages.py), replayed in a loop with
 its counters and histograms carried on (each loop adds the session's increase), so that no page
 looks like a restart and every page is new.
 
 - cycle rows (in this process, interleaved: each round times one bare parse and one cycle of
   the same next page, in alternating order): parse + window update + signals + rules +
-  arbitration, with the window as full as the daemon's at a 5 s and at a 1 s interval
-  (retention 900 s: 180 and 900 pages);
+  arbitration and prediction, with the window as full as the daemon's at a 5 s and a 1 s
+  interval;
 - daemon rows (from outside: the real `vllm-advisor run` against a local stand-in HTTP server
   serving the pages; a stand-in because a real vLLM cannot be made to serve an H200's busy
-  pages for 8 or 16 engines here): its CPU time per cycle (fetch, parse, evaluate, state file,
-  and a Prometheus-like scrape of its /metrics every 15 s included) and its share of one core,
-  read from /proc through psutil, and its RSS over time; the bare parse beside it is timed in
-  this process (thread CPU time) on the pages served, while the daemons run.
+  pages for 8 or 16 engines here), at 0.2 s, 1 s and 5 s and 8 and 16 engines, all at once
+  for ``--daemon-seconds`` (default 600): CPU time per cycle minute by minute (fetch, parse,
+  evaluate with the model, state file, and a Prometheus-like scrape of its /metrics every 15 s
+  included), its share of one core, its RSS, and what its API said every 10 s (the status must
+  stay "advice": every scrape is answered); the bare parse beside it is timed in this process
+  (thread CPU time) on the pages served, while the daemons run.
 
 Absolute times on a shared machine are noisy: read the ratios. Usage:
-  python scripts/bench.py            # the full run (~22 min: the daemons fill a 900 s window)
-  python scripts/bench.py --quick    # a short smoke version (~2 min), same table
+  python scripts/bench.py            # the full run (~12 min)
+  python scripts/bench.py --quick    # a short smoke version (~3 min), same tables
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 import requests
@@ -218,13 +220,29 @@ class DaemonRow:
     engines: int
     interval_s: float
     seconds: float
-    measure_from: float  # seconds after start: steady state (the window full, or the last part)
-    cycles: int = 0
-    cpu_ms_per_cycle: float = 0.0
-    core_share: float = 0.0
+    samples: list[tuple[float, float, int]] = field(default_factory=list)  # (t, cpu s, pages served)
     rss_mib: list[tuple[float, float]] = field(default_factory=list)
     bare: list[float] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)  # what /api/v1/diagnosis said, every 10 s
+    predicted: int = 0  # of those, advice with the model's prediction
     error: str = ""
+
+    def per_minute(self) -> list[tuple[float, int]]:
+        """CPU ms per cycle and the cycles of each whole minute of the run."""
+        out = []
+        for m in range(int(self.seconds // 60)):
+            inside = [x for x in self.samples if m * 60 <= x[0] <= (m + 1) * 60]
+            if len(inside) < 2:
+                continue
+            (_, c0, n0), (_, c1, n1) = inside[0], inside[-1]
+            out.append(((c1 - c0) * 1000 / max(1, n1 - n0), n1 - n0))
+        return out
+
+    def core_share(self) -> float:
+        if len(self.samples) < 2:
+            return float("nan")
+        (t0, c0, _), (t1, c1, _) = self.samples[len(self.samples) // 2], self.samples[-1]
+        return (c1 - c0) / max(1e-9, t1 - t0)
 
 
 def run_daemons(sessions: dict[int, Replay], rows: list[DaemonRow]) -> None:
@@ -240,13 +258,14 @@ def run_daemons(sessions: dict[int, Replay], rows: list[DaemonRow]) -> None:
             "--listen", listen, "--state-dir", str(tmp / f"d{i}"), "--run-seconds", f"{row.seconds:g}",
         ]  # fmt: skip
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        procs.append((row, standin, listen, p, psutil.Process(p.pid), {}))
+        procs.append((row, standin, listen, p, psutil.Process(p.pid)))
     t0 = time.monotonic()
-    last_prom = 0.0
+    last_prom = last_api = 0.0
     try:
-        while any(p.poll() is None for _, _, _, p, _, _ in procs):
+        while any(p.poll() is None for _, _, _, p, _ in procs):
             now = time.monotonic() - t0
-            for row, standin, _listen, p, ps, mark in procs:
+            poll_api = now - last_api >= 10
+            for row, standin, listen, p, ps in procs:
                 if p.poll() is not None:
                     continue
                 try:
@@ -254,25 +273,27 @@ def run_daemons(sessions: dict[int, Replay], rows: list[DaemonRow]) -> None:
                     rss = ps.memory_info().rss / 2**20
                 except psutil.Error:
                     continue
+                row.samples.append((now, cpu.user + cpu.system, standin.served))
                 row.rss_mib.append((now, rss))
-                if now >= row.measure_from and "cpu" not in mark:
-                    mark["cpu"], mark["n"], mark["t"] = cpu.user + cpu.system, standin.served, now
-                elif "cpu" in mark:
-                    row.cycles = standin.served - mark["n"]
-                    used = cpu.user + cpu.system - mark["cpu"]
-                    row.cpu_ms_per_cycle = used * 1000 / max(1, row.cycles)
-                    row.core_share = used / max(1e-9, now - mark["t"])
                 with standin.lock:
                     text = standin.current
                 row.bare.append(_thread_ms(lambda text=text: bare_parse(text)))
+                if poll_api and now > 60:  # after the first minute (the rule's hold time)
+                    with contextlib.suppress(requests.RequestException, ValueError):
+                        d = requests.get(f"http://{listen}/api/v1/diagnosis", timeout=5).json()
+                        row.statuses.append(str(d.get("status")))
+                        rec = d.get("recommendation") or {}
+                        row.predicted += bool(rec.get("predicted"))
+            if poll_api:
+                last_api = now
             if now - last_prom >= 15:  # Prometheus scraping each daemon's exporter
                 last_prom = now
-                for *_, listen, _p, _ps, _m in procs:
+                for _row, _s, listen, _p, _ps in procs:
                     with contextlib.suppress(requests.RequestException):
                         requests.get(f"http://{listen}/metrics", timeout=5)
             time.sleep(1.0)
     finally:
-        for row, standin, _, p, _, _ in procs:
+        for row, standin, _, p, _ in procs:
             if p.poll() is None:
                 p.terminate()
             try:
@@ -293,43 +314,35 @@ def _ok(ok: bool) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="a short version: 1 and 8 engines, short daemon runs"
-    )
+    ap.add_argument("--quick", action="store_true", help="a short version: shorter daemon runs")
     ap.add_argument("--rounds", type=int, help="interleaved rounds of the cycle rows [default: 30, quick 10]")
     ap.add_argument(
-        "--daemon-seconds", type=float, help="how long the 5 s / 1 s daemons run [default: 960, quick 90]"
+        "--daemon-seconds", type=float, help="how long every daemon runs [default: 600, quick 150]"
     )
     args = ap.parse_args()
     rounds = args.rounds or (10 if args.quick else 30)
-    long_s = args.daemon_seconds or (90.0 if args.quick else RETENTION_S + 180)
-    fast_s = 40.0 if args.quick else 150.0
+    run_s = args.daemon_seconds or (150.0 if args.quick else 600.0)
 
     base = [text for _, text in Session.load(SESSION).iter_scrapes()]
-    engine_counts = (1, 8) if args.quick else (1, 8, 16)
+    engine_counts = (1, 8, 16)
     sessions = {e: Replay(base if e == 1 else [with_engines(p, e) for p in base]) for e in engine_counts}
-    configs = [(1, 5.0), (8, 5.0)] if args.quick else [(1, 5.0), (1, 1.0), (8, 5.0), (8, 1.0), (16, 1.0)]
+    configs = (
+        [(1, 5.0), (8, 5.0), (8, 1.0)] if args.quick else [(1, 5.0), (1, 1.0), (8, 5.0), (8, 1.0), (16, 1.0)]
+    )
     t_start = time.monotonic()
     print("cycles in process ...", file=sys.stderr)
     crow = cycle_rows(sessions, configs, rounds)
-    # measured once the window is full (retention), when the run is long enough for that
-    steady = RETENTION_S if long_s >= RETENTION_S + 120 else long_s * 2 / 3
-    daemons = [
-        DaemonRow(8, 0.2, fast_s, fast_s / 3),
-        DaemonRow(8, 5.0, long_s, steady),
-        DaemonRow(8, 1.0, long_s, steady),
-    ]
-    if 16 in sessions:
-        daemons.append(DaemonRow(16, 1.0, long_s, steady))
-    print(f"daemons ({max(d.seconds for d in daemons):.0f} s) ...", file=sys.stderr)
+    daemons = [DaemonRow(e, i, run_s) for e in (8, 16) for i in (0.2, 1.0, 5.0)]
+    print(f"daemons ({run_s:.0f} s) ...", file=sys.stderr)
     run_daemons(sessions, daemons)
 
     cpu = psutil.cpu_count()
     print(
-        f"Pages: {SESSION.name} (vLLM 0.25, H200, busy), {len(base)} recorded pages replayed with counters "
-        f"carried on, relabelled to N engines. Machine: {cpu} CPUs, shared (load {os.getloadavg()[0]:.1f}); "
-        f"times are CPU time (thread for in-process, process for the daemon); medians; ratios to the bare "
-        f"prometheus_client parse of the same pages.{' QUICK run: daemons too short for a full window.' if args.quick else ''}\n"
+        f"Pages: {SESSION.name} (vLLM 0.25, H200, busy: a rule fires and the model is asked every cycle), "
+        f"{len(base)} recorded pages replayed with counters carried on, relabelled to N engines. Machine: "
+        f"{cpu} CPUs, shared (load {os.getloadavg()[0]:.1f}); times are CPU time (thread for in-process, "
+        f"process for the daemon); medians; ratios to the bare prometheus_client parse of the same pages."
+        f"{' QUICK run.' if args.quick else ''}\n"
     )
     print("| what | engines | interval (window) | page | bare parse ms | measured | ratio to bare | target |")
     print("|---|---|---|---|---|---|---|---|")
@@ -337,97 +350,46 @@ def main() -> int:
         b, c = statistics.median(r.bare), statistics.median(r.cycle)
         target = f"<= 0.5x {_ok(c / b <= 0.5)}" if r.interval_s == 5.0 and r.engines in (1, 8) else ""
         print(
-            f"| steady-state cycle (parse, window, signals, rules) | {r.engines} | {r.interval_s:g} s "
+            f"| steady-state cycle (parse, window, signals, rules, model) | {r.engines} | {r.interval_s:g} s "
             f"({r.frames} pages) | {r.page_kb:.0f} KB, {r.samples:,} samples | {b:.1f} | {c:.1f} ms "
             f"| {c / b:.2f}x | {target} |"
         )
+    print(
+        "\nThe daemon, measured from outside over its whole run: CPU per cycle by minute (the window fills "
+        f"for min({MAX_FRAMES} pages, {RETENTION_S:.0f} s)), RSS, and its API's status every 10 s after "
+        "the first minute.\n"
+    )
+    print(
+        "| engines | interval | bare parse ms | CPU ms/cycle: min 1 | min 2 | last min | last / min 2 "
+        "| last min / bare | share of a core | RSS max | status polls | targets |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in daemons:
-        b = statistics.median(d.bare) if d.bare else float("nan")
-        rss = [m for t, m in d.rss_mib if t >= d.measure_from] or [m for _, m in d.rss_mib] or [float("nan")]
-        half = [m for t, m in d.rss_mib if t >= d.measure_from + (d.seconds - d.measure_from) / 2] or rss
-        flat = half[-1] - half[0]
-        frames = int(min(RETENTION_S / d.interval_s, MAX_FRAMES, d.measure_from / d.interval_s))
-        where = f"{d.interval_s:g} s, {d.seconds:.0f} s run (>= {frames} pages)"
         if d.error:
-            print(f"| daemon | {d.engines} | {where} | | | FAILED: {d.error} | | |")
+            print(f"| {d.engines} | {d.interval_s:g} s | FAILED: {d.error} |" + " |" * 9)
             continue
-        if d.interval_s < 1:
-            t1 = f"<= 0.6x {_ok(d.cpu_ms_per_cycle / b <= 0.6)}"
-            t2 = f"<= 100 MiB {_ok(max(rss) <= 100)}"
-        elif d.engines == 8:
-            share_target = 0.005 if d.interval_s >= 5 else 0.03
-            t1 = f"<= {share_target:.1%} of a core {_ok(d.core_share <= share_target)}"
-            t2 = ""
-        else:
-            t1 = ""
-            t2 = f"<= 100 MiB, flat {_ok(max(rss) <= 100 and flat < 5)}"
+        b = statistics.median(d.bare) if d.bare else float("nan")
+        mins = d.per_minute()
+        first = mins[0][0] if mins else float("nan")
+        second = mins[1][0] if len(mins) > 1 else float("nan")
+        last = mins[-1][0] if mins else float("nan")
+        rss = max(m for _, m in d.rss_mib) if d.rss_mib else float("nan")
+        advice = sum(s == "advice" for s in d.statuses)
+        share = d.core_share()
+        flat = last <= second * 1.2
+        targets = [f"flat {_ok(flat)}", f"RSS <= 100 MiB {_ok(rss <= 100)}"]
+        if d.engines == 8 and d.interval_s < 1:
+            targets.append(f"<= 0.6x {_ok(last / b <= 0.6)}")
+        if d.interval_s >= 5 and d.engines == 8:
+            targets.append(f"<= 0.5% of a core {_ok(share <= 0.005)}")
+        targets.append(f"advice {_ok(bool(d.statuses) and advice == len(d.statuses))}")
         print(
-            f"| daemon CPU per cycle (fetch, parse, evaluate, export), measured from outside | {d.engines} "
-            f"| {where} | | {b:.1f} | {d.cpu_ms_per_cycle:.1f} ms/cycle over {d.cycles} cycles, "
-            f"{d.core_share:.2%} of a core | {d.cpu_ms_per_cycle / b:.2f}x | {t1} |"
+            f"| {d.engines} | {d.interval_s:g} s | {b:.1f} | {first:.1f} | {second:.1f} | {last:.1f} "
+            f"| {last / second:.2f} | {last / b:.2f}x | {share:.2%} | {rss:.0f} MiB "
+            f"| {advice}/{len(d.statuses)} advice ({d.predicted} with prediction) | {'; '.join(targets)} |"
         )
-        print(
-            f"| daemon RSS once the window is full (max; growth over the second half) | {d.engines} | {where} "
-            f"| | | {max(rss):.0f} MiB; {flat:+.1f} MiB | | {t2} |"
-        )
-    prediction_rows(base, rounds)
     print(f"\nbench took {time.monotonic() - t_start:.0f} s")
     return 0
-
-
-INTERVAL = 5.0  # the prediction rows' replay interval (the daemon's default)
-
-
-def warm_advisor(pages: list[str]) -> tuple[Advisor, ReplayClock, float]:
-    """An advisor fed ``pages`` INTERVAL apart (a window of history before the measured cycles)."""
-    clock = ReplayClock(1_800_000_000.0)
-    adv = Advisor(Config(), load_rules(), clock=clock)
-    for text in pages:
-        clock.t += INTERVAL
-        adv.on_page(text, clock.t)
-    return adv, clock, clock.t
-
-
-def prediction_rows(pages: list[str], repeat: int) -> None:
-    """Issue 13: the cost of the advice's prediction (the performance model fitted to the window
-    and every candidate value predicted, advisor/predict/scoring.py) per scrape-and-evaluate cycle, next
-    to the same cycles without it: two advisors warmed alike, then fed the same next pages."""
-    from advisor.diagnose import advise
-
-    n = min(repeat, len(pages) - 24)
-
-    def run(predict: bool) -> tuple[float, Any]:
-        adv, clock, _ = warm_advisor(pages[:24])
-        real = advise.by_prediction
-        if not predict:
-            advise.by_prediction = lambda *a, **k: None  # type: ignore[assignment]
-        times, d = [], None
-        try:
-            for page in pages[24 : 24 + n]:
-                clock.t += INTERVAL
-                t0 = time.process_time()  # CPU time: the machine may be shared
-                adv.on_page(page, clock.t)
-                d = adv.diagnose(clock.t)
-                if d.status == "advice":  # the cycles that predict (with the model on)
-                    times.append((time.process_time() - t0) * 1000)
-        finally:
-            advise.by_prediction = real  # type: ignore[assignment]
-        return statistics.median(times), d
-
-    without, _ = run(False)
-    with_pred, d = run(True)
-    rec = d.recommendation if d is not None else None
-    predicted = rec is not None and rec.predicted is not None
-    cost = with_pred - without
-    print(
-        f"\nPrediction per cycle (median of the cycles with advice among {n}; last advice: "
-        f"{rec.change if rec else d.status if d else '-'}; predicted: {predicted})\n"
-    )
-    print(
-        "| cycle CPU ms without prediction | with prediction | prediction CPU ms / cycle | share of one core at 5 s |"
-    )
-    print("|---|---|---|---|")
-    print(f"| {without:.1f} | {with_pred:.1f} | {cost:.1f} | {cost / (INTERVAL * 1000) * 100:.2f}% |")
 
 
 if __name__ == "__main__":

@@ -13,19 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from advisor.core import defaults as vllm_defaults
 from advisor.core import knobs
-from advisor.core import steps as knob_steps
 from advisor.core.config import Config
 from advisor.core.engine_json import to_json
 from advisor.core.model import EngineInfo, Provenanced
 from advisor.derive.signals import CATALOG, Context, Values
 from advisor.derive.window import Window
-from advisor.diagnose.evaluate import DEFAULT_TARGETS, Evaluator, Finding, check
-from advisor.diagnose.ruleset import KnobChoice, Rule
+from advisor.diagnose import arbitration
+from advisor.diagnose.arbitration import Candidate
+from advisor.diagnose.evaluate import Evaluator
+from advisor.predict import perfmodel as pm
 from advisor.predict import scoring
 
-SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 STATUSES = ("advice", "healthy", "inconclusive", "insufficient-data")
 # the reason of an "inconclusive" that would be "healthy" if every rule could be checked
 NOT_ALL_CHECKED = "no rule fired, but "
@@ -34,10 +33,6 @@ NOT_ALL_CHECKED = "no rule fired, but "
 def no_rule_fired(d: Diagnosis) -> bool:
     """Healthy, or healthy but for rules whose inputs are unknown: no rule found anything."""
     return d.status == "healthy" or (d.status == "inconclusive" and d.reason.startswith(NOT_ALL_CHECKED))
-
-
-# Changes that put more load on the KV cache: never advised while vLLM preempts.
-RAISES_KV_PRESSURE = {("max_num_seqs", "increase"), ("max_num_batched_tokens", "increase")}
 
 
 @dataclass(frozen=True)
@@ -72,6 +67,9 @@ class Recommendation:
     references: tuple[str, ...]
     note: str = ""
     predicted: dict[str, Any] | None = None  # the model's prediction of the change (scoring.refine)
+    chosen_by: str = ""  # "prediction" or "priority" (the rules' order), and why, one sentence
+    considered: tuple[dict[str, Any], ...] = ()  # the other changes weighed, with their predictions
+    leaves: tuple[str, ...] = ()  # the target breaches the change is predicted to leave standing
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +92,9 @@ class Recommendation:
             "references": list(self.references),
             "note": self.note,
             "predicted": self.predicted,
+            "chosen_by": self.chosen_by,
+            "considered": list(self.considered),
+            "leaves_breached": list(self.leaves),
         }
 
 
@@ -124,189 +125,8 @@ class Diagnosis:
 
 
 # ------------------------------------------------------------------ proposing a value
-def _host_gpus(engine: EngineInfo, cfg: Config) -> int | None:
-    """The GPUs this server could use: the configured count, else the host's, less those that
-    another process holds (where the host probe saw which are idle)."""
-    if cfg.host_gpus is not None:
-        return cfg.host_gpus
-    g, idle = engine.get("gpu_count"), engine.get("gpu_idle_count")
-    if g is None:
-        return None
-    if idle is None:
-        return int(g)
-    used = 1
-    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-        used *= int(engine.get(name) or 1)
-    return min(int(g), used + int(idle))
-
-
-def resolve_choice(
-    rule: Rule, values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
-) -> tuple[KnobChoice | None, Any, Any, str | None, list[str]]:
-    """The first knob of the rule that can move: (choice, current, proposed, source, why-nots)."""
-    why_not: list[str] = []
-    host_gpus = _host_gpus(engine, cfg)
-    targets = {**DEFAULT_TARGETS, **cfg.targets}
-    for choice in rule.knobs:
-        held = [c for c in (check(u, values, targets) for u in choice.unless) if c.ok]
-        if held:
-            h = held[0]
-            why_not.append(
-                f"{choice.name}: not while {h.condition.signal} is {h.value:.3g} "
-                f"({h.condition.op} {h.threshold:g})"
-            )
-            continue
-        ok, reason = knob_steps.applicable(choice.name, choice.direction, engine, host_gpus)
-        if not ok:
-            why_not.append(f"{choice.name}: {reason}")
-            continue
-        current, source = engine.get(choice.name), engine.source(choice.name)
-        if current is None and choice.name != "replicas":
-            d = vllm_defaults.default_for(choice.name, engine.get("vllm_version"), _hardware(engine))
-            current, source = d.value, "default" if d.value is not None else None
-        if choice.name == "replicas":
-            return choice, None, None, None, why_not
-        if current is None and choice.direction not in ("set", "enable", "disable"):
-            why_not.append(
-                f"{choice.name}: its current value is unknown (give --engine-config or run on the host)"
-            )
-            continue
-        hint = values.get(choice.bound_signal) if choice.bound_signal else None
-        try:
-            proposed = knob_steps.propose(
-                choice.name,
-                current,
-                choice.direction,
-                choice.step or "",
-                bound_hint=hint,
-                limits=knob_steps.Limits.from_engine(engine, host_gpus),
-            )
-        except ValueError as e:
-            why_not.append(f"{choice.name}: {e}")
-            continue
-        if proposed is None or proposed == current:
-            why_not.append(
-                f"{choice.name}: cannot move {choice.direction} from {knobs.format_value(current)}"
-            )
-            continue
-        return choice, current, proposed, source, why_not
-    return None, None, None, None, why_not
-
-
-def _hardware(engine: EngineInfo) -> vllm_defaults.Hardware:
-    device = str(engine.get("device") or "")
-    if not device:
-        return vllm_defaults.Hardware()
-    if device.lower() == "cpu":
-        return vllm_defaults.Hardware(device="cpu")
-    mem = engine.get("gpu_memory_gib")
-    return vllm_defaults.Hardware(
-        device="gpu",
-        gpu_name=device,
-        gpu_memory_gib=float(mem) if mem is not None else None,
-        max_model_len=engine.get("max_model_len"),
-        enable_chunked_prefill=engine.get("enable_chunked_prefill"),
-    )
-
-
-# ------------------------------------------------------------------ arbitration
-@dataclass(frozen=True)
-class _Candidate:
-    finding: Finding
-    choice: KnobChoice
-    current: Any
-    proposed: Any
-    source: str | None
-    why_not: tuple[str, ...]
-
-
-def _finding_json(f: Finding, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    d = {
-        "rule": f.rule.id,
-        "severity": f.rule.severity,
-        "state": f.state,
-        "summary": f.rule.summary,
-        "checks": [c.to_json() for c in f.checks],
-        "gate": [c.to_json() for c in f.gate],
-        "missing": f.missing,
-        "since": f.since,
-    }
-    if extra:
-        d.update(extra)
-    return d
-
-
-def arbitrate(
-    findings: list[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
-) -> tuple[str, str, _Candidate | None, list[dict[str, Any]]]:
-    """Choose exactly one knob among firing rules: (status, reason, candidate, findings json)."""
-    out_findings: list[dict[str, Any]] = []
-    candidates: list[_Candidate] = []
-    stuck: list[str] = []
-    preempting = (values.get("preemptions_per_second") or 0) > 0
-    for f in findings:
-        if f.state != "firing":
-            out_findings.append(_finding_json(f))
-            continue
-        choice, cur, prop, src, why_not = resolve_choice(f.rule, values, engine, cfg)
-        if choice is None:
-            stuck.append(f"{f.rule.id} fired but no knob can move ({'; '.join(why_not)})")
-            out_findings.append(_finding_json(f, {"blocked": why_not}))
-            continue
-        if preempting and (choice.name, choice.direction) in RAISES_KV_PRESSURE:
-            out_findings.append(
-                _finding_json(f, {"suppressed": "vLLM is preempting: no change that adds KV pressure"})
-            )
-            continue
-        candidates.append(_Candidate(f, choice, cur, prop, src, tuple(why_not)))
-        out_findings.append(
-            _finding_json(
-                f, {"knob": choice.name, "direction": choice.direction, "current": cur, "proposed": prop}
-            )
-        )
-    if not candidates:
-        if stuck:
-            return "inconclusive", "; ".join(stuck), None, out_findings
-        return "healthy", "no rule fired", None, out_findings
-
-    candidates.sort(key=lambda c: _rank(c.finding.rule, cfg))
-    best = candidates[0]
-    # contradiction: the same knob pushed both ways
-    for other in candidates[1:]:
-        if other.choice.name == best.choice.name and _sign(other) != _sign(best):
-            return (
-                "inconclusive",
-                f"{best.finding.rule.id} wants {best.choice.name} {best.choice.direction} but "
-                f"{other.finding.rule.id} wants it {other.choice.direction}: the evidence contradicts itself",
-                None,
-                out_findings,
-            )
-    return "advice", f"{best.finding.rule.id}: {best.finding.rule.summary}", best, out_findings
-
-
-def _rank(rule: Rule, cfg: Config) -> tuple[int, int, str]:
-    sev = cfg.severity_overrides.get(rule.id) or rule.severity
-    return (SEVERITY_RANK.get(sev, 9), -rule.priority, rule.id)
-
-
-def building(findings: list[Finding], chosen: Rule | None, cfg: Config) -> list[Finding]:
-    """Pending findings that matter: all of them when nothing was chosen, else those that
-    outrank the chosen rule (they hold its advice back until they fire or fade)."""
-    pending = [f for f in findings if f.state == "pending"]
-    if chosen is None:
-        return pending
-    return [f for f in pending if _rank(f.rule, cfg) < _rank(chosen, cfg)]
-
-
-def _sign(c: _Candidate) -> int:
-    try:
-        return 1 if float(c.proposed) > float(c.current) else -1
-    except (TypeError, ValueError):
-        return 0
-
-
 # ------------------------------------------------------------------ the one entry point
-def recommendation_of(c: _Candidate, values: Mapping[str, float | None], severity: str) -> Recommendation:
+def recommendation_of(c: Candidate, values: Mapping[str, float | None], severity: str) -> Recommendation:
     rule = c.finding.rule
     k = knobs.KNOBS.get(c.choice.name)
     flag = (k.flag or k.env) if k is not None else None
@@ -433,25 +253,49 @@ def diagnose(
             "insufficient-data",
             not_now,
             None,
-            tuple(_finding_json(f) for f in findings),
+            tuple(arbitration.finding_json(f) for f in findings),
             eng,
             ctx,
             now,
             values,
         )
-    status, reason, best, fjson = arbitrate(findings, values, engine, cfg)
+    cands, stuck, fjson = arbitration.collect(findings, values, engine, cfg)
 
     def without_advice(status: str, reason: str) -> Diagnosis:
         return Diagnosis(status, reason, None, tuple(fjson), eng, ctx, now, values)
 
-    if status == "healthy":
+    breached = arbitration.breaches(values, cfg.targets)
+    model = None
+    if cands or breached:
+        obs = observed if observed is not None else scoring.Observed.of_window(window, cfg.window_s)
+        try:
+            model = scoring.model_of(obs, engine, values)
+        except pm.InsufficientData:
+            model = None
+    firing = arbitration.score(cands, model, values, engine, cfg)
+    held: list[arbitration.Scored] = []
+    if breached and not cands:
+        hb, why = arbitration.held_back(findings, values, engine, cfg)
+        held = arbitration.score(hb, model, values, engine, cfg, why)
+    decision = arbitration.decide(firing, held, cfg)
+    if decision.inconclusive is not None:
+        return without_advice("inconclusive", decision.inconclusive)
+    chosen = decision.chosen
+    if chosen is None:
+        withdrawn = [s for s in firing if s.withdrawn]
+        if withdrawn:
+            w = withdrawn[0]
+            return without_advice("inconclusive", f"{w.candidate.finding.rule.id}: {w.withdrawn}")
+        if stuck:
+            return without_advice("inconclusive", "; ".join(stuck))
         unknown = [f for f in findings if f.state == "unknown"]
-        if unknown and len(unknown) == len(findings):
+        if unknown and len(unknown) == len(findings) and not breached:
             missing = sorted({m for f in unknown for m in f.missing})
             return without_advice(
                 "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
             )
-    if status == "healthy":
+        if breached:
+            return without_advice("inconclusive", NOT_ALL_CHECKED + _no_help(breached, held, model))
         # a rule whose symptom holds (its first condition, by the rules' convention: preemptions,
         # a queue, a CPU-bound API server) and no other condition is false, but some other input
         # is unknown (a recording without the device's memory, say), might fire: not healthy,
@@ -468,45 +312,56 @@ def diagnose(
             )
     # rules whose conditions hold but not yet for long enough: with no advice, the evidence is
     # building; with advice, a better-ranked one holds it back rather than flip to a lesser knob
-    pending = building(findings, best.finding.rule if best is not None else None, cfg)
-    if pending and status in ("healthy", "advice"):
-        held = ", ".join(
+    best_rule = chosen.candidate.finding.rule if chosen is not None else None
+    pending = arbitration.building(findings, best_rule, cfg)
+    if pending:
+        held_for = ", ".join(
             f"{f.rule.id} for {now - (f.since or now):.0f}s of {f.rule.for_s:.0f}s" for f in pending
         )
-        return without_advice("inconclusive", f"evidence is building; conditions hold: {held}")
-    rec = None
-    if best is not None:
-        sev = cfg.severity_overrides.get(best.finding.rule.id, best.finding.rule.severity)
-        obs = observed if observed is not None else scoring.Observed.of_window(window, cfg.window_s)
-        refined = by_prediction(best, obs, engine, values, cfg)
-        if refined is not None and refined.withdrawn:
-            return without_advice("inconclusive", f"{best.finding.rule.id}: {refined.withdrawn}")
-        if refined is not None and refined.value is not None:
-            best = replace(best, proposed=refined.value)
-        rec = recommendation_of(best, values, sev)
-        if refined is not None and refined.predicted is not None:
-            note = " ".join(x for x in (rec.note, refined.note) if x)
-            rec = replace(rec, predicted=refined.predicted, note=note)
-    return Diagnosis(status, reason, rec, tuple(fjson), eng, ctx, now, values)
-
-
-def by_prediction(
-    c: _Candidate, obs: scoring.Observed, engine: EngineInfo, values: Mapping[str, float | None], cfg: Config
-) -> Any:
-    """The advised knob's value chosen by the performance model (scoring.refine), or None."""
-
-    limits = knob_steps.Limits.from_engine(engine, _host_gpus(engine, cfg))
-    return scoring.refine(
-        obs,
-        engine,
-        values,
-        cfg.targets,
-        c.choice.name,
-        c.choice.direction,
-        c.current,
-        c.proposed,
-        limits,
+        return without_advice("inconclusive", f"evidence is building; conditions hold: {held_for}")
+    if chosen is None:
+        return without_advice("healthy", "no rule fired")
+    c = chosen.candidate
+    sev = cfg.severity_overrides.get(c.finding.rule.id, c.finding.rule.severity)
+    rec = recommendation_of(replace(c, proposed=chosen.value), values, sev)
+    r = chosen.refined
+    note = " ".join(x for x in (rec.note, r.note if r is not None else "", decision.reason) if x)
+    rec = replace(
+        rec,
+        predicted=r.predicted if r is not None else None,
+        note=note,
+        chosen_by=decision.how,
+        considered=tuple(arbitration.considered_json(s) for s in decision.considered),
+        leaves=tuple(arbitration.left_standing(chosen, cfg.targets)),
     )
+    reason = f"{c.finding.rule.id}: {c.finding.rule.summary}"
+    if chosen.held_back is not None:
+        reason = f"{'; '.join(breached)}: {reason}"
+    return Diagnosis("advice", reason, rec, tuple(fjson), eng, ctx, now, values)
+
+
+def _no_help(breached: list[str], held: list[arbitration.Scored], model: pm.Model | None) -> str:
+    """Why a breach gets no advice: what was weighed and what the model said of it."""
+    text = f"{'; '.join(breached)}"
+    if model is None:
+        return text + ", and the model cannot be fitted to this window: nothing is advised"
+    if not held:
+        return text + ", and no rule's symptom holds: nothing here points to a knob"
+    parts = []
+    for s in held:
+        c = s.candidate
+        what = (
+            "a replica more"
+            if c.choice.name == "replicas"
+            else f"{c.choice.name} {knobs.format_value(c.current)} -> {knobs.format_value(s.value)}"
+        )
+        if s.withdrawn:
+            parts.append(f"{what} ({s.withdrawn})")
+        elif s.gain is None:
+            parts.append(f"{what} (the model cannot predict it here)")
+        else:
+            parts.append(f"{what} (goodput {(s.gain - 1) * 100:+.0f}%)")
+    return text + "; no change is predicted to help: " + "; ".join(parts)
 
 
 def provenanced_engine(values: Mapping[str, Any], source: str = "config") -> EngineInfo:

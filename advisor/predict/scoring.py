@@ -228,12 +228,24 @@ def choose(
 @dataclass(frozen=True)
 class Refined:
     """The advised value after prediction: the value, the prediction (JSON) and a note; or
-    ``withdrawn``: why the model advises against every value of this knob."""
+    ``withdrawn``: why the model advises against every value of this knob. ``goodput`` is the
+    predicted goodput of the value (tokens/s within the targets), ``goodput_now`` the measured
+    one: what arbitration between rules compares."""
 
     value: Any = None
     predicted: dict[str, Any] | None = None
     note: str = ""
     withdrawn: str | None = None
+    goodput: float | None = None
+    goodput_now: float | None = None
+    prediction: pm.Prediction | None = None
+
+    @property
+    def gain(self) -> float | None:
+        """Predicted goodput over the measured one (None: unknown)."""
+        if self.goodput is None or not self.goodput_now:
+            return None
+        return self.goodput / self.goodput_now
 
 
 def kv_memory_room(model: pm.Model) -> float | None:
@@ -252,13 +264,27 @@ def refine(
     proposed: Any,
     limits: knob_steps.Limits,
 ) -> Refined | None:
-    """Choose the value of the advised knob by predicted goodput. None when the model cannot
-    say (the rule's own step stands)."""
-    if knob not in pm.KNOBS or direction not in STEPS or current is None:
-        return None
+    """:func:`refine_with` the model fitted to ``obs`` (None where none can be fitted)."""
     try:
         model = model_of(obs, engine, values)
     except pm.InsufficientData:
+        return None
+    return refine_with(model, values, targets, knob, direction, current, proposed, limits)
+
+
+def refine_with(
+    model: pm.Model,
+    values: Mapping[str, float | None],
+    targets: Mapping[str, float],
+    knob: str,
+    direction: str,
+    current: Any,
+    proposed: Any,
+    limits: knob_steps.Limits,
+) -> Refined | None:
+    """Choose the value of the advised knob by predicted goodput. None when the model cannot
+    say (the rule's own step stands)."""
+    if knob not in pm.KNOBS or direction not in STEPS or current is None:
         return None
     bound = None
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "increase":
@@ -281,7 +307,9 @@ def refine(
             "a cap cut keeps the rule's value (what the KV cache holds); the prediction is shown, not used to choose"
         )
         data["binding_now"] = p.binding_before
-        return Refined(value=proposed, predicted=data)
+        g, g0 = goodput(p.predicted, targets), goodput(p.measured, targets)
+        data["goodput_tokens_per_second"] = {"measured": g0, "predicted": g}
+        return Refined(value=proposed, predicted=data, goodput=g, goodput_now=g0, prediction=p)
     cands = candidates(knob, current, direction, limits, extra=[proposed], bound=bound)
     notes: list[str] = []
     if knob == "kv_cache_memory_bytes" and direction == "increase":
@@ -325,7 +353,12 @@ def refine(
     data["why"] = choice.reason
     data["binding_now"] = p.binding_before
     return Refined(
-        value=choice.value, predicted=data, note=" ".join(n[0].upper() + n[1:] + "." for n in notes)
+        value=choice.value,
+        predicted=data,
+        note=" ".join(n[0].upper() + n[1:] + "." for n in notes),
+        goodput=choice.goodput,
+        goodput_now=goodput(p.measured, targets),
+        prediction=p,
     )
 
 

@@ -218,7 +218,8 @@ def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
 
 
 def _kv_choice(rule_id: str, **facts: object) -> tuple[str | None, object, object, list[str]]:
-    from advisor.diagnose.advise import provenanced_engine, resolve_choice
+    from advisor.diagnose.advise import provenanced_engine
+    from advisor.diagnose.arbitration import resolve_choice
 
     rule = next(r for r in RULES if r.id == rule_id)
     engine = provenanced_engine(

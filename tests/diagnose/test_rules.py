@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from advisor.cli import main
 from advisor.core import knobs
 from advisor.core.config import Config
-from advisor.diagnose.advise import arbitrate, provenanced_engine, resolve_choice
+from advisor.diagnose.advise import provenanced_engine
+from advisor.diagnose.arbitration import arbitrate, resolve_choice
 from advisor.diagnose.evaluate import Evaluator, conditions_hold
 from advisor.diagnose.ruleset import DOC_SECTIONS, RuleError, load_rules
 
@@ -274,7 +275,7 @@ def test_explain_rule_id_prints_the_rules_docs() -> None:
 def test_a_pending_better_rule_holds_lesser_advice_back() -> None:
     """While kv-preemption-seqs-bind builds up its hold time, kv-capacity-below-context (info)
     may not become the advice: the diagnosis waits instead of flipping knobs."""
-    from advisor.diagnose.advise import building
+    from advisor.diagnose.arbitration import building
     from advisor.diagnose.evaluate import Finding
 
     seqs = next(r for r in RULES if r.id == "kv-preemption-seqs-bind")

@@ -1,0 +1,446 @@
+"""Arbitration: every firing rule proposes its knob and a concrete value (its first knob that
+can move here); exactly one change is recommended. By prediction where the model can predict:
+each candidate change is scored by the goodput the model predicts (the requests' tokens that meet
+the TTFT and ITL targets) and the best wins; by the rules' order (severity, priority, id) where
+it cannot, and to break ties. Prerequisites stay static: no change that adds KV pressure while
+vLLM preempts, and one knob pushed both ways is a contradiction unless the model tells the two
+apart. With a target breached and no rule firing, the changes that a rule's other conditions held
+back (its symptom holds) are scored too: a condition that stands in for a prediction gives way
+to the prediction where one can be made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from advisor.core import defaults as vllm_defaults
+from advisor.core import knobs
+from advisor.core import steps as knob_steps
+from advisor.core.config import Config
+from advisor.core.model import EngineInfo
+from advisor.core.units import fmt
+from advisor.diagnose.evaluate import DEFAULT_TARGETS, Finding, check
+from advisor.diagnose.ruleset import KnobChoice, Rule
+from advisor.predict import perfmodel as pm
+from advisor.predict import scoring
+
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+# Changes that put more load on the KV cache: never advised while vLLM preempts.
+RAISES_KV_PRESSURE = {("max_num_seqs", "increase"), ("max_num_batched_tokens", "increase")}
+
+
+def host_gpus(engine: EngineInfo, cfg: Config) -> int | None:
+    """The GPUs this server could use: the configured count, else the host's, less those that
+    another process holds (where the host probe saw which are idle)."""
+    if cfg.host_gpus is not None:
+        return cfg.host_gpus
+    g, idle = engine.get("gpu_count"), engine.get("gpu_idle_count")
+    if g is None:
+        return None
+    if idle is None:
+        return int(g)
+    used = 1
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        used *= int(engine.get(name) or 1)
+    return min(int(g), used + int(idle))
+
+
+def resolve_choice(
+    rule: Rule, values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
+) -> tuple[KnobChoice | None, Any, Any, str | None, list[str]]:
+    """The first knob of the rule that can move: (choice, current, proposed, source, why-nots)."""
+    why_not: list[str] = []
+    gpus = host_gpus(engine, cfg)
+    targets = {**DEFAULT_TARGETS, **cfg.targets}
+    for choice in rule.knobs:
+        held = [c for c in (check(u, values, targets) for u in choice.unless) if c.ok]
+        if held:
+            h = held[0]
+            why_not.append(
+                f"{choice.name}: not while {h.condition.signal} is {h.value:.3g} "
+                f"({h.condition.op} {h.threshold:g})"
+            )
+            continue
+        ok, reason = knob_steps.applicable(choice.name, choice.direction, engine, gpus)
+        if not ok:
+            why_not.append(f"{choice.name}: {reason}")
+            continue
+        current, source = engine.get(choice.name), engine.source(choice.name)
+        if current is None and choice.name != "replicas":
+            d = vllm_defaults.default_for(choice.name, engine.get("vllm_version"), _hardware(engine))
+            current, source = d.value, "default" if d.value is not None else None
+        if choice.name == "replicas":
+            return choice, None, None, None, why_not
+        if current is None and choice.direction not in ("set", "enable", "disable"):
+            why_not.append(
+                f"{choice.name}: its current value is unknown (give --engine-config or run on the host)"
+            )
+            continue
+        hint = values.get(choice.bound_signal) if choice.bound_signal else None
+        try:
+            proposed = knob_steps.propose(
+                choice.name,
+                current,
+                choice.direction,
+                choice.step or "",
+                bound_hint=hint,
+                limits=knob_steps.Limits.from_engine(engine, gpus),
+            )
+        except ValueError as e:
+            why_not.append(f"{choice.name}: {e}")
+            continue
+        if proposed is None or proposed == current:
+            why_not.append(
+                f"{choice.name}: cannot move {choice.direction} from {knobs.format_value(current)}"
+            )
+            continue
+        return choice, current, proposed, source, why_not
+    return None, None, None, None, why_not
+
+
+def _hardware(engine: EngineInfo) -> vllm_defaults.Hardware:
+    device = str(engine.get("device") or "")
+    if not device:
+        return vllm_defaults.Hardware()
+    if device.lower() == "cpu":
+        return vllm_defaults.Hardware(device="cpu")
+    mem = engine.get("gpu_memory_gib")
+    return vllm_defaults.Hardware(
+        device="gpu",
+        gpu_name=device,
+        gpu_memory_gib=float(mem) if mem is not None else None,
+        max_model_len=engine.get("max_model_len"),
+        enable_chunked_prefill=engine.get("enable_chunked_prefill"),
+    )
+
+
+# ------------------------------------------------------------------ arbitration
+@dataclass(frozen=True)
+class Candidate:
+    finding: Finding
+    choice: KnobChoice
+    current: Any
+    proposed: Any
+    source: str | None
+    why_not: tuple[str, ...]
+
+
+def finding_json(f: Finding, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    d = {
+        "rule": f.rule.id,
+        "severity": f.rule.severity,
+        "state": f.state,
+        "summary": f.rule.summary,
+        "checks": [c.to_json() for c in f.checks],
+        "gate": [c.to_json() for c in f.gate],
+        "missing": f.missing,
+        "since": f.since,
+    }
+    if extra:
+        d.update(extra)
+    return d
+
+
+def collect(
+    findings: Sequence[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
+) -> tuple[list[Candidate], list[str], list[dict[str, Any]]]:
+    """The firing rules' candidate changes in the rules' order, why the others cannot move
+    (``stuck``), and every finding as JSON."""
+    out_findings: list[dict[str, Any]] = []
+    candidates: list[Candidate] = []
+    stuck: list[str] = []
+    preempting = (values.get("preemptions_per_second") or 0) > 0
+    for f in findings:
+        if f.state != "firing":
+            out_findings.append(finding_json(f))
+            continue
+        choice, cur, prop, src, why_not = resolve_choice(f.rule, values, engine, cfg)
+        if choice is None:
+            stuck.append(f"{f.rule.id} fired but no knob can move ({'; '.join(why_not)})")
+            out_findings.append(finding_json(f, {"blocked": why_not}))
+            continue
+        if preempting and (choice.name, choice.direction) in RAISES_KV_PRESSURE:
+            out_findings.append(
+                finding_json(f, {"suppressed": "vLLM is preempting: no change that adds KV pressure"})
+            )
+            continue
+        candidates.append(Candidate(f, choice, cur, prop, src, tuple(why_not)))
+        out_findings.append(
+            finding_json(
+                f, {"knob": choice.name, "direction": choice.direction, "current": cur, "proposed": prop}
+            )
+        )
+    candidates.sort(key=lambda c: rank(c.finding.rule, cfg))
+    return candidates, stuck, out_findings
+
+
+def contradiction(candidates: Sequence[Candidate]) -> tuple[Candidate, Candidate] | None:
+    """The first pair of candidates that push one knob both ways (the first is the better ranked)."""
+    for i, a in enumerate(candidates):
+        for b in candidates[i + 1 :]:
+            if a.choice.name == b.choice.name and _sign(a) != _sign(b):
+                return a, b
+    return None
+
+
+def arbitrate(
+    findings: list[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
+) -> tuple[str, str, Candidate | None, list[dict[str, Any]]]:
+    """Exactly one knob among firing rules by the rules' order alone (no prediction):
+    (status, reason, candidate, findings json)."""
+    candidates, stuck, out_findings = collect(findings, values, engine, cfg)
+    if not candidates:
+        if stuck:
+            return "inconclusive", "; ".join(stuck), None, out_findings
+        return "healthy", "no rule fired", None, out_findings
+    pair = contradiction(candidates)
+    if pair is not None:
+        return "inconclusive", _contradicts(*pair), None, out_findings
+    best = candidates[0]
+    return "advice", f"{best.finding.rule.id}: {best.finding.rule.summary}", best, out_findings
+
+
+def _contradicts(a: Candidate, b: Candidate) -> str:
+    return (
+        f"{a.finding.rule.id} wants {a.choice.name} {a.choice.direction} but "
+        f"{b.finding.rule.id} wants it {b.choice.direction}: the evidence contradicts itself"
+    )
+
+
+# ------------------------------------------------------------------ by prediction
+@dataclass(frozen=True)
+class Scored:
+    """A candidate change and what the model predicts of it (None: it cannot predict it here)."""
+
+    candidate: Candidate
+    refined: scoring.Refined | None
+    held_back: str | None = None  # the rule's condition that held it back (a breach's candidates)
+
+    @property
+    def withdrawn(self) -> str | None:
+        return self.refined.withdrawn if self.refined is not None else None
+
+    @property
+    def gain(self) -> float | None:
+        """Predicted over measured goodput (None: not predicted)."""
+        if self.refined is None or self.refined.withdrawn:
+            return None
+        return self.refined.gain
+
+    @property
+    def value(self) -> Any:
+        if self.refined is not None and self.refined.value is not None:
+            return self.refined.value
+        return self.candidate.proposed
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The one change arbitration recommends (or none, and why), and the others it weighed."""
+
+    chosen: Scored | None
+    how: str  # "prediction" | "priority" | ""
+    reason: str  # why this change and not the others, one sentence (empty without a choice)
+    considered: tuple[Scored, ...]  # the others, best first
+    inconclusive: str | None = None  # a contradiction the model could not settle
+
+
+def score(
+    candidates: Sequence[Candidate],
+    model: pm.Model | None,
+    values: Mapping[str, float | None],
+    engine: EngineInfo,
+    cfg: Config,
+    held_back: Mapping[str, str] | None = None,
+) -> list[Scored]:
+    """Each candidate's value chosen and predicted by the model (where it can)."""
+    out = []
+    limits = knob_steps.Limits.from_engine(engine, host_gpus(engine, cfg))
+    for c in candidates:
+        refined = None
+        if model is not None:
+            refined = scoring.refine_with(
+                model,
+                values,
+                cfg.targets,
+                c.choice.name,
+                c.choice.direction,
+                c.current,
+                c.proposed,
+                limits,
+            )
+        out.append(Scored(c, refined, (held_back or {}).get(c.finding.rule.id)))
+    return out
+
+
+def decide(firing: Sequence[Scored], held: Sequence[Scored], cfg: Config) -> Decision:
+    """Exactly one change: the best predicted goodput among those predicted to raise it (the
+    firing rules', and under a breach the held-back ones'), near-ties (within 1%) to the better
+    ranked rule; without such a prediction the firing rules' order decides. A held-back change
+    is only ever chosen by prediction."""
+    flat = scoring.FLAT
+    pair = contradiction([s.candidate for s in firing])
+    firing = list(firing)
+    if pair is not None:
+        a, b = (next(s for s in firing if s.candidate is c) for c in pair)
+        if a.gain is None or b.gain is None or abs(a.gain - b.gain) <= flat * max(a.gain, b.gain):
+            return Decision(None, "", "", tuple(firing), inconclusive=_contradicts(*pair))
+        loser = b if a.gain > b.gain else a  # the model tells the two directions apart
+        firing = [s for s in firing if s is not loser] + [loser]
+        firing_pool = [s for s in firing if s is not loser]
+    else:
+        firing_pool = firing
+    usable = [s for s in firing_pool if not s.withdrawn]
+    improving = [s for s in (*usable, *held) if s.gain is not None and s.gain > 1 + flat and not s.withdrawn]
+    chosen: Scored | None = None
+    how = ""
+    if improving:
+        best = max(s.gain or 0.0 for s in improving)
+        near = [s for s in improving if (s.gain or 0.0) >= best * (1 - flat)]
+        chosen = min(near, key=lambda s: rank(s.candidate.finding.rule, cfg))
+        how = "prediction"
+    elif usable:
+        chosen = usable[0]  # the rules' order (severity, priority, id)
+        how = "priority"
+    others = [s for s in (*firing, *held) if s is not chosen]
+    others.sort(key=lambda s: (-(s.gain or 0.0), rank(s.candidate.finding.rule, cfg)))
+    return Decision(chosen, how, _why(chosen, how, others), tuple(others))
+
+
+def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
+    if chosen is None:
+        return ""
+    rule = chosen.candidate.finding.rule.id
+    if how == "prediction":
+        g = chosen.refined.goodput if chosen.refined is not None else None
+        g0 = chosen.refined.goodput_now if chosen.refined is not None else None
+        text = f"Chosen by prediction: goodput {fmt(g, 'tok/s')} (now {fmt(g0, 'tok/s')})"
+        rivals = [s for s in others if s.gain is not None]
+        if rivals:
+            r = rivals[0]
+            text += (
+                f", the best of {len(rivals) + 1} changes the model scored "
+                f"(next: {r.candidate.finding.rule.id}, {r.candidate.choice.name} "
+                f"{knobs.format_value(r.value)}, {fmt(r.refined.goodput if r.refined else None, 'tok/s')})"
+            )
+        if chosen.held_back:
+            text += f"; {rule}'s condition {chosen.held_back} held it back, the prediction decides"
+        return text + "."
+    unscored = [s for s in (chosen, *others) if s.gain is None]
+    if chosen.gain is None:
+        return f"Chosen by the rules' order: the model cannot predict {chosen.candidate.choice.name} here" + (
+            "." if not others else f" ({len(unscored)} of {len(others) + 1} changes unpredicted)."
+        )
+    return "Chosen by the rules' order: the model predicts no change raises goodput."
+
+
+def held_back(
+    findings: Sequence[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
+) -> tuple[list[Candidate], dict[str, str]]:
+    """The changes of the rules whose symptom (their first condition) holds but that did not
+    fire because another condition did not hold or is unknown: under a target breach they are
+    scored like any other. Returns the candidates and, per rule, the condition that held it back."""
+    out: list[Candidate] = []
+    why: dict[str, str] = {}
+    preempting = (values.get("preemptions_per_second") or 0) > 0
+    for f in findings:
+        if f.state not in ("inactive", "unknown") or not f.checks or f.checks[0].ok is not True:
+            continue
+        blocker = next((c for c in f.checks[1:] if c.ok is not True), None)
+        if blocker is None:
+            continue
+        choice, cur, prop, src, why_not = resolve_choice(f.rule, values, engine, cfg)
+        if choice is None or (preempting and (choice.name, choice.direction) in RAISES_KV_PRESSURE):
+            continue
+        out.append(Candidate(f, choice, cur, prop, src, tuple(why_not)))
+        v = "unknown" if blocker.value is None else f"{blocker.value:.3g}"
+        why[f.rule.id] = (
+            f"{blocker.condition.signal} {blocker.condition.op} {blocker.threshold:g} (it is {v})"
+            if blocker.threshold is not None
+            else f"{blocker.condition.signal} (unknown)"
+        )
+    out.sort(key=lambda c: rank(c.finding.rule, cfg))
+    return out, why
+
+
+BREACH_METRICS = (
+    ("ttft_seconds_p95", "ttft_p95_seconds", "TTFT p95"),
+    ("itl_seconds_p95", "itl_p95_seconds", "ITL p95"),
+)
+
+
+def breaches(values: Mapping[str, float | None], targets: Mapping[str, float]) -> list[str]:
+    """The latency targets the window breaches, as phrases ("TTFT p95 16.6 s over its 2.00 s
+    target")."""
+    out = []
+    t = {**DEFAULT_TARGETS, **targets}
+    for signal, target, label in BREACH_METRICS:
+        v, lim = values.get(signal), t.get(target)
+        if v is not None and lim is not None and v > lim:
+            out.append(f"{label} {fmt(v, 's')} over its {fmt(lim, 's')} target")
+    return out
+
+
+def left_standing(chosen: Scored, targets: Mapping[str, float]) -> list[str]:
+    """The target breaches the chosen change is predicted to leave (from its prediction)."""
+    r = chosen.refined
+    if r is None or r.prediction is None:
+        return []
+    out = []
+    t = {**DEFAULT_TARGETS, **targets}
+    for metric, target, label in BREACH_METRICS:
+        v, lim = r.prediction.predicted.get(metric), t.get(target)
+        if v is not None and lim is not None and v > lim:
+            out.append(f"{label} predicted {fmt(v, 's')}, over its {fmt(lim, 's')} target")
+    return out
+
+
+def considered_json(s: Scored) -> dict[str, Any]:
+    """A change arbitration weighed and did not choose, with what the model predicted of it."""
+    c, r = s.candidate, s.refined
+    pred = r.prediction.predicted if r is not None and r.prediction is not None else {}
+    if s.withdrawn:
+        why_not = f"withdrawn: {s.withdrawn}"
+    elif s.gain is None:
+        why_not = "the model cannot predict this change here"
+    else:
+        why_not = f"predicted goodput {(s.gain - 1) * 100:+.0f}%"
+    return {
+        "rule": c.finding.rule.id,
+        "knob": c.choice.name,
+        "direction": c.choice.direction,
+        "current": c.current,
+        "proposed": s.value,
+        "held_back": s.held_back,
+        "goodput_tokens_per_second": None if r is None else r.goodput,
+        "goodput_change": None if s.gain is None else s.gain - 1,
+        "predicted": {
+            k: pred.get(k) for k in ("output_tokens_per_second", "ttft_seconds_p95", "itl_seconds_p95")
+        }
+        if pred
+        else None,
+        "why_not": why_not,
+    }
+
+
+def rank(rule: Rule, cfg: Config) -> tuple[int, int, str]:
+    sev = cfg.severity_overrides.get(rule.id) or rule.severity
+    return (SEVERITY_RANK.get(sev, 9), -rule.priority, rule.id)
+
+
+def building(findings: list[Finding], chosen: Rule | None, cfg: Config) -> list[Finding]:
+    """Pending findings that matter: all of them when nothing was chosen, else those that
+    outrank the chosen rule (they hold its advice back until they fire or fade)."""
+    pending = [f for f in findings if f.state == "pending"]
+    if chosen is None:
+        return pending
+    return [f for f in pending if rank(f.rule, cfg) < rank(chosen, cfg)]
+
+
+def _sign(c: Candidate) -> int:
+    try:
+        return 1 if float(c.proposed) > float(c.current) else -1
+    except (TypeError, ValueError):
+        return 0
