@@ -197,7 +197,8 @@ class StandIn:
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body)  # the daemon gave up waiting (its scrape timeout)
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -223,8 +224,10 @@ class DaemonRow:
     samples: list[tuple[float, float, int]] = field(default_factory=list)  # (t, cpu s, pages served)
     rss_mib: list[tuple[float, float]] = field(default_factory=list)
     bare: list[float] = field(default_factory=list)
-    statuses: list[str] = field(default_factory=list)  # what /api/v1/diagnosis said, every 10 s
+    statuses: list[str] = field(default_factory=list)  # /api/v1/diagnosis every 10 s, from the first advice
     predicted: int = 0  # of those, advice with the model's prediction
+    first_advice_s: float | None = None
+    other: list[str] = field(default_factory=list)  # the reasons of the polls that were not advice
     error: str = ""
 
     def per_minute(self) -> list[tuple[float, int]]:
@@ -257,7 +260,8 @@ def run_daemons(sessions: dict[int, Replay], rows: list[DaemonRow]) -> None:
             exe, "run", "--vllm-url", standin.url, "--interval", f"{row.interval_s:g}s",
             "--listen", listen, "--state-dir", str(tmp / f"d{i}"), "--run-seconds", f"{row.seconds:g}",
         ]  # fmt: skip
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        err = open(tmp / f"d{i}.log", "w")  # noqa: SIM115 (a pipe nobody reads would fill and block it)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
         procs.append((row, standin, listen, p, psutil.Process(p.pid)))
     t0 = time.monotonic()
     last_prom = last_api = 0.0
@@ -278,12 +282,18 @@ def run_daemons(sessions: dict[int, Replay], rows: list[DaemonRow]) -> None:
                 with standin.lock:
                     text = standin.current
                 row.bare.append(_thread_ms(lambda text=text: bare_parse(text)))
-                if poll_api and now > 60:  # after the first minute (the rule's hold time)
+                if poll_api:  # from the first advice on (before it: the rule's hold time)
                     with contextlib.suppress(requests.RequestException, ValueError):
                         d = requests.get(f"http://{listen}/api/v1/diagnosis", timeout=5).json()
-                        row.statuses.append(str(d.get("status")))
-                        rec = d.get("recommendation") or {}
-                        row.predicted += bool(rec.get("predicted"))
+                        status = str(d.get("status"))
+                        if status == "advice" and row.first_advice_s is None:
+                            row.first_advice_s = now
+                        if row.first_advice_s is not None:
+                            row.statuses.append(status)
+                            rec = d.get("recommendation") or {}
+                            row.predicted += bool(rec.get("predicted"))
+                            if status != "advice":
+                                row.other.append(f"{status}: {str(d.get('reason'))[:120]}")
             if poll_api:
                 last_api = now
             if now - last_prom >= 15:  # Prometheus scraping each daemon's exporter
@@ -297,12 +307,13 @@ def run_daemons(sessions: dict[int, Replay], rows: list[DaemonRow]) -> None:
             if p.poll() is None:
                 p.terminate()
             try:
-                _, err = p.communicate(timeout=10)
+                p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
-                _, err = p.communicate()
+                p.wait()
             if p.returncode not in (0, -15):
-                row.error = f"exit {p.returncode}: {(err or '').strip()[-300:]}"
+                err = (tmp / f"d{rows.index(row)}.log").read_text(errors="replace")
+                row.error = f"exit {p.returncode}: {err.strip()[-300:]}"
             standin.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -357,7 +368,7 @@ def main() -> int:
     print(
         "\nThe daemon, measured from outside over its whole run: CPU per cycle by minute (the window fills "
         f"for min({MAX_FRAMES} pages, {RETENTION_S:.0f} s)), RSS, and its API's status every 10 s after "
-        "the first minute.\n"
+        "its first advice.\n"
     )
     print(
         "| engines | interval | bare parse ms | CPU ms/cycle: min 1 | min 2 | last min | last / min 2 "
@@ -386,8 +397,12 @@ def main() -> int:
         print(
             f"| {d.engines} | {d.interval_s:g} s | {b:.1f} | {first:.1f} | {second:.1f} | {last:.1f} "
             f"| {last / second:.2f} | {last / b:.2f}x | {share:.2%} | {rss:.0f} MiB "
-            f"| {advice}/{len(d.statuses)} advice ({d.predicted} with prediction) | {'; '.join(targets)} |"
+            f"| {advice}/{len(d.statuses)} advice from {d.first_advice_s or float('nan'):.0f} s "
+            f"({d.predicted} with prediction) | {'; '.join(targets)} |"
         )
+    for d in daemons:
+        for line in sorted(set(d.other)):
+            print(f"- {d.engines} engines at {d.interval_s:g} s, not advice once: {line}")
     print(f"\nbench took {time.monotonic() - t_start:.0f} s")
     return 0
 

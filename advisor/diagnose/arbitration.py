@@ -310,7 +310,8 @@ def decide(firing: Sequence[Scored], held: Sequence[Scored], cfg: Config) -> Dec
 
 
 def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
-    if chosen is None:
+    """Why this change and not the others (nothing to say when it was the only one)."""
+    if chosen is None or (not others and chosen.held_back is None):
         return ""
     rule = chosen.candidate.finding.rule.id
     if how == "prediction":

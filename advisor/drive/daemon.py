@@ -70,6 +70,7 @@ class Daemon:
         self.cycle_interval_s: float | None = None  # the achieved time between cycle starts (EWMA)
         self._cycle_started: float | None = None
         self._slow_logged = False
+        self._cycle_avg_s: float | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.servers = identity.ServerTracker()  # one engine behind the URL, or several?
@@ -218,19 +219,21 @@ class Daemon:
             self._note_slow()
 
     def _note_slow(self) -> None:
-        """One log line when cycles start taking longer than the interval (and one when they
-        no longer do): the advice still stands, it is refreshed less often."""
-        slow = (self.cycle_duration_s or 0.0) > self.cfg.interval_s
-        if slow != self._slow_logged:
-            self._slow_logged = slow
-            if slow:
-                log.warning(
-                    "cycles are slower than the interval",
-                    cycle_seconds=round(self.cycle_duration_s or 0.0, 3),
-                    interval_s=self.cfg.interval_s,
-                )
-            else:
-                log.info("cycles keep up with the interval again", interval_s=self.cfg.interval_s)
+        """One log line when cycles fall behind the interval and one when they catch up again,
+        judged on their smoothed duration with some slack (no line per cycle near the edge): the
+        advice still stands, it is refreshed less often."""
+        dur = self.cycle_duration_s or 0.0
+        avg = self._cycle_avg_s = dur if self._cycle_avg_s is None else 0.8 * self._cycle_avg_s + 0.2 * dur
+        if not self._slow_logged and avg > self.cfg.interval_s:
+            self._slow_logged = True
+            log.warning(
+                "cycles are slower than the interval",
+                cycle_seconds=round(avg, 3),
+                interval_s=self.cfg.interval_s,
+            )
+        elif self._slow_logged and avg < 0.8 * self.cfg.interval_s:
+            self._slow_logged = False
+            log.info("cycles keep up with the interval again", interval_s=self.cfg.interval_s)
 
     def _cycle(self) -> Diagnosis:
         t0 = time.monotonic()

@@ -125,6 +125,10 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
         con.print(Text(prediction_title(rec.predicted), style="bold"))
         con.print(prediction_table(rec.predicted))
         con.print()
+    for line in _after_lines(rec):
+        con.print(Text(line))
+    if rec.leaves or rec.considered:
+        con.print()
     for title, body in (("What", rec.what), ("Why", rec.why), ("What should move", rec.expect)):
         con.print(Text(f"{title}: ", style="bold"), Text(body))
     con.print(Text("Verify: ", style="bold"), Text(", ".join(rec.verify) + " (same load, before vs after)"))
@@ -132,6 +136,41 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
     con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
     _findings(con, d)
     return _tidy(buf.getvalue())
+
+
+def _after_lines(rec: Recommendation) -> list[str]:
+    """The breaches the change is predicted to leave, and the other changes weighed."""
+    out = []
+    if rec.leaves:
+        out.append("Left standing after the change: " + "; ".join(rec.leaves) + ".")
+    if rec.considered:
+        out.append("Also considered:")
+        for c in rec.considered:
+            out.append(f"  - {considered_line(c)}")
+    return out
+
+
+def considered_line(c: Mapping[str, Any]) -> str:
+    """One change arbitration weighed: rule, knob and value, and why it was not chosen."""
+    if c.get("knob") == "replicas":
+        what = "a replica more"
+    else:
+        what = f"{c.get('knob')} {knobs.format_value(c.get('current'))} -> {knobs.format_value(c.get('proposed'))}"
+    pred = c.get("predicted") or {}
+    detail = ""
+    if pred:
+        parts = [
+            f"{label} {fmt(pred.get(k), unit)}"
+            for k, label, unit in (
+                ("output_tokens_per_second", "throughput", "tok/s"),
+                ("ttft_seconds_p95", "TTFT p95", "s"),
+                ("itl_seconds_p95", "ITL p95", "s"),
+            )
+            if pred.get(k) is not None
+        ]
+        detail = f"; predicted {', '.join(parts)}" if parts else ""
+    held = f" (held back: {c['held_back']})" if c.get("held_back") else ""
+    return f"{c.get('rule')}: {what}{held}: {c.get('why_not')}{detail}"
 
 
 def experiment_line(e: Mapping[str, Any] | None) -> str | None:
@@ -191,6 +230,12 @@ def render_markdown(d: Diagnosis) -> str:
         "|---|---|---|",
     ]
     out += [f"| `{e.signal}` | {fmt_value(e.signal, e.value, e.unit)} | {e.help} |" for e in rec.evidence]
+    if rec.note:
+        out += ["", f"_Note:_ {rec.note}"]
+    if rec.leaves:
+        out += ["", "**Left standing after the change:** " + "; ".join(rec.leaves) + "."]
+    if rec.considered:
+        out += ["", "**Also considered:**", ""] + [f"- {considered_line(c)}" for c in rec.considered]
     out += [
         "",
         f"**What:** {rec.what}",
@@ -391,6 +436,9 @@ def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
             references=tuple(rec.get("references", [])),
             note=str(rec.get("note", "")),
             predicted=rec.get("predicted") if isinstance(rec.get("predicted"), Mapping) else None,
+            chosen_by=str(rec.get("chosen_by", "")),
+            considered=tuple(dict(c) for c in rec.get("considered") or [] if isinstance(c, Mapping)),
+            leaves=tuple(str(x) for x in rec.get("leaves_breached") or []),
         )
     return Diagnosis(
         status=str(d.get("status")),

@@ -184,6 +184,7 @@ class Config:
     gpu_memory_utilization: float | None
     gpu_memory_bytes: float | None
     gpu_memory_free_bytes: float | None = None
+    kv_cache_bytes: float | None = None  # the KV cache's memory on one device, however sized
     block_size: float | None = None  # tokens per KV block (None: unknown, no rounding)
     data_parallel_size: float = 1.0  # engines sharing the load (each with its own KV cache)
 
@@ -287,6 +288,8 @@ def build(
         gpu_memory_utilization=_num(engine.get("gpu_memory_utilization")),
         gpu_memory_bytes=_num(values.get("gpu_memory_bytes")),
         gpu_memory_free_bytes=_gib(engine.get("gpu_memory_free_gib")),
+        kv_cache_bytes=_num(engine.get("kv_cache_memory_bytes"))
+        or _gib(engine.get("available_kv_cache_memory_gib")),
         block_size=_num(engine.get("block_size")),
         data_parallel_size=float(engines),
     )
@@ -495,30 +498,49 @@ def with_knob(m: Model, knob: str, value: float) -> tuple[Config, float | None]:
         if not per:
             raise ValueError("the KV bytes per token are unknown")
         tokens = value / per / m.engines
-        return replace(c, kv_cache_tokens=tokens, kv_cache_memory_bytes=value), c.kv_cache_memory_bytes
+        return replace(c, kv_cache_tokens=tokens, kv_cache_memory_bytes=value, kv_cache_bytes=value), c.kv_cache_memory_bytes
     if knob == "gpu_memory_utilization":
+        # vLLM sizes the KV cache as gpu_memory_utilization x the device's memory, less what
+        # the weights and activations take: a change of the share moves the KV memory by the
+        # change times the device's memory (the rest stays), in the KV bytes per token measured
         if c.kv_cache_memory_bytes is not None:
             raise ValueError(
                 "kv_cache_memory_bytes is set: gpu_memory_utilization does not size the KV cache"
             )
-        if c.gpu_memory_utilization is None or c.gpu_memory_bytes is None or c.kv_cache_tokens is None:
-            raise ValueError(
-                "the device's memory, the current gpu_memory_utilization or the KV size is unknown"
+        missing = [
+            what
+            for what, v in (
+                ("the current gpu_memory_utilization", c.gpu_memory_utilization),
+                ("the device's memory (the host probe or the log's memory line)", c.gpu_memory_bytes),
+                ("the KV cache's size in tokens (the log's 'KV cache size' line)", c.kv_cache_tokens),
+                ("the KV cache's memory (the log's 'Available KV cache memory' line)", c.kv_cache_bytes),
             )
+            if v is None
+        ]
+        if missing:
+            raise ValueError("unknown: " + "; ".join(missing))
         per = _kv_bytes_per_token(m)
         if per is None:
             raise ValueError("the KV bytes per token are unknown")
-        more = (value - c.gpu_memory_utilization) * c.gpu_memory_bytes / per
+        assert c.gpu_memory_utilization is not None and c.gpu_memory_bytes is not None
+        assert c.kv_cache_tokens is not None and c.kv_cache_bytes is not None
+        more_bytes = (value - c.gpu_memory_utilization) * c.gpu_memory_bytes
+        if c.kv_cache_bytes + more_bytes <= 0:
+            raise ValueError(f"gpu_memory_utilization {value:g} leaves no memory for the KV cache")
         return replace(
-            c, kv_cache_tokens=max(0.0, c.kv_cache_tokens + more), gpu_memory_utilization=value
+            c,
+            kv_cache_tokens=max(0.0, c.kv_cache_tokens + more_bytes / per),
+            kv_cache_bytes=c.kv_cache_bytes + more_bytes,
+            gpu_memory_utilization=value,
         ), c.gpu_memory_utilization
     raise ValueError(f"the model cannot move {knob} (it moves {', '.join(KNOBS)})")
 
 
 def _kv_bytes_per_token(m: Model) -> float | None:
+    """The KV cache's bytes per token on one device (its memory over its tokens)."""
     c = m.config
-    if c.kv_cache_memory_bytes and c.kv_cache_tokens:
-        return c.kv_cache_memory_bytes / c.kv_cache_tokens
+    if c.kv_cache_bytes and c.kv_cache_tokens:
+        return c.kv_cache_bytes / c.kv_cache_tokens
     return None
 
 

@@ -248,6 +248,15 @@ class Refined:
         return self.goodput / self.goodput_now
 
 
+def _within(knob: str, current: Any, value: float, limits: knob_steps.Limits) -> Any:
+    """``value`` as the knob's own step math would propose it (its type and safe range), None
+    where it cannot."""
+    try:
+        return knob_steps.propose(knob, current, "increase", "+0%", bound_hint=value, limits=limits)
+    except ValueError:
+        return None
+
+
 def kv_memory_room(model: pm.Model) -> float | None:
     """Bytes the KV cache may grow by on the device: its free memory (None: unknown)."""
     return model.config.gpu_memory_free_bytes
@@ -287,11 +296,17 @@ def refine_with(
     if knob not in pm.KNOBS or direction not in STEPS or current is None:
         return None
     bound = None
+    extra: list[Any] = [proposed]
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "increase":
         # beyond what the KV cache holds at the observed sizes the batch cannot grow
         c = model.config
         if c.kv_cache_tokens is not None and model.kv_per_running:
             bound = c.kv_cache_tokens / model.kv_per_running * model.engines
+        # nor beyond what the load offers: a cap that admits every request waiting and running
+        if model.offered is not None:
+            asked = math.ceil(model.offered * model.engines)
+            if bound is None or asked < bound:
+                extra.append(_within(knob, current, asked, limits))
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "decrease":
         # The model does not choose a cap cut. A cut is advised to stop preemption, and the rule's
         # value is what the KV cache holds at the observed sizes (no lower: validation showed a
@@ -310,7 +325,7 @@ def refine_with(
         g, g0 = goodput(p.predicted, targets), goodput(p.measured, targets)
         data["goodput_tokens_per_second"] = {"measured": g0, "predicted": g}
         return Refined(value=proposed, predicted=data, goodput=g, goodput_now=g0, prediction=p)
-    cands = candidates(knob, current, direction, limits, extra=[proposed], bound=bound)
+    cands = candidates(knob, current, direction, limits, extra=extra, bound=bound)
     notes: list[str] = []
     if knob == "kv_cache_memory_bytes" and direction == "increase":
         room = kv_memory_room(model)

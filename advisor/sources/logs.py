@@ -105,6 +105,9 @@ _ENGINE_CFG_RE = re.compile(
 )
 _CHUNKED_RE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 _AVAIL_KV_RE = re.compile(r"Available KV cache memory:\s*(-?[\d.]+)\s*GiB")
+# vLLM's CPU worker: "Auto set (KV/TOTAL) GiB for KV cache on node N, with ... requested memory"
+# (sized from gpu_memory_utilization of the node's memory) or "Explicitly set (KV/TOTAL) GiB ..."
+_CPU_KV_SET_RE = re.compile(r"(?:Auto|Explicitly) set \((?P<kv>[\d.]+)/(?P<total>[\d.]+)\) GiB for KV cache")
 # per rank; vLLM before 0.7 said "Loading model weights took 14.99 GB" (GiB, in fact)
 _WEIGHTS_RE = re.compile(r"(?:Model loading|Loading model weights) took\s*(-?[\d.]+)\s*Gi?B")
 _KV_SIZE_RE = re.compile(r"(?:(?P<dev>[A-Z]{2,4}) )?KV cache size:\s*(?P<n>[\d,]+)\s*tokens")
@@ -336,6 +339,10 @@ def _facts(msg: str) -> list[dict[str, Any]]:
     if mb:
         found.append((mb.start(), {"fact": "gpu_memory_gib", "value": float(mb["total"])}))
         found.append((mb.start() + 1, {"fact": "gpu_memory_utilization", "value": float(mb["util"])}))
+    ck = _CPU_KV_SET_RE.search(msg)
+    if ck:  # on the CPU backend gpu_memory_utilization is a share of the node's memory
+        found.append((ck.start(), {"fact": "available_kv_cache_memory_gib", "value": float(ck["kv"])}))
+        found.append((ck.start() + 1, {"fact": "gpu_memory_gib", "value": float(ck["total"])}))
     mk = _MEM_KV_REST_RE.search(msg)
     if mk:
         found.append((mk.start(), {"fact": "available_kv_cache_memory_gib", "value": float(mk["kv"])}))
