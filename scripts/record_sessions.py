@@ -74,9 +74,25 @@ class Spec:
 
 
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
+KV_47MIB = 47 * 2**20  # 47 blocks of 128 tokens (46 usable beside V1's null block)
+TWO_RULES_LOAD = Load(input_len=1400, output_len=64, num_prompts=48, concurrency=8)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
 
 SPECS: tuple[Spec, ...] = (
+    Spec(
+        "cpu-two-rules",
+        "Two rules at once: KV cache 47 blocks of 128 tokens (--kv-cache-memory-bytes 49283072), "
+        "--max-num-batched-tokens 8192, --max-num-seqs 16; 48 requests of 1,400 in / 64 out at "
+        "concurrency 8. Four prompts (11 blocks each) are admitted and grow to 12 blocks: vLLM "
+        "preempts (a KV rule: more KV memory); whole 1,400-token prompts enter a step beside the "
+        "decodes, so ITL stutters (itl-stutter-prefill-chunks: a smaller budget). The advisor "
+        "recommends the change the model predicts better; cpu-two-rules-kv and cpu-two-rules-budget "
+        "are the after-runs of both.",
+        max_num_seqs=16,
+        kv_cache_memory_bytes=KV_47MIB,
+        load=TWO_RULES_LOAD,
+        extra_args=("--max-num-batched-tokens", "8192"),
+    ),
     Spec(
         "cpu-healthy",
         "Healthy server: 1 GiB KV cache (VLLM_CPU_KVCACHE_SPACE=1), default max_num_seqs; moderate "

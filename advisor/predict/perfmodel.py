@@ -86,9 +86,24 @@ class StepTime:
     feature: str  # kv | decode | none
     n: int
     r2: float | None
+    basis: str = "least squares"  # or "prefill-bound", or "decode as prefill (CPU)"
 
     def at(self, x: float, p: float) -> float:
         return self.a + self.k * x + self.c * p
+
+
+PREFILL_BOUND_CV = 0.1  # prefill per step varying less than this (coefficient of variation): not fittable
+
+
+def _prefill_bound(s: Sums) -> bool:
+    """Most of every step is prefill and it barely varies between intervals (a budget full in
+    each step): the prefill cost cannot be told from the fixed cost by least squares."""
+    u, up, upp, ud = s["u"], s["up"], s["upp"], s["ud"]
+    if u < MIN_INTERVALS or up <= 0:
+        return False
+    mean_p = up / u
+    var_p = max(0.0, upp / u - mean_p * mean_p)
+    return mean_p > ud / u and math.sqrt(var_p) < PREFILL_BOUND_CV * mean_p
 
 
 def fit_step_time(sums: Sums, rows: int, kv_tokens: float | None) -> StepTime | None:
@@ -102,8 +117,21 @@ def fit_step_time(sums: Sums, rows: int, kv_tokens: float | None) -> StepTime | 
     x = _x_sums(sums, kv_tokens)
     w, wt, wp, wpp, wpt = (sums[k] for k in ("w", "wt", "wp", "wpp", "wpt"))
     wx, wxx, wxp, wxt = x["wx"], x["wxx"], x["wxp"], x["wxt"]
-    full = _solve([[w, wx, wp], [wx, wxx, wxp], [wp, wxp, wpp]], [wt, wxt, wpt])
     feature = "kv" if kv_tokens is not None else "decode"
+    if _prefill_bound(sums):
+        # every step carries about as much prefill (the budget is full in each): the fit cannot
+        # tell a step's fixed cost from its prefill cost, and a budget change moves exactly that
+        # split. A full step's time is its tokens' compute: attributed to them, no fixed part.
+        mean_t, mean_p, mean_x = wt / w, wp / w, wx / w
+        k = 0.0
+        if wxx * w - wx * wx > 1e-12 * max(wxx * w, 1.0):  # x varies: its own cost, through the origin
+            sol = _solve([[wxx, wxp], [wxp, wpp]], [wxt, wpt])
+            if sol is not None and min(sol) >= 0:
+                k = sol[0]
+        c = max(0.0, (mean_t - k * mean_x) / mean_p)
+        coef = [0.0, k, c]
+        return StepTime(0.0, k, c, feature if k > 0 else "none", rows, _r2(sums, x, coef), "prefill-bound")
+    full = _solve([[w, wx, wp], [wx, wxx, wxp], [wp, wxp, wpp]], [wt, wxt, wpt])
     if full is not None and min(full) >= 0 and full[1] > 0:
         return StepTime(full[0], full[1], full[2], feature, rows, _r2(sums, x, full))
     part = _solve([[w, wp], [wp, wpp]], [wt, wpt])
@@ -247,6 +275,7 @@ class Model:
                 "per_prefill_token_seconds": self.fit.c,
                 "intervals": self.fit.n,
                 "r2": self.fit.r2,
+                "basis": self.fit.basis,
             },
             "missing": list(self.missing),
         }
@@ -276,7 +305,10 @@ def build(
     if facts.busy_rows == 0:
         raise InsufficientData("no interval with requests running and tokens generated")
     queued = facts.queued_rows > 0
-    steady = facts.queued if facts.queued_rows >= MIN_INTERVALS else facts.busy
+    # the steady part of the load: the intervals a queue stood in, when they are most of the busy
+    # time (a queue that stood only in the opening wave of a burst is not the steady state)
+    held = facts.queued_rows >= MIN_INTERVALS and facts.queued["dt"] >= 0.5 * facts.busy["dt"]
+    steady = facts.queued if held else facts.busy
     missing: list[str] = []
     kv_tokens = _num(values.get("kv_cache_tokens"))
     kv_tokens_e = kv_tokens / engines if kv_tokens is not None else None
@@ -309,6 +341,10 @@ def build(
     fit = fit_step_time(facts.busy, facts.busy_rows, kv_tokens_e)
     if fit is None:
         missing.append("a step-time fit (too few busy intervals)")
+    elif fit.k == 0 and fit.c > 0 and str(engine.get("device") or "").lower() == "cpu":
+        # the batch did not vary enough to price a decode token; on a CPU the engine is
+        # compute-bound and a decode token goes through the same layers as a prefill token
+        fit = replace(fit, k=fit.c, feature="decode", basis=f"{fit.basis}; decode as prefill (CPU)")
 
     # measured latencies: the histograms' increase over the window (idle pages add nothing)
     def hq(name: str, q: float) -> float | None:
