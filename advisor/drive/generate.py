@@ -71,6 +71,23 @@ def render_all(
             "(vllm-advisor run --prometheus), beside the sidecar bundle above. Set --prometheus to your\n"
             "Prometheus; its ServiceMonitor keeps each server's instance label (honorLabels).",
         ),
+        "deploy/kubernetes/autoscaling/keda-scaledobject.yaml": deploy.render_yaml(
+            deploy.k8s_keda_scaledobject(),
+            "KEDA scales the vLLM Deployment to the fleet advisor's vllm_advisor_desired_replicas\n"
+            "(docs/autoscaling.md). Needs the fleet advisor (fleet/) and KEDA 2.17 or later (fallback\n"
+            "behavior). Set the namespace, serverAddress and maxReplicaCount for yours.",
+        ),
+        "deploy/kubernetes/autoscaling/hpa.yaml": deploy.render_yaml(
+            deploy.k8s_hpa(),
+            "A HorizontalPodAutoscaler on the external metric vllm_advisor_desired_replicas, served by\n"
+            "prometheus-adapter with the rule in prometheus-adapter-rules.yaml (docs/autoscaling.md).\n"
+            "Use this or keda-scaledobject.yaml, not both.",
+        ),
+        "deploy/kubernetes/autoscaling/prometheus-adapter-rules.yaml": deploy.render_yaml(
+            deploy.prometheus_adapter_config(),
+            "prometheus-adapter's external rule for hpa.yaml: add externalRules to the adapter's\n"
+            "config.yaml (its ConfigMap adapter-config, or the Helm chart's rules.external).",
+        ),
         "deploy/compose/docker-compose.yml": deploy.render_yaml(
             deploy.compose_file(),
             "docker compose up: vLLM (GPU), its advisor, Prometheus :9090, Alertmanager :9093, Grafana :3000.",

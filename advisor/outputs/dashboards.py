@@ -519,6 +519,37 @@ def fleet_dashboard() -> dict[str, Any]:
             f"{recording.recording_for(signal)}.",
             **_timeseries(unit),
         )
+    dep_sel = 'vllm_advisor="fleet", job=~"$vllm_job", model_name=~"$model_name"'
+    lay.add(
+        "Desired vs actual replicas",
+        "timeseries",
+        24,
+        8,
+        [
+            target(
+                f"max by (model_name, namespace, service) (vllm_advisor_desired_replicas{{{dep_sel}}})",
+                legend="desired {{model_name}} {{namespace}} {{service}}",
+            ),
+            target(
+                "count by (model_name) (count by (model_name, instance) "
+                f"(vllm:num_requests_running{{{VLLM_SEL}}}))",
+                legend="actual {{model_name}}",
+                ref="B",
+            ),
+            target(
+                "max by (model_name, namespace, service) "
+                f'(vllm_advisor_desired_replicas_predicted_ttft_p95_seconds{{{dep_sel}, at="desired"}})',
+                legend="predicted TTFT p95 at desired {{model_name}}",
+                ref="C",
+            ),
+        ],
+        description="Desired: the replicas the fleet advisor's model predicts meet the TTFT and ITL p95 "
+        "targets at the observed load with headroom, per deployment (vllm_advisor_desired_replicas, "
+        "docs/autoscaling.md; what KEDA or the HPA in deploy/kubernetes/autoscaling/ scale to). Actual: "
+        "the vLLM servers of each model being scraped now. Right axis: the predicted TTFT p95 at the "
+        "desired count.",
+        **_timeseries("short", [_right_axis("C", "s")]),
+    )
     return _dashboard(
         alert_config.FLEET_DASHBOARD_UID, "vLLM advisor / fleet", lay.panels, True, ["vllm", "vllm-advisor"]
     )
