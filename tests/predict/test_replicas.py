@@ -5,6 +5,7 @@ hysteresis on an injected clock."""
 from __future__ import annotations
 
 import functools
+import itertools
 from typing import Any
 
 import pytest
@@ -56,9 +57,7 @@ def test_the_curve_falls_with_more_replicas_and_reaches_past_the_count() -> None
     s = _size(H200_A, current=1, upto=12)
     assert len(s.curve) >= 13
     ttft = [p.ttft_p95 for p in s.curve]
-    assert all(
-        a is not None and b is not None and b <= a + 1e-9 for a, b in zip(ttft, ttft[1:], strict=False)
-    )
+    assert all(a is not None and b is not None and b <= a + 1e-9 for a, b in itertools.pairwise(ttft))
     # one replica under the observed load is the measured TTFT p95 (an unchanged count predicts
     # what was measured)
     model, _ = _fitted(str(H200_A))
