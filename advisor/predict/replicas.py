@@ -95,11 +95,24 @@ def _as_share_of(model: pm.Model, copies: float) -> pm.Model:
     return replace(model, config=replace(c, data_parallel_size=c.data_parallel_size * copies))
 
 
+def predict_at(
+    model: pm.Model,
+    replicas: int,
+    current: int = 1,
+    load: float = 1.0,
+    queue_share: float | None = None,
+) -> pm.Prediction:
+    """The model's steady state with the load of ``current`` servers like this one, times
+    ``load``, spread over ``replicas`` of them (per server; rates scaled to ``replicas /
+    current`` of this server's)."""
+    engines = model.config.data_parallel_size
+    return pm.predict(_as_share_of(model, current * load), "data_parallel_size", engines * replicas, queue_share)
+
+
 def _point(
     model: pm.Model, replicas: int, current: int, load: float, queue_share: float | None
 ) -> tuple[Point, pm.Prediction]:
-    engines = model.config.data_parallel_size
-    p = pm.predict(_as_share_of(model, current * load), "data_parallel_size", engines * replicas, queue_share)
+    p = predict_at(model, replicas, current, load, queue_share)
     return Point(replicas, p.predicted.get("ttft_seconds_p95"), p.predicted.get("itl_seconds_p95")), p
 
 
