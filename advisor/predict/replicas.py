@@ -106,7 +106,9 @@ def predict_at(
     ``load``, spread over ``replicas`` of them (per server; rates scaled to ``replicas /
     current`` of this server's)."""
     engines = model.config.data_parallel_size
-    return pm.predict(_as_share_of(model, current * load), "data_parallel_size", engines * replicas, queue_share)
+    return pm.predict(
+        _as_share_of(model, current * load), "data_parallel_size", engines * replicas, queue_share
+    )
 
 
 def _point(
