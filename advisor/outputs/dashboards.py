@@ -519,17 +519,23 @@ def fleet_dashboard() -> dict[str, Any]:
             f"{recording.recording_for(signal)}.",
             **_timeseries(unit),
         )
-    dep_sel = 'vllm_advisor="fleet", job=~"$vllm_job", model_name=~"$model_name"'
+    fleet_sel = 'vllm_advisor="fleet", job=~"$vllm_job", model_name=~"$model_name"'
+    sidecar_sel = f'{ADVISOR_SEL}, model_name=~"$model_name"'
+
+    def per_model(series: str, extra: str = "") -> str:
+        """The fleet daemon's per-deployment series where there are, else the sidecars'."""
+        return (
+            f"max by (model_name) ({series}{{{fleet_sel}{extra}}}) "
+            f"or max by (model_name) ({series}{{{sidecar_sel}{extra}}})"
+        )
+
     lay.add(
         "Desired vs actual replicas",
         "timeseries",
         24,
         8,
         [
-            target(
-                f"max by (model_name, namespace, service) (vllm_advisor_desired_replicas{{{dep_sel}}})",
-                legend="desired {{model_name}} {{namespace}} {{service}}",
-            ),
+            target(per_model("vllm_advisor_desired_replicas"), legend="desired {{model_name}}"),
             target(
                 "count by (model_name) (count by (model_name, instance) "
                 f"(vllm:num_requests_running{{{VLLM_SEL}}}))",
@@ -537,17 +543,16 @@ def fleet_dashboard() -> dict[str, Any]:
                 ref="B",
             ),
             target(
-                "max by (model_name, namespace, service) "
-                f'(vllm_advisor_desired_replicas_predicted_ttft_p95_seconds{{{dep_sel}, at="desired"}})',
+                per_model("vllm_advisor_desired_replicas_predicted_ttft_p95_seconds", ', at="desired"'),
                 legend="predicted TTFT p95 at desired {{model_name}}",
                 ref="C",
             ),
         ],
-        description="Desired: the replicas the fleet advisor's model predicts meet the TTFT and ITL p95 "
-        "targets at the observed load with headroom, per deployment (vllm_advisor_desired_replicas, "
-        "docs/autoscaling.md; what KEDA or the HPA in deploy/kubernetes/autoscaling/ scale to). Actual: "
-        "the vLLM servers of each model being scraped now. Right axis: the predicted TTFT p95 at the "
-        "desired count.",
+        description="Desired: the replicas the advisor's model predicts meet the TTFT and ITL p95 targets "
+        "at the observed load with headroom (vllm_advisor_desired_replicas, docs/autoscaling.md): the fleet "
+        "daemon's count per deployment (what KEDA or the HPA in deploy/kubernetes/autoscaling/ scale to), "
+        "else the sidecars' (each for the load of its own server). Actual: the vLLM servers of each model "
+        "being scraped now. Right axis: the predicted TTFT p95 at the desired count.",
         **_timeseries("short", [_right_axis("C", "s")]),
     )
     return _dashboard(
