@@ -89,6 +89,7 @@ class Daemon:
             )
         self.advisor = advisor
         self.replica_hold = rp.Hold(cfg.scale_in_hold_s)  # the desired replicas' scale-in hold
+        self.sizer = scaling.Sizer()
         self._state = self._build_state()
         self.scheduler: BackgroundScheduler | None = None
         self.follower: follow.LogFollower | None = None
@@ -189,7 +190,7 @@ class Daemon:
         if diagnosis is not None:  # the server this sidecar watches, as the only replica of its load
             sizing = None
             if not self.servers.several:
-                sizing = scaling.instance_sizing(self.advisor, diagnosis, 1, upto=self.replica_hold.upto)
+                sizing = self.sizer(self.advisor, diagnosis, 1, upto=self.replica_hold.upto)
             replicas = self.replica_hold.update(diagnosis.at, sizing)
         return export_state(
             self.advisor, self.rules, diagnosis, several_servers=self.servers.several, replicas=replicas

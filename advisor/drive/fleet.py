@@ -88,6 +88,7 @@ class Fleet:
         self._range_s = 0.0
         self._samples = 0
         self.holds: dict[tuple[str, ...], rp.Hold] = {}  # per deployment (scaling.deployment_key)
+        self.sizers: dict[str, scaling.Sizer] = {}  # per instance
         self._deployments: tuple[Deployment, ...] = ()
 
     # ---------------------------------------------------------------- state
@@ -229,7 +230,7 @@ class Fleet:
             if hold is None:
                 hold = self.holds[key] = rp.Hold(self.cfg.scale_in_hold_s)
             sizings = [
-                scaling.instance_sizing(
+                self.sizers.setdefault(m.server.instance, scaling.Sizer())(
                     self.advisors[m.server.instance], m.state.diagnosis, len(up), upto=hold.upto
                 )
                 for m in up
@@ -295,6 +296,7 @@ class Fleet:
 
     def _forget(self, inst: str) -> None:
         self.advisors.pop(inst, None)
+        self.sizers.pop(inst, None)
         self.servers.pop(inst, None)
         self.last_t.pop(inst, None)
 
