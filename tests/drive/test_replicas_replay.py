@@ -2,21 +2,27 @@
 daemon's own cycle (no clock but the recording's): tests/fixtures/sessions/cpu-load-steps is a
 vLLM CPU server (--max-num-seqs 4) recorded under a closed loop of clients stepping
 2 -> 6 -> 16 -> 6 -> 2 (scripts/record_sessions.py). The same on a real Prometheus with two
-replicas of a deployment is tests/drive/test_fleet_replicas.py."""
+replicas of a deployment is tests/drive/test_fleet_replicas.py. Also: when the sizer refits, and
+the fleet's grouping of servers into deployments."""
 
 from __future__ import annotations
 
 import functools
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
+from advisor.drive import scaling
 from advisor.drive.daemon import Daemon
+from advisor.drive.fleet import Fleet
 from advisor.drive.inputs import advisor_for_session
 from advisor.outputs.exporter import replicas_basis
+from advisor.outputs.state import ExportState, Member, Server
+from advisor.sources import prometheus as prom
 from advisor.sources.session import Session
 from tests.paths import FIXTURES
 
@@ -136,3 +142,62 @@ def test_the_count_holds_still_on_noise_and_never_scales_in_early() -> None:
     assert plateau == sorted(plateau), plateau
     changes = sum(1 for a, b in itertools.pairwise(ticks) if a.desired != b.desired)
     assert changes <= 8, [(round(x.t), x.desired) for x in ticks]
+
+
+def _advised_at(t_rel: float) -> tuple[Any, Any, Config]:
+    """The session's advisor and diagnosis ``t_rel`` recorded seconds after the first page."""
+    cfg = Config(window_s=60.0, targets=dict(TARGETS))
+    s = Session.load(STEPS)
+    adv, clock = advisor_for_session(s, cfg, load_rules())
+    t0, d = None, None
+    for item in s.replay(speed=None):
+        if item.kind != "scrape" or item.t is None:
+            adv.on_log_line(item.text)
+            continue
+        t0 = item.t if t0 is None else t0
+        if item.t - t0 > t_rel:
+            break
+        clock.t = item.t
+        adv.on_page(item.text, item.t)
+        d = adv.diagnose(item.t)
+    return adv, d, cfg
+
+
+def test_the_sizer_refits_only_when_due_or_when_the_question_changes() -> None:
+    adv, d, cfg = _advised_at(200.0)  # 16 clients
+    sizer = scaling.Sizer()
+    first = sizer(adv, d, 1)
+    assert first is not None and first.needed > 1
+    assert sizer(adv, replace(d, at=d.at + 1.0), 1) is first  # within an eighth of the window
+    assert sizer(adv, replace(d, at=d.at + 1.0), 2) is not first  # another replica count
+    later = sizer(adv, replace(d, at=d.at + cfg.window_s / 8 + 1.0), 2)
+    assert later is not None and later.current == 2
+    # a server that cannot be read has no count, whatever was cached
+    adv.up = False
+    assert sizer(adv, d, 2) is None
+
+
+def test_the_fleet_sizes_each_deployment_apart() -> None:
+    """Servers of one model in two namespaces are two deployments, each sized as the servers it
+    has up (one server each here: the same count as the sidecar's)."""
+    adv, d, cfg = _advised_at(200.0)
+    fleet = Fleet(cfg, load_rules(), prom.Client("http://127.0.0.1:9"), "")
+    rules = tuple(load_rules())
+    members = []
+    for inst, ns in (("a:8000", "team-a"), ("b:8000", "team-b")):
+        fleet.advisors[inst] = adv
+        members.append(
+            Member(Server(inst, "vllm", ("tiny-llama",), (), ns, "vllm"), ExportState(d, True, rules))
+        )
+    deps = fleet._size(members, d.at)
+    assert [(x.namespace, x.instances, x.up) for x in deps] == [
+        ("team-a", ("a:8000",), 1),
+        ("team-b", ("b:8000",), 1),
+    ]
+    alone = scaling.Sizer()(adv, d, 1)
+    assert alone is not None
+    assert all(x.replicas is not None and x.replicas.desired == alone.needed for x in deps)
+    # one server down: its deployment has no server to size, and no count
+    members[1] = Member(members[1].server, ExportState(d, False, rules))
+    deps = fleet._size(members, d.at + 400.0)
+    assert deps[1].up == 0 and deps[1].replicas is None
