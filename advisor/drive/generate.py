@@ -80,13 +80,15 @@ def render_all(
         "deploy/kubernetes/autoscaling/hpa.yaml": deploy.render_yaml(
             deploy.k8s_hpa(),
             "A HorizontalPodAutoscaler on the external metric vllm_advisor_desired_replicas, served by\n"
-            "prometheus-adapter with the rule in prometheus-adapter-rules.yaml (docs/autoscaling.md).\n"
+            "prometheus-adapter with the rule in prometheus-adapter-config.yaml (docs/autoscaling.md).\n"
             "Use this or keda-scaledobject.yaml, not both.",
         ),
-        "deploy/kubernetes/autoscaling/prometheus-adapter-rules.yaml": deploy.render_yaml(
-            deploy.prometheus_adapter_config(),
-            "prometheus-adapter's external rule for hpa.yaml: add externalRules to the adapter's\n"
-            "config.yaml (its ConfigMap adapter-config, or the Helm chart's rules.external).",
+        "deploy/kubernetes/autoscaling/prometheus-adapter-config.yaml": deploy.render_yaml_blocks(
+            deploy.k8s_prometheus_adapter_configmap(),
+            "prometheus-adapter's config for hpa.yaml: the external rule serving vllm_advisor_desired_replicas,\n"
+            "in the ConfigMap the adapter's own manifests mount (adapter-config, key config.yaml). This\n"
+            "replaces that config: where the adapter serves other rules (resourceRules for kubectl top),\n"
+            "add the externalRules entry to its config instead (Helm chart: rules.external).",
         ),
         "deploy/compose/docker-compose.yml": deploy.render_yaml(
             deploy.compose_file(),

@@ -27,6 +27,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
 from advisor.core import names
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs import alert_config, alerts
@@ -468,6 +470,20 @@ def prometheus_adapter_config() -> dict[str, Any]:
     }
 
 
+ADAPTER_NAMESPACE = "monitoring"
+
+
+def k8s_prometheus_adapter_configmap() -> dict[str, Any]:
+    """The adapter's config as its own manifests mount it (ConfigMap ``adapter-config``, key
+    ``config.yaml``, read with ``--config=/etc/adapter/config.yaml``), holding the external rule."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "adapter-config", "namespace": ADAPTER_NAMESPACE},
+        "data": {"config.yaml": alerts.dump_yaml(prometheus_adapter_config())},
+    }
+
+
 def k8s_hpa(namespace: str = EXAMPLE_NAMESPACE) -> dict[str, Any]:
     """An HPA on the external metric that :func:`prometheus_adapter_config` serves: AverageValue
     1, so it wants ``ceil(value)`` replicas whatever it runs now."""
@@ -494,6 +510,26 @@ def k8s_hpa(namespace: str = EXAMPLE_NAMESPACE) -> dict[str, Any]:
             "behavior": HPA_BEHAVIOR,
         },
     }
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks (a config file inside a ConfigMap stays readable)."""
+
+
+def _str_block(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_BlockDumper.add_representer(str, _str_block)
+
+
+def render_yaml_blocks(doc: dict[str, Any], comment: str = "") -> str:
+    """:func:`render_yaml` with multi-line strings as literal blocks."""
+    head = YAML_HEADER + "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + yaml.dump(
+        doc, Dumper=_BlockDumper, sort_keys=False, width=10_000, allow_unicode=True, default_flow_style=False
+    )
 
 
 def render_docs(docs: Sequence[dict[str, Any]], comment: str = "") -> str:

@@ -2,7 +2,8 @@
 reads them: the HPA against Kubernetes' own (kubernetes-validate, strict), the ScaledObject
 against KEDA's CRD (vendored, v2.20.1) with unknown fields refused as `kubectl apply
 --validate=strict` refuses them, and its trigger against the keys KEDA's Prometheus scaler
-reads; the adapter rule against prometheus-adapter's config format (v0.12.0, read strictly).
+reads; the adapter's ConfigMap against Kubernetes' schema and the config in it against
+prometheus-adapter's config format (v0.12.0, read strictly).
 Each check is shown to reject a broken copy. That the queries return the fleet daemon's count
 from a real Prometheus is tests/drive/test_fleet_replicas.py."""
 
@@ -137,8 +138,16 @@ def test_the_scaledobject_validates_against_kedas_crd_and_scaler() -> None:
     assert so["spec"]["fallback"]["behavior"] == "currentReplicas"
 
 
+def _adapter_config() -> dict[str, Any]:
+    cm = _doc("prometheus-adapter-config.yaml")
+    kubernetes_validate.validate(cm, K8S_VERSION, strict=True)
+    return dict(yaml.safe_load(cm["data"]["config.yaml"]))
+
+
 def test_the_adapter_rule_validates_against_its_config_format() -> None:
-    _validate_adapter(_doc("prometheus-adapter-rules.yaml"))
+    cfg = _adapter_config()
+    _validate_adapter(cfg)
+    assert cfg == deploy.prometheus_adapter_config()
 
 
 def test_the_recipes_target_the_generated_deployment() -> None:
@@ -176,7 +185,7 @@ def test_each_validation_rejects_a_broken_copy() -> None:
     )
     with pytest.raises(ValueError, match="missing"):
         _validate_scaledobject(broken)
-    adapter = _doc("prometheus-adapter-rules.yaml")
+    adapter = _adapter_config()
     for mutate in (
         lambda d: d["externalRules"][0].update(metricQuery="x"),
         lambda d: d["externalRules"][0]["resources"].update(namespaced="false"),
