@@ -64,7 +64,7 @@ class Sizing:
 
     current: int
     needed: int
-    meets_targets: bool  # False: no count meets them (needed: where nothing queues any more)
+    meets_targets: bool  # False: no count up to MAX_REPLICAS meets them (needed: where nothing queues)
     knob_first: bool  # the advised knob is predicted to meet the targets: needed == current
     reason: str
     curve: tuple[Point, ...] = ()
@@ -193,8 +193,6 @@ def size(
             needed = r
             break
         breaches[r] = why
-        if unqueued is not None and r >= 2 * unqueued + 2:
-            break  # past where nothing queues, more replicas only shorten the steps: enough looked at
     meets = needed is not None
     if needed is None:
         # no count meets them: the smallest at which nothing queues (beyond it more replicas only
@@ -217,7 +215,7 @@ def size(
         if needed > 1:
             reason += f" ({needed - 1}: {breaches[needed - 1]})"
     else:
-        reason = f"no count is predicted to meet {wanted} ({needed}: {breaches.get(needed, '')}); " + (
+        reason = f"no count up to {max_replicas} is predicted to meet {wanted} ({needed}: {breaches.get(needed, '')}); " + (
             f"at {needed} nothing queues: more replicas would not help"
             if needed < max_replicas
             else f"{needed}, the most considered"
