@@ -215,10 +215,13 @@ def size(
         if needed > 1:
             reason += f" ({needed - 1}: {breaches[needed - 1]})"
     else:
-        reason = f"no count up to {max_replicas} is predicted to meet {wanted} ({needed}: {breaches.get(needed, '')}); " + (
-            f"at {needed} nothing queues: more replicas would not help"
-            if needed < max_replicas
-            else f"{needed}, the most considered"
+        reason = (
+            f"no count up to {max_replicas} is predicted to meet {wanted} ({needed}: {breaches.get(needed, '')}); "
+            + (
+                f"at {needed} nothing queues: more replicas would not help"
+                if needed < max_replicas
+                else f"{needed}, the most considered"
+            )
         )
     return Sizing(current, needed, meets, knob_first, reason, curve, conf)
 
