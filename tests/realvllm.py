@@ -22,6 +22,7 @@ prints them at the end of the pytest session.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -742,4 +743,72 @@ def run_image_load(
     out = {"completed": sum(done), "failed": len(done) - sum(done), "wall_s": time.monotonic() - t0}
     if not out["completed"]:
         raise LoadError(f"no image request completed: {out}")
+    return out
+
+
+def run_stepped_load(
+    url: str,
+    phases: Sequence[tuple[int, float]],
+    input_len: int,
+    output_len: int,
+    timeout_s: float = 120.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """A closed loop of clients whose number follows ``phases`` (``(clients, seconds)``, in
+    order): each active client sends one ``/v1/completions`` request after the other
+    (``input_len`` random token ids, ``output_len`` tokens out with ignore_eos); when a phase has
+    fewer clients, the others finish the request they are in and wait. Returns per phase the
+    requests completed and failed; raises LoadError when none completes."""
+    import random
+
+    _check_loopback(url)
+    clients = max(n for n, _ in phases)
+    ends = list(itertools.accumulate(s for _, s in phases))
+    t0 = time.monotonic()
+    stop = threading.Event()
+    lock = threading.Lock()
+    done = [[0, 0] for _ in phases]
+
+    def phase_now() -> int | None:
+        el = time.monotonic() - t0
+        return next((i for i, e in enumerate(ends) if el < e), None)
+
+    def client(c: int) -> None:
+        rng = random.Random(seed * 1_000_003 + c)
+        while not stop.is_set():
+            p = phase_now()
+            if p is None:
+                return
+            if c >= phases[p][0]:
+                stop.wait(0.05)
+                continue
+            body = {
+                "model": SERVED_MODEL_NAME,
+                "prompt": [rng.randrange(100, 8000) for _ in range(input_len)],
+                "max_tokens": output_len,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            }
+            try:
+                ok = requests.post(f"{url}/v1/completions", json=body, timeout=timeout_s).status_code == 200
+            except requests.RequestException:
+                ok = False
+            with lock:
+                done[p][0 if ok else 1] += 1
+
+    threads = [threading.Thread(target=client, args=(c,), daemon=True) for c in range(clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=ends[-1] + timeout_s + 10)
+    stop.set()
+    out = {
+        "phases": [
+            {"clients": n, "seconds": s, "completed": d[0], "failed": d[1]}
+            for (n, s), d in zip(phases, done, strict=True)
+        ],
+        "wall_s": time.monotonic() - t0,
+    }
+    if not any(d[0] for d in done):
+        raise LoadError(f"no request completed: {out}")
     return out

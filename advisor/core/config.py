@@ -54,6 +54,9 @@ class Config:
     targets: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TARGETS))
     severity_overrides: dict[str, str] = field(default_factory=dict)
     host_gpus: int | None = None
+    # desired replicas (advisor/predict/replicas.py, docs/autoscaling.md)
+    replicas_headroom: float = 1.2  # the count must meet the targets at this times the observed load
+    scale_in_hold_s: float = 300.0  # a lower count is desired only after being found enough this long
 
     def with_overrides(self, **kw: Any) -> Config:
         """These settings replaced (None: kept), each checked like a flag."""
@@ -71,6 +74,7 @@ _DURATIONS = {
     "observe_after_change_s",
     "stale_after_s",
     "experiment_max_wait_s",
+    "scale_in_hold_s",
 }
 # durations that must be > 0 (the others may be 0: "no warm-up", "no wait")
 _POSITIVE = {
@@ -86,6 +90,7 @@ _MAX_DURATION_S = 30 * 86400.0
 _OPTIONAL_STR = {"log_file", "log_cmd", "engine_config", "rules_dir", "ledger_path"}
 _INTS = {"min_requests": (0, 10**9), "vllm_port": (1, 65535), "host_gpus": (0, 4096)}
 _OPTIONAL_INT = {"vllm_port", "host_gpus"}
+_FLOATS = {"replicas_headroom": (1.0, 10.0)}
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
@@ -138,6 +143,20 @@ def _integer(key: str, v: Any, from_text: bool) -> int | None:
     if not lo <= v <= hi:
         raise ValueError(f"expected a whole number from {lo} to {hi}, got {v}")
     return v
+
+
+def _float(key: str, v: Any, from_text: bool) -> float:
+    lo, hi = _FLOATS[key]
+    if from_text and isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise ValueError(f"expected a number from {lo:g} to {hi:g}, got {_what(v)}") from None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
+        raise ValueError(f"expected a number from {lo:g} to {hi:g}, got {_what(v)}")
+    if not lo <= float(v) <= hi:
+        raise ValueError(f"expected a number from {lo:g} to {hi:g}, got {v!r}")
+    return float(v)
 
 
 def _text(key: str, v: Any, optional: bool) -> str | None:
@@ -207,6 +226,8 @@ def _value(key: str, v: Any, from_text: bool) -> Any:
         return _duration(key, v)
     if key in _INTS:
         return _integer(key, v, from_text)
+    if key in _FLOATS:
+        return _float(key, v, from_text)
     if key == "vllm_url":
         return _url(v)
     if key == "listen":

@@ -30,10 +30,12 @@ from advisor.core.log import configure_logging
 from advisor.derive import identity
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
+from advisor.drive import scaling
 from advisor.drive.inputs import advisor_for_session
 from advisor.drive.runner import Advisor, export_state
 from advisor.outputs.exporter import make_server
 from advisor.outputs.state import ExportState
+from advisor.predict import replicas as rp
 from advisor.sources import cmdline as cmdline_src
 from advisor.sources import engine, follow
 from advisor.sources import host as host_src
@@ -91,6 +93,8 @@ class Daemon:
                 cfg, rules, base=host, config_path=cfg.engine_config, argv_provider=argv, clock=clock
             )
         self.advisor = advisor
+        self.replica_hold = rp.Hold(cfg.scale_in_hold_s)  # the desired replicas' scale-in hold
+        self.sizer = scaling.Sizer()
         self._state = self._build_state()
         self.scheduler: BackgroundScheduler | None = None
         self.follower: follow.LogFollower | None = None
@@ -191,11 +195,18 @@ class Daemon:
                 log.error("cannot write the ledger", ledger=path, error=str(e))
 
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
+        replicas = None
+        if diagnosis is not None:  # the server this sidecar watches, as the only replica of its load
+            sizing = None
+            if not self.servers.several:
+                sizing = self.sizer(self.advisor, diagnosis, 1, upto=self.replica_hold.upto)
+            replicas = self.replica_hold.update(diagnosis.at, sizing)
         return export_state(
             self.advisor,
             self.rules,
             diagnosis,
             several_servers=self.servers.several,
+            replicas=replicas,
             cycle_duration_s=self.cycle_duration_s,
             cycle_interval_s=self.cycle_interval_s,
         )

@@ -30,9 +30,11 @@ from advisor.core.config import Config, parse_listen
 from advisor.core.model import Provenanced, Snapshot
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
+from advisor.drive import scaling
 from advisor.drive.runner import Advisor, export_state
 from advisor.outputs.fleet import make_server
-from advisor.outputs.state import ExportState, FleetState, Member, Server
+from advisor.outputs.state import Deployment, ExportState, FleetState, Member, Server
+from advisor.predict import replicas as rp
 from advisor.sources import prometheus as prom
 from advisor.sources.metrics import MetricsError
 
@@ -85,6 +87,9 @@ class Fleet:
         self._state = FleetState()
         self._range_s = 0.0
         self._samples = 0
+        self.holds: dict[tuple[str, ...], rp.Hold] = {}  # per deployment (scaling.deployment_key)
+        self.sizers: dict[str, scaling.Sizer] = {}  # per instance
+        self._deployments: tuple[Deployment, ...] = ()
 
     # ---------------------------------------------------------------- state
     def state(self) -> FleetState:
@@ -103,7 +108,13 @@ class Fleet:
             inst = labels.get(prom.INSTANCE)
             if not inst:
                 continue
-            for label, key in ((prom.JOB, "job"), ("model_name", "models"), ("engine", "engines")):
+            for label, key in (
+                (prom.JOB, "job"),
+                ("model_name", "models"),
+                ("engine", "engines"),
+                ("namespace", "namespace"),
+                ("service", "service"),
+            ):
                 if labels.get(label):
                     acc[inst][key].add(labels[label])
         return {
@@ -112,6 +123,8 @@ class Fleet:
                 ",".join(sorted(a["job"])),
                 tuple(sorted(a["models"])),
                 tuple(sorted(a["engines"], key=lambda e: (len(e), e))),
+                ",".join(sorted(a["namespace"])),
+                ",".join(sorted(a["service"])),
             )
             for i, a in acc.items()
         }
@@ -154,6 +167,7 @@ class Fleet:
                 at=now,
                 range_s=self._range_s,
                 samples_last_cycle=self._samples,
+                deployments=self._deployments,
             )
         except prom.PrometheusError as e:
             log.warning("prometheus cycle failed", error=str(e))
@@ -200,7 +214,47 @@ class Fleet:
             if snaps or down:
                 self.last_t[inst] = max([s.t for s in snaps] + down)
             members.append(Member(server, self._export(adv, self._diagnose(adv, now))))
+        self._deployments = self._size(members, now)
         return members
+
+    def _size(self, members: Sequence[Member], now: float) -> tuple[Deployment, ...]:
+        """One desired replica count per deployment: each of its servers' model asked as one of
+        the servers up now, the most any needs, through the deployment's hold."""
+        groups: dict[tuple[str, str, str, str], list[Member]] = defaultdict(list)
+        for m in members:
+            groups[scaling.deployment_key(m.server)].append(m)
+        out = []
+        for key, ms in sorted(groups.items()):
+            up = [m for m in ms if m.state.up]
+            hold = self.holds.get(key)
+            if hold is None:
+                hold = self.holds[key] = rp.Hold(self.cfg.scale_in_hold_s)
+            sizings = [
+                self.sizers.setdefault(m.server.instance, scaling.Sizer())(
+                    self.advisors[m.server.instance], m.state.diagnosis, len(up), upto=hold.upto
+                )
+                for m in up
+                if m.server.instance in self.advisors
+            ]
+            known = [x for x in sizings if x is not None]
+            # a deployment is sized only when every server up has a sizing: one still warming up
+            # may be the one that needs the most
+            combined = rp.combine(known) if known and len(known) == len(sizings) else None
+            model, namespace, job, service = key
+            out.append(
+                Deployment(
+                    model,
+                    namespace,
+                    job,
+                    service,
+                    tuple(m.server.instance for m in ms),
+                    len(up),
+                    hold.update(now, combined),
+                )
+            )
+        for gone in set(self.holds) - set(groups):
+            del self.holds[gone]
+        return tuple(out)
 
     @staticmethod
     def _feed(adv: Advisor, snaps: Sequence[Snapshot], down: Sequence[float]) -> None:
@@ -242,6 +296,7 @@ class Fleet:
 
     def _forget(self, inst: str) -> None:
         self.advisors.pop(inst, None)
+        self.sizers.pop(inst, None)
         self.servers.pop(inst, None)
         self.last_t.pop(inst, None)
 
@@ -260,6 +315,7 @@ class Fleet:
                 {},
             )
             members.append(Member(m.server, ExportState(withdrawn, False, self.rules, dict(m.state.scrapes))))
+        # Prometheus cannot be read: no desired count is current (the autoscaler's fallback holds)
         return FleetState(tuple(members), False, err, seconds, queries, self.cycles, now)
 
 

@@ -71,6 +71,25 @@ def render_all(
             "(vllm-advisor run --prometheus), beside the sidecar bundle above. Set --prometheus to your\n"
             "Prometheus; its ServiceMonitor keeps each server's instance label (honorLabels).",
         ),
+        "deploy/kubernetes/autoscaling/keda-scaledobject.yaml": deploy.render_yaml(
+            deploy.k8s_keda_scaledobject(),
+            "KEDA scales the vLLM Deployment to the fleet advisor's vllm_advisor_desired_replicas\n"
+            "(docs/autoscaling.md). Needs the fleet advisor (fleet/) and KEDA 2.17 or later (fallback\n"
+            "behavior). Set the namespace, serverAddress and maxReplicaCount for yours.",
+        ),
+        "deploy/kubernetes/autoscaling/hpa.yaml": deploy.render_yaml(
+            deploy.k8s_hpa(),
+            "A HorizontalPodAutoscaler on the external metric vllm_advisor_desired_replicas, served by\n"
+            "prometheus-adapter with the rule in prometheus-adapter-config.yaml (docs/autoscaling.md).\n"
+            "Use this or keda-scaledobject.yaml, not both.",
+        ),
+        "deploy/kubernetes/autoscaling/prometheus-adapter-config.yaml": deploy.render_yaml_blocks(
+            deploy.k8s_prometheus_adapter_configmap(),
+            "prometheus-adapter's config for hpa.yaml: the external rule serving vllm_advisor_desired_replicas,\n"
+            "in the ConfigMap the adapter's own manifests mount (adapter-config, key config.yaml). This\n"
+            "replaces that config: where the adapter serves other rules (resourceRules for kubectl top),\n"
+            "add the externalRules entry to its config instead (Helm chart: rules.external).",
+        ),
         "deploy/compose/docker-compose.yml": deploy.render_yaml(
             deploy.compose_file(),
             "docker compose up: vLLM (GPU), its advisor, Prometheus :9090, Alertmanager :9093, Grafana :3000.",

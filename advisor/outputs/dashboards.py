@@ -519,6 +519,42 @@ def fleet_dashboard() -> dict[str, Any]:
             f"{recording.recording_for(signal)}.",
             **_timeseries(unit),
         )
+    fleet_sel = 'vllm_advisor="fleet", job=~"$vllm_job", model_name=~"$model_name"'
+    sidecar_sel = f'{ADVISOR_SEL}, model_name=~"$model_name"'
+
+    def per_model(series: str, extra: str = "") -> str:
+        """The fleet daemon's per-deployment series where there are, else the sidecars'."""
+        return (
+            f"max by (model_name) ({series}{{{fleet_sel}{extra}}}) "
+            f"or max by (model_name) ({series}{{{sidecar_sel}{extra}}})"
+        )
+
+    lay.add(
+        "Desired vs actual replicas",
+        "timeseries",
+        24,
+        8,
+        [
+            target(per_model("vllm_advisor_desired_replicas"), legend="desired {{model_name}}"),
+            target(
+                "count by (model_name) (count by (model_name, instance) "
+                f"(vllm:num_requests_running{{{VLLM_SEL}}}))",
+                legend="actual {{model_name}}",
+                ref="B",
+            ),
+            target(
+                per_model("vllm_advisor_desired_replicas_predicted_ttft_p95_seconds", ', at="desired"'),
+                legend="predicted TTFT p95 at desired {{model_name}}",
+                ref="C",
+            ),
+        ],
+        description="Desired: the replicas the advisor's model predicts meet the TTFT and ITL p95 targets "
+        "at the observed load with headroom (vllm_advisor_desired_replicas, docs/autoscaling.md): the fleet "
+        "daemon's count per deployment (what KEDA or the HPA in deploy/kubernetes/autoscaling/ scale to), "
+        "else the sidecars' (each for the load of its own server). Actual: the vLLM servers of each model "
+        "being scraped now. Right axis: the predicted TTFT p95 at the desired count.",
+        **_timeseries("short", [_right_axis("C", "s")]),
+    )
     return _dashboard(
         alert_config.FLEET_DASHBOARD_UID, "vLLM advisor / fleet", lay.panels, True, ["vllm", "vllm-advisor"]
     )

@@ -27,6 +27,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import yaml
+
+from advisor.core import names
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs import alert_config, alerts
 
@@ -387,6 +390,146 @@ def k8s_fleet() -> list[dict[str, Any]]:
         },
     }
     return [deployment, service, monitor]
+
+
+# ---------------------------------------------------------------- autoscaling (docs/autoscaling.md)
+DESIRED_REPLICAS = names.output_name("desired_replicas")
+EXAMPLE_NAMESPACE = "default"  # the namespace the example Deployment runs in: change for yours
+MIN_REPLICAS, MAX_REPLICAS = 1, 8
+# One deployment's desired count, as the fleet advisor exports it: its series carry the vLLM
+# servers' namespace, service and job (honorLabels) and vllm_advisor="fleet" (a sidecar's own
+# count, for the load of its one server, has job="vllm-advisor" and is not selected).
+DEPLOYMENT_SELECTOR = {
+    "vllm_advisor": "fleet",
+    "job": alert_config.VLLM_JOB,
+    "service": APP_NAME,
+}
+
+
+def desired_replicas_query(namespace: str = EXAMPLE_NAMESPACE) -> str:
+    matchers = ",".join(f'{k}="{v}"' for k, v in {"namespace": namespace, **DEPLOYMENT_SELECTOR}.items())
+    return f"max({DESIRED_REPLICAS}{{{matchers}}})"
+
+
+# The advisor holds a lower count for scale_in_hold (5 min) before it asks for it, and asks for a
+# higher one at once: the autoscaler adds no window of its own, and removes one replica at a time.
+HPA_BEHAVIOR = {
+    "scaleUp": {"stabilizationWindowSeconds": 0},
+    "scaleDown": {
+        "stabilizationWindowSeconds": 0,
+        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+    },
+}
+
+
+def k8s_keda_scaledobject(namespace: str = EXAMPLE_NAMESPACE) -> dict[str, Any]:
+    """KEDA scales the vLLM Deployment to ``vllm_advisor_desired_replicas``: a Prometheus trigger
+    with an AverageValue target of 1 (the HPA it manages wants ``ceil(value / 1)`` replicas). No
+    value (the fleet advisor down, the count unknown) is an error, not zero: after three failed
+    polls the fallback keeps the replicas there are."""
+    return {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": APP_NAME, "namespace": namespace, "labels": dict(POD_LABELS)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP_NAME},
+            "minReplicaCount": MIN_REPLICAS,
+            "maxReplicaCount": MAX_REPLICAS,
+            "pollingInterval": 15,
+            "fallback": {"failureThreshold": 3, "replicas": MIN_REPLICAS, "behavior": "currentReplicas"},
+            "advanced": {"horizontalPodAutoscalerConfig": {"behavior": HPA_BEHAVIOR}},
+            "triggers": [
+                {
+                    "type": "prometheus",
+                    "metricType": "AverageValue",
+                    "metadata": {
+                        "serverAddress": FLEET_PROMETHEUS_URL,
+                        "query": desired_replicas_query(namespace),
+                        "threshold": "1",
+                        "ignoreNullValues": "false",
+                    },
+                }
+            ],
+        },
+    }
+
+
+def prometheus_adapter_config() -> dict[str, Any]:
+    """prometheus-adapter's external rule serving ``vllm_advisor_desired_replicas`` to the HPA:
+    the HPA's namespace and selector become label matchers, and the one value is the largest
+    matching series (one deployment's count)."""
+    return {
+        "externalRules": [
+            {
+                "seriesQuery": f'{{__name__="{DESIRED_REPLICAS}",vllm_advisor="fleet",namespace!=""}}',
+                "resources": {"overrides": {"namespace": {"resource": "namespace"}}},
+                "name": {"matches": f"^{DESIRED_REPLICAS}$", "as": DESIRED_REPLICAS},
+                "metricsQuery": "max(<<.Series>>{<<.LabelMatchers>>})",
+            }
+        ]
+    }
+
+
+ADAPTER_NAMESPACE = "monitoring"
+
+
+def k8s_prometheus_adapter_configmap() -> dict[str, Any]:
+    """The adapter's config as its own manifests mount it (ConfigMap ``adapter-config``, key
+    ``config.yaml``, read with ``--config=/etc/adapter/config.yaml``), holding the external rule."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "adapter-config", "namespace": ADAPTER_NAMESPACE},
+        "data": {"config.yaml": alerts.dump_yaml(prometheus_adapter_config())},
+    }
+
+
+def k8s_hpa(namespace: str = EXAMPLE_NAMESPACE) -> dict[str, Any]:
+    """An HPA on the external metric that :func:`prometheus_adapter_config` serves: AverageValue
+    1, so it wants ``ceil(value)`` replicas whatever it runs now."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": APP_NAME, "namespace": namespace, "labels": dict(POD_LABELS)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": APP_NAME},
+            "minReplicas": MIN_REPLICAS,
+            "maxReplicas": MAX_REPLICAS,
+            "metrics": [
+                {
+                    "type": "External",
+                    "external": {
+                        "metric": {
+                            "name": DESIRED_REPLICAS,
+                            "selector": {"matchLabels": dict(DEPLOYMENT_SELECTOR)},
+                        },
+                        "target": {"type": "AverageValue", "averageValue": "1"},
+                    },
+                }
+            ],
+            "behavior": HPA_BEHAVIOR,
+        },
+    }
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks (a config file inside a ConfigMap stays readable)."""
+
+
+def _str_block(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_BlockDumper.add_representer(str, _str_block)
+
+
+def render_yaml_blocks(doc: dict[str, Any], comment: str = "") -> str:
+    """:func:`render_yaml` with multi-line strings as literal blocks."""
+    head = YAML_HEADER + "".join(f"# {line}\n" for line in comment.splitlines())
+    return head + yaml.dump(
+        doc, Dumper=_BlockDumper, sort_keys=False, width=10_000, allow_unicode=True, default_flow_style=False
+    )
 
 
 def render_docs(docs: Sequence[dict[str, Any]], comment: str = "") -> str:

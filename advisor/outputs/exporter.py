@@ -29,6 +29,7 @@ from advisor.derive.signals import CATALOG
 from advisor.diagnose.advise import STATUSES
 from advisor.outputs.explain import fmt_value
 from advisor.outputs.state import ExportState
+from advisor.predict.replicas import Desired
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -165,6 +166,8 @@ class AdvisorCollector(Collector):
             )
         yield g
         yield _predicted_family(d)
+        if st.replicas is not None:
+            yield from replicas_families([({"model_name": model}, st.replicas)])
         knobs = d.engine.get("knobs", {})
         g = GaugeMetricFamily(
             p + "engine_knob",
@@ -231,6 +234,68 @@ def _predicted_family(d: Any) -> Metric:
         if _num(pred.get("confidence")) is not None:
             g.add_metric(["confidence"], float(pred["confidence"]))
     return g
+
+
+REPLICAS_BASES = ("targets", "knob_first", "no_queue", "idle")
+"""What the desired count rests on: the targets met, a knob advised first, where nothing queues
+(no count meets the targets), an idle window."""
+
+
+def replicas_basis(r: Desired) -> str:
+    s = r.sizing
+    if s.reason.startswith("idle"):
+        return "idle"
+    if s.knob_first:
+        return "knob_first"
+    return "targets" if s.meets_targets else "no_queue"
+
+
+def replicas_families(items: list[tuple[dict[str, str], Desired]]) -> Iterator[Metric]:
+    """The desired replica counts (advisor/predict/replicas.py), one set of series per labels."""
+    p = names.OUTPUT_PREFIX
+    if not items:
+        return
+    keys = list(items[0][0])
+    desired = GaugeMetricFamily(
+        p + "desired_replicas",
+        "Replicas the performance model predicts meet the TTFT and ITL p95 targets at the observed load "
+        "times the headroom, after the scale-in hold (docs/autoscaling.md).",
+        labels=keys,
+    )
+    current = GaugeMetricFamily(
+        p + "current_replicas", "Replicas serving the load now, as the advisor counts them.", labels=keys
+    )
+    ttft = GaugeMetricFamily(
+        p + "desired_replicas_predicted_ttft_p95_seconds",
+        "Predicted TTFT p95 under the observed load at the desired count and at one replica fewer.",
+        labels=[*keys, "at"],
+    )
+    itl = GaugeMetricFamily(
+        p + "desired_replicas_predicted_itl_p95_seconds",
+        "Predicted ITL p95 under the observed load at the desired count and at one replica fewer.",
+        labels=[*keys, "at"],
+    )
+    basis = GaugeMetricFamily(
+        p + "desired_replicas_basis",
+        "1 for what the desired count rests on: targets (met), knob_first (a knob is advised and "
+        "predicted enough), no_queue (no count meets the targets: where nothing queues), idle.",
+        labels=[*keys, "basis"],
+    )
+    for labels, r in items:
+        values = [labels[k] for k in keys]
+        desired.add_metric(values, r.desired)
+        current.add_metric(values, r.sizing.current)
+        for at, pt in (("desired", r.at_desired), ("one_fewer", r.at_one_fewer)):
+            if pt is None:
+                continue
+            if _num(pt.ttft_p95) is not None:
+                ttft.add_metric([*values, at], float(pt.ttft_p95 or 0.0))
+            if _num(pt.itl_p95) is not None:
+                itl.add_metric([*values, at], float(pt.itl_p95 or 0.0))
+        chosen = replicas_basis(r)
+        for b in REPLICAS_BASES:
+            basis.add_metric([*values, b], 1 if b == chosen else 0)
+    yield from (desired, current, ttft, itl, basis)
 
 
 def _experiment_families(e: dict[str, Any]) -> Iterator[Metric]:
@@ -335,6 +400,9 @@ def make_handler(
                         }
                     )
                     self._send(200, json.dumps(body, default=str).encode(), "application/json")
+                elif path == "/api/v1/replicas":
+                    r = state().replicas
+                    self._json(200, {"replicas": r.to_json() if r is not None else None})
                 elif path == "/healthz":
                     st = state()
                     body = {

@@ -27,8 +27,9 @@ from advisor.outputs.exporter import (
     BoundedHTTPServer,
     QuietHandler,
     html_page,
+    replicas_families,
 )
-from advisor.outputs.state import FleetState, Member
+from advisor.outputs.state import Deployment, FleetState, Member
 
 INSTANCE = "instance"
 MODEL = names.MODEL_LABEL
@@ -62,6 +63,10 @@ class FleetCollector(Collector):
                         labels[MODEL] = extra[MODEL]
                     out.add_sample(s.name, labels, s.value, s.timestamp)
         yield from merged.values()
+        # one desired count per deployment: no instance label (Prometheus adds the fleet daemon's)
+        yield from replicas_families(
+            [({**d.labels(), ADVISED_BY[0]: ADVISED_BY[1]}, d.replicas) for d in st.deployments if d.replicas]
+        )
         p = names.OUTPUT_PREFIX + "fleet_"
         yield GaugeMetricFamily(
             p + "prometheus_up",
@@ -101,6 +106,15 @@ def summary(m: Member) -> dict[str, Any]:
     }
 
 
+def deployment_json(d: Deployment) -> dict[str, Any]:
+    return {
+        **d.labels(),
+        "instances": list(d.instances),
+        "up": d.up,
+        "replicas": d.replicas.to_json() if d.replicas is not None else None,
+    }
+
+
 def fleet_json(st: FleetState) -> dict[str, Any]:
     members = st.worst_first()
     worst = summary(members[0])["status"] if members else "insufficient-data"
@@ -112,6 +126,7 @@ def fleet_json(st: FleetState) -> dict[str, Any]:
         "recommendation": None,
         "prometheus_up": st.prometheus_up,
         "instances": [summary(m) for m in members],
+        "deployments": [deployment_json(d) for d in st.deployments],
     }
 
 
@@ -132,10 +147,24 @@ def landing_page(st: FleetState) -> str:
     table = "<tr><th>instance</th><th>model</th><th>status</th><th>change</th><th>why</th></tr>" + "".join(
         rows
     )
+    deps = []
+    for d in st.deployments:
+        r = d.replicas
+        where = ", ".join(f"{k}={v}" for k, v in d.labels().items() if v and k != "model_name")
+        deps.append(
+            f"<tr><td>{e(d.model)}</td><td>{e(where)}</td><td>{d.up}</td>"
+            f"<td>{'unknown' if r is None else r.desired}</td><td>{e(r.sizing.reason if r else '')}</td></tr>"
+        )
+    replicas = ""
+    if deps:
+        replicas = (
+            "<h2>Replicas</h2><table><tr><th>model</th><th>deployment</th><th>up</th><th>desired</th>"
+            f"<th>why</th></tr>{''.join(deps)}</table>"
+        )
     return html_page(
         "vllm-advisor fleet",
         "80em",
-        f"{prom}<p>{len(st.members)} servers, worst first.</p><table>{table}</table>",
+        f"{prom}<p>{len(st.members)} servers, worst first.</p><table>{table}</table>{replicas}",
     )
 
 
@@ -171,6 +200,8 @@ def make_handler(
                         )
                     else:
                         self._json(200, {**m.state.diagnosis.to_json(), **member_labels(m)})
+                elif path == "/api/v1/replicas":
+                    self._json(200, {"deployments": [deployment_json(d) for d in state().deployments]})
                 elif path == "/healthz":
                     st = state()
                     self._json(

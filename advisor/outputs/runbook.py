@@ -91,6 +91,37 @@ When every value would break a target, there is no advice (`inconclusive`, namin
 the model about any value; docs/prediction.md measures it against the H200 runs.
 """
 
+RUNBOOK_REPLICAS = """\
+## Desired replicas (autoscaling)
+
+`vllm_advisor_desired_replicas` is the number of replicas of a server the performance model
+predicts meets the TTFT and ITL p95 targets at the observed load times `replicas_headroom` (1.2):
+from the sidecar for the load of the one server it watches, from the fleet daemon per deployment
+(servers sharing `model_name`, `namespace`, `job` and `service`). KEDA or an HPA scale the vLLM
+Deployment to it (`deploy/kubernetes/autoscaling/`, docs/autoscaling.md).
+
+- **It rises at once** when a breach is predicted at the count there is; **it falls only** after
+  every prediction for `scale_in_hold` (5 min) found the lower count enough; the autoscaler
+  recipes then remove one replica every 5 minutes.
+- **A knob first.** While the advice is a per-server knob that the model predicts meets the
+  targets (`vllm_advisor_desired_replicas_basis{{basis="knob_first"}}`), the count stays at the
+  replicas there are: change the knob (the advice's alert and section below), then let the
+  count follow.
+- **`basis="no_queue"`**: no count meets the targets (a prefill longer than the TTFT target, a
+  step slower than the ITL target): the count is where nothing queues any more; more replicas
+  would not help. Look at the advice and at the targets themselves.
+- **No series** (the advisor down, a server warming up or just changed, Prometheus unreadable):
+  the count is unknown, never zero. The KEDA recipe keeps the replicas there are after three
+  failed polls (`fallback.behavior: currentReplicas`); an HPA stops scaling (`ScalingActive`
+  false in `kubectl describe hpa`).
+- **Check the prediction** against what came: after a scale-out, TTFT p95 and ITL p95 should come
+  near `vllm_advisor_desired_replicas_predicted_ttft_p95_seconds{{at="desired"}}` (and `itl`);
+  the fleet dashboard's "Desired vs actual replicas" panel shows both counts.
+- **Roll back** by deleting the ScaledObject or HPA (the Deployment keeps its last replica
+  count) and setting `replicas` by hand.
+
+"""
+
 RUNBOOK_META = f"""\
 ## VllmAdvisorDown
 
@@ -169,6 +200,7 @@ def render_runbook(rules: Iterable[Rule]) -> str:
         f"<!-- DO NOT EDIT: {GENERATED_BY}. -->",
         "",
         RUNBOOK_INTRO.format(alert_for=ALERT_FOR),
+        RUNBOOK_REPLICAS.format(),
         RUNBOOK_META,
     ]
     for rule in sorted(rules, key=lambda r: r.id):

@@ -10,6 +10,7 @@ from typing import Any
 
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
+from advisor.predict.replicas import Desired
 
 _STATUS_RANK = {"advice": 0, "insufficient-data": 1, "inconclusive": 2, "healthy": 3}
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -34,6 +35,7 @@ class ExportState:
     several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
     cycle_duration_s: float | None = None  # the daemon's last cycle (scrape, evaluate, publish)
     cycle_interval_s: float | None = None  # the time between cycle starts the daemon achieves
+    replicas: Desired | None = None  # desired replicas of this server (sidecar); None: unknown
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Server:
     job: str = ""
     models: tuple[str, ...] = ()
     engines: tuple[str, ...] = ()
+    namespace: str = ""  # the Prometheus Operator's target labels, where present
+    service: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,27 @@ class Member:
 
     server: Server
     state: ExportState
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The servers of one model behind one load balancer (fleet mode), and the replicas they need."""
+
+    model: str
+    namespace: str
+    job: str
+    service: str
+    instances: tuple[str, ...]
+    up: int  # instances whose last scrape succeeded: the replicas serving now
+    replicas: Desired | None = None
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "model_name": self.model,
+            "namespace": self.namespace,
+            "job": self.job,
+            "service": self.service,
+        }
 
 
 @dataclass(frozen=True)
@@ -65,6 +90,7 @@ class FleetState:
     at: float = 0.0
     range_s: float = 0.0  # how far back the last cycle read
     samples_last_cycle: int = 0
+    deployments: tuple[Deployment, ...] = ()
 
     def worst_first(self) -> list[Member]:
         return sorted(self.members, key=lambda m: (rank(m.state.diagnosis), m.server.instance))

@@ -53,6 +53,9 @@ def load_yaml(tmp_path: Path, text: str | bytes) -> config.Config:
         ),
         ("severity_overrides: {a: loud}\n", "severity_overrides: a: expected one of critical, warning, info"),
         ("log_cmd: ''\n", "log_cmd: expected a command line, got an empty value"),
+        ("replicas_headroom: 0.8\n", "replicas_headroom: expected a number from 1 to 10, got 0.8"),
+        ("replicas_headroom: lots\n", "replicas_headroom: expected a number from 1 to 10, got 'lots'"),
+        ("scale_in_hold: -1m\n", "scale_in_hold: must be greater than 0 (e.g. 5s), got '-1m'"),
         ("- interval\n", "advisor.yaml: must be a mapping of settings (setting: value), not a list"),
         ("interval: 5s\ninterval: 6s\n", "advisor.yaml:2: interval: given twice"),
         ("interval: [\n", "advisor.yaml: not valid YAML: line 2:"),
@@ -102,6 +105,14 @@ def test_the_bundled_example_config_loads() -> None:
     example = REPO / "deploy" / "vllm-advisor.yaml"
     cfg = config.load(str(example), env={})
     assert cfg.interval_s == 5.0 and cfg.state_dir == "/var/lib/vllm-advisor"
+    assert (cfg.replicas_headroom, cfg.scale_in_hold_s) == (1.2, 300.0)
+
+
+def test_replica_settings_from_the_environment() -> None:
+    cfg = config.load(None, env={"VLLM_ADVISOR_REPLICAS_HEADROOM": "1.5", "VLLM_ADVISOR_SCALE_IN_HOLD": "2m"})
+    assert (cfg.replicas_headroom, cfg.scale_in_hold_s) == (1.5, 120.0)
+    with pytest.raises(ConfigError, match=r"^environment variable VLLM_ADVISOR_REPLICAS_HEADROOM: replicas"):
+        config.load(None, env={"VLLM_ADVISOR_REPLICAS_HEADROOM": "nan"})
 
 
 @pytest.mark.parametrize("listen", ["127.0.0.1:0", "[::1]:19842", ":8080", "0.0.0.0:65535"])

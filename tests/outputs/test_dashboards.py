@@ -33,6 +33,12 @@ def test_every_panel_has_a_description_a_unit_and_job_and_instance_filters(rel: 
         assert p.get("description"), p["title"]
         assert p["fieldConfig"]["defaults"].get("unit"), p["title"]
         for t in p["targets"]:
+            if 'vllm_advisor="fleet"' in t["expr"]:
+                # the fleet daemon's per-deployment series (desired replicas) have no server's
+                # instance: they are filtered by the vLLM job and model
+                assert 'model_name=~"$model_name"' in t["expr"], (p["title"], t["expr"])
+                assert 'job=~"$vllm_job"' in t["expr"], (p["title"], t["expr"])
+                continue
             assert '$instance"' in t["expr"], (p["title"], t["expr"])
             assert 'job=~"$job"' in t["expr"] or 'job=~"$vllm_job"' in t["expr"], (p["title"], t["expr"])
 
