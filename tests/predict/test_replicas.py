@@ -68,8 +68,10 @@ def test_a_server_within_its_targets_needs_one() -> None:
     """cpu-healthy: 8 clients that fit, TTFT p95 just under 2 s, no queue."""
     s = _size(SESSIONS / "cpu-healthy", current=1)
     assert (s.needed, s.meets_targets, s.knob_first) == (1, True, False)
-    # as one of three servers carrying the same load each, it still needs only its own share
-    assert _size(SESSIONS / "cpu-healthy", current=3).needed == 1
+    # as one of three servers carrying the same load each, the three are needed (a fourth at
+    # most, for the headroom): on a CPU a bigger batch makes every step longer, so one server
+    # cannot take the three servers' load and keep TTFT p95 under 2 s
+    assert 3 <= _size(SESSIONS / "cpu-healthy", current=3).needed <= 4
 
 
 def test_replicas_that_cannot_meet_the_targets_stop_where_nothing_queues() -> None:
