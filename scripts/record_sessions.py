@@ -85,24 +85,45 @@ class Spec:
 
 
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
-KV_47MIB = 47 * 2**20  # 47 blocks of 128 tokens (46 usable beside V1's null block)
-TWO_RULES_LOAD = Load(input_len=1400, output_len=64, num_prompts=48, concurrency=8)
+TWO_RULES_LOAD = Load(input_len=3800, output_len=32, num_prompts=120, concurrency=12)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
 
 SPECS: tuple[Spec, ...] = (
     Spec(
+        "cpu-cap-under-load",
+        "The cap held just under what the load offers: --max-num-seqs 8, KV cache 36 blocks of 128 "
+        "tokens (--kv-cache-memory-bytes 37748736); 160 requests of 256 in / 256 out at concurrency "
+        "10. Eight run, two wait, TTFT p95 over its 2 s target; the KV cache runs ~90% full at its "
+        "peak, so queue-seqs-cap-binds (KV use below 75%) holds back. No rule fires: the status must "
+        "not be healthy (the model scores the held-back cap raise).",
+        max_num_seqs=8,
+        kv_cache_memory_bytes=36 * 2**20,
+        load=Load(input_len=256, output_len=256, num_prompts=160, concurrency=10),
+    ),
+    Spec(
+        "cpu-gmu",
+        "A KV cache sized by gpu_memory_utilization (no VLLM_CPU_KVCACHE_SPACE, no "
+        "--kv-cache-memory-bytes): vLLM's CPU worker gives the cache --gpu-memory-utilization 0.12 "
+        "of the node's memory less what the worker already holds (its log's 'Auto set (KV/TOTAL) "
+        "GiB' line); moderate load. `predict --set gpu_memory_utilization=...` works on it.",
+        load=Load(input_len=256, output_len=128, num_prompts=48, concurrency=8),
+        env={"VLLM_CPU_KVCACHE_SPACE": ""},  # unset: the share of the node's memory sizes the cache
+        extra_args=("--gpu-memory-utilization", "0.12"),
+    ),
+    Spec(
         "cpu-two-rules",
-        "Two rules at once: KV cache 47 blocks of 128 tokens (--kv-cache-memory-bytes 49283072), "
-        "--max-num-batched-tokens 8192, --max-num-seqs 16; 48 requests of 1,400 in / 64 out at "
-        "concurrency 8. Four prompts (11 blocks each) are admitted and grow to 12 blocks: vLLM "
-        "preempts (a KV rule: more KV memory); whole 1,400-token prompts enter a step beside the "
-        "decodes, so ITL stutters (itl-stutter-prefill-chunks: a smaller budget). The advisor "
-        "recommends the change the model predicts better; cpu-two-rules-kv and cpu-two-rules-budget "
-        "are the after-runs of both.",
-        max_num_seqs=16,
-        kv_cache_memory_bytes=KV_47MIB,
+        "Two rules at once, two knobs: --max-num-seqs 4, --max-num-batched-tokens 8192, "
+        "--max-model-len 4096, 1 GiB KV cache; 120 requests of 3,800 in / 32 out at concurrency 12. "
+        "Four run, eight wait, the KV cache is nearly empty (queue-seqs-cap-binds: a higher cap); "
+        "every new request's whole 3,800-token prompt enters a step beside the decodes, so ITL "
+        "stutters past its 100 ms "
+        "target (itl-stutter-prefill-chunks: a smaller budget). The advisor recommends the change "
+        "the model predicts better for goodput; cpu-two-rules-cap and cpu-two-rules-budget are "
+        "the after-runs of both.",
+        max_num_seqs=4,
         load=TWO_RULES_LOAD,
-        extra_args=("--max-num-batched-tokens", "8192"),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=("--max-num-batched-tokens", "8192", "--max-model-len", "4096"),
     ),
     Spec(
         "cpu-healthy",

@@ -325,6 +325,10 @@ class VllmServer:
         else:  # --kv-cache-memory-bytes decides; do not let a stray GiB setting confuse a reader
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         env.update(self.env)
+        if (
+            env.get("VLLM_CPU_KVCACHE_SPACE") == ""
+        ):  # "": no fixed KV size at all (gpu_memory_utilization sizes it)
+            env.pop("VLLM_CPU_KVCACHE_SPACE")
         return env
 
     # ------------------------------------------------------------------ lifecycle

@@ -534,7 +534,9 @@ def with_knob(m: Model, knob: str, value: float) -> tuple[Config, float | None]:
         if not per:
             raise ValueError("the KV bytes per token are unknown")
         tokens = value / per / m.engines
-        return replace(c, kv_cache_tokens=tokens, kv_cache_memory_bytes=value, kv_cache_bytes=value), c.kv_cache_memory_bytes
+        return replace(
+            c, kv_cache_tokens=tokens, kv_cache_memory_bytes=value, kv_cache_bytes=value
+        ), c.kv_cache_memory_bytes
     if knob == "gpu_memory_utilization":
         # vLLM sizes the KV cache as gpu_memory_utilization x the device's memory, less what
         # the weights and activations take: a change of the share moves the KV memory by the
@@ -621,6 +623,9 @@ def predict(m: Model, knob: str, value: float, queue_share: float | None = None)
         out["preemptions_per_second"] = max(0.0, pm + (s1.preempt_share * er - s0.preempt_share) * rps * tr)
     else:
         out["preemptions_per_second"] = None
+    k0, k1 = m.config.kv_cache_tokens, cfg.kv_cache_tokens
+    if k0 is not None and k1 is not None and k1 != k0:
+        notes.append(f"the KV cache holds {k0:,.0f} -> {k1:,.0f} tokens per engine")
     if pm and s0.preempt_share <= 0:
         notes.append("the server preempts where the model expects none (prompt length spread)")
     conf = _confidence(m, s0, s1)

