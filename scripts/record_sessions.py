@@ -85,7 +85,7 @@ class Spec:
 
 
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
-TWO_RULES_LOAD = Load(input_len=3800, output_len=32, num_prompts=120, concurrency=12)
+TWO_RULES_LOAD = Load(input_len=2800, output_len=8, num_prompts=400, concurrency=12, timeout_s=900.0)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
 
 SPECS: tuple[Spec, ...] = (
@@ -113,14 +113,31 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "cpu-two-rules",
         "Two rules at once, two knobs: --max-num-seqs 4, --max-num-batched-tokens 8192, "
-        "--max-model-len 4096, 1 GiB KV cache; 120 requests of 3,800 in / 32 out at concurrency 12. "
+        "--max-model-len 4096, 1 GiB KV cache; 400 requests of 2,800 in / 8 out at concurrency 12. "
         "Four run, eight wait, the KV cache is nearly empty (queue-seqs-cap-binds: a higher cap); "
-        "every new request's whole 3,800-token prompt enters a step beside the decodes, so ITL "
+        "every new request's whole 2,800-token prompt enters a step beside the decodes, so ITL "
         "stutters past its 100 ms "
         "target (itl-stutter-prefill-chunks: a smaller budget). The advisor recommends the change "
         "the model predicts better for goodput; cpu-two-rules-cap and cpu-two-rules-budget are "
         "the after-runs of both.",
         max_num_seqs=4,
+        load=TWO_RULES_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=("--max-num-batched-tokens", "8192", "--max-model-len", "4096"),
+    ),
+    Spec(
+        "cpu-two-rules-budget",
+        "cpu-two-rules after the advice: --max-num-batched-tokens 2048 (the same cap, cache and load).",
+        max_num_seqs=4,
+        load=TWO_RULES_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=("--max-num-batched-tokens", "2048", "--max-model-len", "4096"),
+    ),
+    Spec(
+        "cpu-two-rules-cap",
+        "cpu-two-rules after the other rule's change: --max-num-seqs 6 (its +50% step; the budget, "
+        "cache and load as before).",
+        max_num_seqs=6,
         load=TWO_RULES_LOAD,
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         extra_args=("--max-num-batched-tokens", "8192", "--max-model-len", "4096"),

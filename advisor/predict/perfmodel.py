@@ -443,6 +443,10 @@ def state(m: Model, cfg: Config) -> State:
     elif m.fit is not None and m.fit.feature == "decode":
         x = decode
     room = max(1.0, cfg.max_num_batched_tokens - decode) if cfg.max_num_batched_tokens else None
+    if room is not None:
+        # no step holds more prefill than the budget leaves beside its decodes: a smaller budget
+        # makes the steps that carried more shorter (the rest waits, in TTFT)
+        prefill = min(prefill, room)
     chunk = m.itl_chunk if m.itl_chunk is not None else prefill
     if room is not None:
         chunk = min(chunk, room)

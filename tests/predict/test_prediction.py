@@ -105,10 +105,13 @@ def test_an_idle_recording_is_insufficient_data(tmp_path: Path) -> None:
 
 
 def test_prediction_meets_the_goal_on_the_h200_pairs(predictions: Any) -> None:
-    """Throughput and TPOT p95 within 20% on at least 80% of the committed H200 pairs."""
+    """Throughput and TPOT p95 within 20% on at least 80% of the committed H200 pairs (issue 22's
+    goal is 90%: docs/prediction.md says where it stands and explains every miss), TTFT p95
+    within 35% on at least 75%."""
     rows = [r for r in predictions.evaluate() if r["h200"]]
-    assert len(rows) >= 9
+    assert len(rows) >= 12
     assert sum(r["ok"] for r in rows) >= 0.8 * len(rows)
+    assert sum(r["ttft_ok"] for r in rows) >= 0.75 * len(rows)
 
 
 def test_docs_prediction_is_current() -> None:
