@@ -63,6 +63,7 @@ class FleetState:
     at: float = 0.0
     range_s: float = 0.0  # how far back the last cycle read
     samples_last_cycle: int = 0
+    instances_dropped: int = 0  # servers behind the selector beyond the ones followed
 
     def worst_first(self) -> list[Member]:
         return sorted(self.members, key=lambda m: (rank(m.state.diagnosis), m.server.instance))
