@@ -32,6 +32,12 @@ class ExportState:
     log_source_up: bool | None = None  # None: no log source configured
     log_source_restarts: int = 0
     several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
+    # the ledger of judged experiments (None: this process keeps none)
+    ledger_pending: int | None = None  # judged, not yet written (queued in memory, retried)
+    ledger_write_failures: int = 0
+    ledger_dropped: int = 0  # queue full, or a record no ledger can store
+    ledger_error: str | None = None
+    state_write_ok: bool | None = None  # STATE_DIR/diagnosis.json (None: not written yet)
 
 
 @dataclass(frozen=True)
