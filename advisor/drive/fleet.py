@@ -96,7 +96,8 @@ class Fleet:
         self._samples = 0
         self._dropped = 0
         self._last_ok: float | None = None  # clock time of the last cycle that read Prometheus
-        self._last_error: str | None = None  # logged once per failure episode
+        self._last_error: str | None = None  # the kind of failure logged (once per episode)
+        self._partial_said = False
 
     # ---------------------------------------------------------------- state
     def fresh_for_s(self) -> float:
@@ -193,9 +194,9 @@ class Fleet:
                 log.info("prometheus read again", prometheus=self.client.shown_url)
                 self._last_error = None
         except prom.PrometheusError as e:
-            if str(e) != self._last_error:  # one line per failure episode, not one per cycle
+            if e.kind != self._last_error:  # one line per failure episode (or kind), not per cycle
                 log.warning("prometheus cycle failed", error=str(e))
-                self._last_error = str(e)
+                self._last_error = e.kind
             st = self._unreadable(now, str(e), time.monotonic() - t0, self.client.calls - calls0)
         self.cycles += 1
         self._state = st
@@ -242,6 +243,7 @@ class Fleet:
         if warnings:  # a partial answer: nothing of it is fed, every server is unknown this cycle
             del self.client.warnings[warned0:]
             return self._partial(found, warnings, now)
+        self._partial_said = False
         pages = prom.snapshots(raw, self.metadata, after=self.last_t)
         up = prom.down_times(up_raw)
         members = []
@@ -263,8 +265,11 @@ class Fleet:
 
     def _partial(self, found: Mapping[str, Server], warnings: Sequence[str], now: float) -> list[Member]:
         """Every followed server, its advice withdrawn: Prometheus answered with warnings."""
-        if warnings[0] != self._last_error:
-            log.warning("prometheus answered partially; this cycle is not used", warnings=list(warnings)[:3])
+        if not self._partial_said:  # once per episode of partial answers
+            self._partial_said = True
+            log.warning(
+                "prometheus answered partially; its answers are not used", warnings=list(warnings)[:3]
+            )
         members = []
         for inst in sorted(set(found) | set(self.advisors)):
             server = self.servers.get(inst) or Server(inst)
