@@ -219,13 +219,15 @@ def _diagnose_prometheus(
     try:
         t = prom_src.parse_time(at)
         window_s = config_mod.parse_duration_s(window)
-        history = prom_src.read_history(prom_src.Client(prom_url), instance, t, window_s, model=model)
-        return inputs.from_prometheus(history, cfg, rules, t, window_s)[1]
     except (ValueError, config_mod.ConfigError) as e:
         fail(str(e), EXIT_USAGE)
+        raise
+    try:
+        history = prom_src.read_history(prom_src.Client(prom_url), instance, t, window_s, model=model)
     except prom_src.PrometheusError as e:
         fail(f"Prometheus: {e}")
-    return None
+        raise
+    return inputs.from_prometheus(history, cfg, rules, t, window_s)[1]
 
 
 # ------------------------------------------------------------------ predict
