@@ -392,8 +392,10 @@ class Window:
     def snapshots(self, seconds: float | None = None) -> list[Snapshot]:
         """Snapshots of the last ``seconds`` (relative to the clock), oldest first, rebuilt from
         the frames: the scalar families (gauges, counters, info) as scraped, and each histogram
-        merged over engines as running totals (see ``_snapshot_of``)."""
-        return [_snapshot_of(f) for f in self._in(seconds)]
+        merged over engines as running totals (see ``_snapshot_of``). The plugin's series are left
+        out (``latest`` has them; read them with ``quantiles_at``, ``counter_between`` and
+        ``counter_steps``): rebuilding them for every page would double the cost."""
+        return [_snapshot_of(f, plugin=False) for f in self._in(seconds)]
 
     def times(self, seconds: float | None = None) -> list[float]:
         return [f.t for f in self._in(seconds)]
@@ -569,23 +571,31 @@ class Window:
         if i0 == i1:
             return 0.0
         f0, f1 = self._frames[i0], self._frames[i1]
+        idx = self._indices(f1.layout, name, match)
         if f0.layout is f1.layout:
-            idx = self._indices(f1.layout, name, match)
             return sum(f1.adj[j] for j in idx) - sum(f0.adj[j] for j in idx)
-        first: dict[LabelKey, float] = {}
-        last: dict[LabelKey, float] = {}
-        for j in range(i0, i1 + 1):
-            f = self._frames[j]
-            fam = f.layout.fams.get(name)
-            if fam is None:
+        _t, start1, keys1, _ = f1.layout.fams[name]
+        fam0 = f0.layout.fams.get(name)
+        total = 0.0
+        for j in idx:
+            key = keys1[j - start1]
+            k0 = fam0[3].get(key) if fam0 is not None else None
+            if fam0 is not None and k0 is not None:
+                total += f1.adj[j] - f0.adj[fam0[1] + k0]
                 continue
-            _t, start, keys, _ = fam
-            for k, key in enumerate(keys):
-                if labels_match(key, match):
-                    if key not in first:  # on the first page: its value then; later: from zero
-                        first[key] = f.adj[start + k] - (f.raw[start + k] if j > i0 else 0.0)
-                    last[key] = f.adj[start + k]
-        return sum(last[k] - first[k] for k in last)
+            # first seen after the first page: from zero, at the first page that has it
+            prev = f0.layout
+            for i in range(i0 + 1, i1 + 1):
+                f = self._frames[i]
+                if f.layout is prev:
+                    continue
+                prev = f.layout
+                fam = f.layout.fams.get(name)
+                k = fam[3].get(key) if fam is not None else None
+                if fam is not None and k is not None:
+                    total += f1.adj[j] - (f.adj[fam[1] + k] - f.raw[fam[1] + k])
+                    break
+        return total
 
     def counter_steps(
         self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
@@ -722,12 +732,14 @@ def _restarted(prev: _Frame, cur: _Frame) -> bool:
     return False
 
 
-def _snapshot_of(f: _Frame) -> Snapshot:
+def _snapshot_of(f: _Frame, plugin: bool = True) -> Snapshot:
     """A frame as a Snapshot: the scalar series as scraped, and each histogram as ONE series
     (every engine and model merged) of running, reset-aware totals since the window's first
     page, so that the difference of two snapshots' histograms is the increase between them."""
     fams: dict[str, Family] = {}
     for name, (typ, start, keys, _) in f.layout.fams.items():
+        if not plugin and name.startswith(pn.PREFIX):
+            continue
         series: dict[LabelKey, Any] = {k: f.raw[start + i] for i, k in enumerate(keys)}
         fams[name] = Family(name=name, type=typ, help="", series=series)
     for name, (bounds, start) in f.hlayout.fams.items():

@@ -192,6 +192,10 @@ class Advisor:
                 continue
             if a.source == "default" and b.source != "default" and not restarted:
                 continue  # learned the real value, not a change
+            if a.source == "default" and b.source == "default" and not restarted:
+                # a default derived again from facts learned since (the device, from a new run's
+                # start-up lines read one by one): the server set neither
+                continue
             changed.append(KnobChange(t, k, a.value, b.value, b.source))
         if changed and (restarted or self._startup_restarted()):
             self.changes.extend(changed)

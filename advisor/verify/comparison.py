@@ -421,8 +421,10 @@ class WindowBucket:
 def judge_bucket(
     b: WindowBucket, targets: Sequence[str], settings: Settings, guards: Sequence[str] = GUARDS
 ) -> BucketResult:
-    """One bucket compared and judged on its own: keep / revert / inconclusive on the metrics the
-    change is judged by (its targets and guards) that the bucket carries."""
+    """One bucket compared and judged on its own: keep / revert / inconclusive on the latencies
+    the bucket carries, less the change's documented costs (the metrics GUARDS has and
+    ``guards`` leaves out); against the change's targets where the bucket has them (ITL is not
+    split by length), else every one of them counts either way."""
     metrics = compare_samples(
         b.before,
         b.after,
@@ -438,7 +440,8 @@ def judge_bucket(
         ]
     else:
         own = [t for t in targets if t in metrics]
-        judged = {k: d for k, d in metrics.items() if k in own or k in guards}
+        costs = set(GUARDS) - set(guards)
+        judged = {k: d for k, d in metrics.items() if k in own or k not in costs}
         verdict, reasons = judge(judged, own, settings, guards=guards)
     return BucketResult(b.lo, b.hi, b.n_before, b.n_after, status, metrics, b.label, verdict, tuple(reasons))
 
