@@ -265,7 +265,7 @@ def predict(
         raise
     cfg = load_config(config_file, engine_config=engine_config)
     try:
-        model, values, exact = predict_cmd.from_source(
+        model, values, exact = predict_cmd.from_source_exact(
             cfg,
             checked_rules(None),
             session_dir=session_dir,

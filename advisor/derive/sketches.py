@@ -6,15 +6,20 @@ slots: a page's quantiles cover the requests that finished in the last ``window 
 to ``window`` seconds) and cumulative ``_count``/``_sum``. From the window's frames:
 
 - the count and the mean over any evaluation window are exact (differences of the running sums);
-- a quantile over an evaluation window no longer than the plugin's is the last page's, exact
-  within the sketch's relative accuracy (1%); over a longer one, the pages at the window's end
-  and every ``window_seconds`` before it hold disjoint sets of requests (*batches*), and the
-  estimate is their quantiles averaged with each batch's request count as its weight (exact
-  for one batch, a consistent estimate of the same quantile under a steady load otherwise).
+- a quantile is the latest page's, over the plugin's own window: exact within the sketch's
+  relative accuracy (1%). That is what the signals and ``explain`` show (quantiles of
+  different windows do not combine into the quantile of their union). For comparisons over a
+  longer window (live experiments: ``max_batches=None``), the pages at the window's end and
+  every ``window_seconds`` before it hold disjoint sets of requests (*batches*), and the
+  estimate is their quantiles averaged with each batch's request count as its weight: the
+  typical quantile of a plugin window under a steady load, with an interval from all of them.
 
-Each batch's request count is the ``_count`` increase over the part of its span the sketch
-surely covers (``window - window/slots`` seconds), seen between pages: a lower bound, so the
-intervals built on it (verify.samples.SketchSample) err wide.
+A batch is used when its page lies at least half a plugin window after the evaluation window's
+start (so a 100-s window holds two: the last 60 s, and the 40 s before with some requests from
+before the window in its sketch). Its request count is the ``_count`` increase, seen between
+pages, over the part of its span that the sketch surely covers (``window - window/slots``
+seconds) and that lies inside the evaluation window: a lower bound, so the intervals built on
+it (verify.samples.SketchSample) err wide.
 """
 
 from __future__ import annotations
@@ -174,6 +179,8 @@ class SketchLatency:
         pts = [(b.n, b.quantiles[q]) for b in self.batches if q in b.quantiles]
         if not pts:
             return None
+        if len(pts) == 1:
+            return pts[0][1]
         total = sum(w for w, _ in pts)
         if total <= 0:
             return sum(v for _, v in pts) / len(pts)
@@ -212,9 +219,12 @@ def latency(
     prompt_bucket: str = pn.ALL,
     output_bucket: str = pn.ALL,
     info: PluginInfo | None = None,
+    max_batches: int | None = 1,
 ) -> SketchLatency | None:
     """``quantity`` (see QUANTITIES) of one bucket over the last ``seconds`` of the window (None:
-    all of it); None without the plugin's series or without any request in the window."""
+    all of it): the count and mean over all of it; the quantiles of the latest plugin window
+    in it (``max_batches`` 1, the default: exact) or of up to ``max_batches`` disjoint ones
+    (None: as many as it holds). None without the plugin's series or any request in the window."""
     name = QUANTITIES[quantity]
     info = info or plugin_info(window)
     if info is None:
@@ -230,15 +240,16 @@ def latency(
     batches: list[Batch] = []
     covered = info.covered_seconds
     t = t_end
-    while True:
+    while max_batches is None or len(batches) < max_batches:
         got = window.quantiles_at(name, match, t)
         if got is None or got[0] < t_start:
             break
         tb, qs = got
-        if batches and tb - covered < t_start:
-            break  # an earlier batch must lie inside the evaluation window
+        if batches and tb - info.window_seconds / 2 < t_start:
+            break  # an earlier batch must lie mostly inside the evaluation window
         if qs:
-            got_n = window.counter_between(name + COUNT_SUFFIX, tb - covered, tb, match) or 0.0
+            lo = max(tb - covered, t_start)  # its requests inside the evaluation window
+            got_n = window.counter_between(name + COUNT_SUFFIX, lo, tb, match) or 0.0
             batches.append(Batch(tb, max(got_n, 0.0), qs))
         t = tb - info.window_seconds
     if not batches and not count:

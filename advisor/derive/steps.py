@@ -149,7 +149,9 @@ def _solve(m: Sequence[Sequence[float]], y: Sequence[float]) -> list[float] | No
 def fit(sums: StepSums | Iterable[StepSums]) -> StepFit | None:
     """Least squares of the step time on decode and prefill tokens over exactly the steps in
     ``sums``; a feature with no spread (only decode steps, say) is left out (its coefficient
-    0). None with fewer than 3 steps or nothing to fit."""
+    0), and so is one whose coefficient comes out negative (not physical; the rest refitted,
+    as advisor/predict/perfmodel.fit_step_time does). None with fewer than 3 steps or nothing
+    to fit."""
     s = sums if isinstance(sums, StepSums) else total(sums)
     if s is None or s.n < 3:
         return None
@@ -161,11 +163,16 @@ def fit(sums: StepSums | Iterable[StepSums]) -> StepFit | None:
     rhs = {"1": s.seconds, "d": s.seconds_decode, "p": s.seconds_prefill}
     keep = ["1"] + (["d"] if use_d else []) + (["p"] if use_p else [])
     col = {"1": 0, "d": 1, "p": 2}
-    m = [[rows[r][col[c]] for c in keep] for r in keep]
-    coef = _solve(m, [rhs[r] for r in keep])
-    if coef is None:
-        return None
-    got = dict(zip(keep, coef, strict=True))
+    while True:
+        m = [[rows[r][col[c]] for c in keep] for r in keep]
+        coef = _solve(m, [rhs[r] for r in keep])
+        if coef is None:
+            return None
+        got = dict(zip(keep, coef, strict=True))
+        negative = [f for f in keep[1:] if got[f] < 0]
+        if not negative:
+            break
+        keep.remove(min(negative, key=lambda f: got[f]))  # not physical: drop it, fit the rest
     a, b, c = got.get("1", 0.0), got.get("d", 0.0), got.get("p", 0.0)
     # residual sum of squares from the sums: sum (t - a - b d - c p)^2, expanded
     rss = (

@@ -70,9 +70,38 @@ def from_source(
     window_s: float = 60.0,
     interval_s: float = 5.0,
     config_path: str | None = None,
+) -> tuple[pm.Model, dict[str, float | None]]:
+    """The fitted model and the signal values of a session, saved pages or a live server.
+    Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
+    cannot carry a model."""
+    model, values, _ = from_source_exact(
+        cfg,
+        rules,
+        session_dir=session_dir,
+        metrics_files=metrics_files,
+        log_file=log_file,
+        url=url,
+        window_s=window_s,
+        interval_s=interval_s,
+        config_path=config_path,
+    )
+    return model, values
+
+
+def from_source_exact(
+    cfg: Any,
+    rules: Any,
+    *,
+    session_dir: str | None = None,
+    metrics_files: Sequence[str] = (),
+    log_file: str | None = None,
+    url: str | None = None,
+    window_s: float = 60.0,
+    interval_s: float = 5.0,
+    config_path: str | None = None,
 ) -> tuple[pm.Model, dict[str, float | None], dict[str, float]]:
-    """The fitted model, the signal values and the latencies the stat-logger plugin measured
-    (see :func:`exact_latencies`) of a session, saved pages or a live server.
+    """:func:`from_source`, and the latencies the stat-logger plugin measured (see
+    :func:`exact_latencies`; empty without it).
     Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
     cannot carry a model."""
 

@@ -171,6 +171,8 @@ def latency_rows(context: Mapping[str, Any]) -> tuple[str, list[tuple[str, ...]]
     """The per-length table of a diagnosis's context (``latency_by_bucket``): a title and rows
     (bucket, requests, then LENGTH_COLUMNS); no rows without the plugin."""
     rows_in = context.get("latency_by_bucket") or []
+    if not rows_in:
+        return "", []
     rows: list[tuple[str, ...]] = []
     batches = 1
     window = None
@@ -188,7 +190,8 @@ def latency_rows(context: Mapping[str, Any]) -> tuple[str, list[tuple[str, ...]]
         rows.append(tuple(cells))
     plugin = context.get("plugin") or {}
     acc = plugin.get("relative_accuracy", 0.01)
-    span = f"its last {window:.0f} s" if batches <= 1 else f"{batches} windows of {window:.0f} s"
+    w = float(window or 60.0)
+    span = f"its last {w:.0f}-s window" if batches <= 1 else f"{batches} of its {w:.0f}-s windows"
     title = (
         f"Latency by request length (stat-logger plugin {plugin.get('version', '?')}: requests in the window; "
         f"quantiles from per-request sketches, within {acc * 100:g}%, over {span})"

@@ -176,7 +176,7 @@ def plugin_samples(w: Window) -> PluginSamples | None:
         return None
     overall: dict[str, samples.MetricSample] = {}
     for qty in OVERALL_QUANTITIES:
-        s = sketches.latency(w, qty, None, info=info)
+        s = sketches.latency(w, qty, None, info=info, max_batches=None)
         if s is not None and s.batches:
             overall[qty] = sketch_sample(s)
     buckets: dict[str, tuple[dict[str, samples.MetricSample], int]] = {}
@@ -184,7 +184,7 @@ def plugin_samples(w: Window) -> PluginSamples | None:
         got: dict[str, samples.MetricSample] = {}
         n = 0
         for qty in BUCKET_QUANTITIES:
-            s = sketches.latency(w, qty, None, label, pn.ALL, info)
+            s = sketches.latency(w, qty, None, label, pn.ALL, info, max_batches=None)
             if s is None:
                 continue
             n = max(n, int(s.count or 0))

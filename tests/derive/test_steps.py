@@ -185,3 +185,29 @@ def test_fewer_than_three_steps_or_no_spread_fit_what_they_can() -> None:
 def test_the_fixture_is_the_one_described() -> None:
     assert (FIXTURES / "sessions" / "cpu-plugin-mixed" / "meta.json").exists()
     assert Session.load(PLUGIN).meta.get("session") == "cpu-plugin-mixed"
+
+
+def test_a_negative_coefficient_is_dropped_and_the_rest_refitted() -> None:
+    """Steps that got shorter with more decode tokens (another process leaving the CPU, say):
+    no physical model has that; the decode term goes and the rest is fitted without it."""
+    points = [(0.03, 1.0, 0.0), (0.02, 2.0, 0.0), (0.01, 3.0, 0.0), (0.05, 1.0, 100.0), (0.04, 2.0, 100.0)]
+    s = steps.StepSums(
+        0,
+        1,
+        "frontend",
+        n=len(points),
+        seconds=sum(t for t, _, _ in points),
+        prefill=sum(p for _, _, p in points),
+        decode=sum(d for _, d, _ in points),
+        seconds_sq=sum(t * t for t, _, _ in points),
+        prefill_sq=sum(p * p for _, _, p in points),
+        decode_sq=sum(d * d for _, d, _ in points),
+        prefill_decode=sum(p * d for _, d, p in points),
+        seconds_prefill=sum(t * p for t, _, p in points),
+        seconds_decode=sum(t * d for t, d, _ in points),
+    )
+    f = steps.fit(s)
+    assert f is not None and f.per_decode_s == 0 and f.per_prefill_s > 0 and f.base_s > 0
+    mean_t = sum(t for t, _, _ in points) / len(points)
+    mean_p = sum(p for _, _, p in points) / len(points)
+    assert f.at(0.0, mean_p) == pytest.approx(mean_t)  # least squares passes through the means
