@@ -19,9 +19,7 @@ from advisor.derive import steps
 from advisor.derive.window import Window
 from advisor.plugin import names as pn
 from advisor.sources.metrics import parse_page
-from advisor.sources.session import Session
 from tests.derive.test_sketches import PLAIN, PLUGIN, Clock, replay
-from tests.paths import FIXTURES
 
 
 def totals(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -180,11 +178,6 @@ def test_fewer_than_three_steps_or_no_spread_fit_what_they_can() -> None:
     )
     f = steps.fit(s)
     assert f is not None and f.base_s == pytest.approx(0.02) and f.per_decode_s == 0 and f.per_prefill_s == 0
-
-
-def test_the_fixture_is_the_one_described() -> None:
-    assert (FIXTURES / "sessions" / "cpu-plugin-mixed" / "meta.json").exists()
-    assert Session.load(PLUGIN).meta.get("session") == "cpu-plugin-mixed"
 
 
 def test_a_negative_coefficient_is_dropped_and_the_rest_refitted() -> None:

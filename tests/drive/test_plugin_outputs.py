@@ -90,17 +90,17 @@ def test_inspect_url_says_the_plugin_is_loaded() -> None:
     assert "Plugin: loaded, version 0.1.0, export registry" in out
 
 
-def page_without_plugin(version: str | None) -> Snapshot:
+def page_without_plugin() -> Snapshot:
     text = "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n"
     return parse_page(text, 0.0)
 
 
 def test_inspect_on_a_vllm_without_the_entry_point_says_so() -> None:
-    report = inspection.plugin_report([page_without_plugin("0.20.1")], "0.20.1")
+    report = inspection.plugin_report([page_without_plugin()], "0.20.1")
     assert not report["loaded"] and report["vllm_support"] == "older"
     (line, *_) = inspection.plugin_lines(report, "0.20.1")
     assert "vLLM 0.20.1 is older than 0.25.0" in line and "vllm.stat_logger_plugins" in line
-    newer = inspection.plugin_report([page_without_plugin(None)], "0.35.0")
+    newer = inspection.plugin_report([page_without_plugin()], "0.35.0")
     assert newer["vllm_support"] == "newer"
     assert "newer than the versions checked" in inspection.plugin_lines(newer, "0.35.0")[0]
 
@@ -125,8 +125,11 @@ def test_predict_prints_the_exact_measured_latencies_marked() -> None:
     assert "*" not in plain and "measured_exact" not in plain
 
 
-def test_the_plugin_info_names_every_label_the_reader_uses() -> None:
+def test_the_plugin_info_on_the_page_sets_the_readers_window_and_accuracy() -> None:
+    """window_seconds 60, window_slots 6, relative_accuracy 0.01 on the page: a page's quantiles
+    surely cover the last 50 s (the window less one slot), the span a batch's count is taken over."""
     w, pages = replay(PLUGIN)
     info = sketches.plugin_info(w)
-    assert info is not None and info.window_seconds == 60.0 and info.relative_accuracy == 0.01
-    assert pn.PLUGIN_INFO in pages[-1][1]
+    assert info is not None and pn.PLUGIN_INFO in pages[-1][1]
+    assert (info.window_seconds, info.window_slots, info.relative_accuracy) == (60.0, 6, 0.01)
+    assert info.covered_seconds == 50.0
