@@ -267,7 +267,7 @@ def predict(
         raise
     cfg = load_config(config_file, engine_config=engine_config)
     try:
-        model, values = predict_cmd.from_source(
+        model, values, exact = predict_cmd.from_source_exact(
             cfg,
             checked_rules(None),
             session_dir=session_dir,
@@ -291,7 +291,13 @@ def predict(
     except daemon_errors() as e:
         fail(str(e))
         raise
-    click.echo(json.dumps(p.to_json(), indent=2) if fmt == "json" else prediction_out.render_text(p, model))
+    if fmt == "json":
+        doc = p.to_json()
+        if exact:
+            doc["measured_exact"] = {"source": "stat-logger plugin", **exact}
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(prediction_out.render_text(p, model, exact))
 
 
 # ------------------------------------------------------------------ inspect
