@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/vllm-advisor demo
 
 ## system-deps: Debian's prometheus, promtool and alertmanager for the integration tests
-## (binaries only: the packages' services are kept from starting and disabled)
+## (binaries only: what it installs is kept from starting and disabled; a host's own services are left alone)
 system-deps:
 	bash scripts/install-system-deps.sh
 

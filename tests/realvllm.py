@@ -462,8 +462,11 @@ def bench_argv(
     concurrency: int,
     result_path: Path | None = None,
     seed: int = 0,
+    range_ratio: str | None = None,
 ) -> list[str]:
-    """The ``vllm bench serve`` command line (run with the vllm venv's python)."""
+    """The ``vllm bench serve`` command line (run with the vllm venv's python). ``range_ratio``:
+    ``--random-range-ratio`` (a float, or JSON ``{"input": 0.9, "output": 0.5}``): lengths drawn
+    uniformly around the given ones instead of all equal."""
     argv = [
         str(vllm_python()),
         str(VLLM_CLI),
@@ -497,6 +500,8 @@ def bench_argv(
         "--metric-percentiles",
         "50,95,99",
     ]
+    if range_ratio is not None:
+        argv += ["--random-range-ratio", range_ratio]
     if result_path is not None:
         argv += [
             "--save-result",
@@ -523,6 +528,7 @@ class LoadHandle:
         result_path: Path | str | None = None,
         output_path: Path | str | None = None,
         seed: int = 0,
+        range_ratio: str | None = None,
     ) -> None:
         _check_loopback(url)
         self.timeout_s = timeout_s
@@ -537,7 +543,9 @@ class LoadHandle:
             os.close(fd)
             output_path = name
         self.output_path = Path(output_path)
-        self.argv = bench_argv(url, input_len, output_len, num_prompts, concurrency, self.result_path, seed)
+        self.argv = bench_argv(
+            url, input_len, output_len, num_prompts, concurrency, self.result_path, seed, range_ratio
+        )
         self._t0 = time.monotonic()
         with open(self.output_path, "wb") as out:
             self.proc = subprocess.Popen(
@@ -588,10 +596,20 @@ def start_load(
     result_path: Path | str | None = None,
     output_path: Path | str | None = None,
     seed: int = 0,
+    range_ratio: str | None = None,
 ) -> LoadHandle:
     """Start ``vllm bench serve`` (random dataset, --ignore-eos, seed 0) in the background."""
     return LoadHandle(
-        url, input_len, output_len, num_prompts, concurrency, timeout_s, result_path, output_path, seed
+        url,
+        input_len,
+        output_len,
+        num_prompts,
+        concurrency,
+        timeout_s,
+        result_path,
+        output_path,
+        seed,
+        range_ratio,
     )
 
 
@@ -606,10 +624,20 @@ def run_load(
     output_path: Path | str | None = None,
     seed: int = 0,
     check: bool = True,
+    range_ratio: str | None = None,
 ) -> LoadResult:
     """Drive bounded load and wait for it: see start_load."""
     handle = start_load(
-        url, input_len, output_len, num_prompts, concurrency, timeout_s, result_path, output_path, seed
+        url,
+        input_len,
+        output_len,
+        num_prompts,
+        concurrency,
+        timeout_s,
+        result_path,
+        output_path,
+        seed,
+        range_ratio,
     )
     return handle.wait(check=check)
 

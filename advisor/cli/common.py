@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from advisor.core import config as config_mod
+from advisor.core.redact import redact_text
 from advisor.diagnose.ruleset import RuleError, load_rules
 from advisor.drive.daemon import DaemonError
 from advisor.sources.cmdline import CommandError, read_command_file
@@ -45,7 +46,8 @@ EXIT_CODES_HELP = (
 
 
 def fail(msg: str, code: int = EXIT_ERROR) -> None:
-    click.echo(f"error: {msg}", err=True)
+    """One ``error:`` line (secrets removed: a URL's password, a token in an error's text)."""
+    click.echo(f"error: {redact_text(msg)}", err=True)
     sys.exit(code)
 
 

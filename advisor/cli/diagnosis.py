@@ -219,13 +219,15 @@ def _diagnose_prometheus(
     try:
         t = prom_src.parse_time(at)
         window_s = config_mod.parse_duration_s(window)
-        history = prom_src.read_history(prom_src.Client(prom_url), instance, t, window_s, model=model)
-        return inputs.from_prometheus(history, cfg, rules, t, window_s)[1]
     except (ValueError, config_mod.ConfigError) as e:
         fail(str(e), EXIT_USAGE)
+        raise
+    try:
+        history = prom_src.read_history(prom_src.Client(prom_url), instance, t, window_s, model=model)
     except prom_src.PrometheusError as e:
         fail(f"Prometheus: {e}")
-    return None
+        raise
+    return inputs.from_prometheus(history, cfg, rules, t, window_s)[1]
 
 
 # ------------------------------------------------------------------ predict
@@ -265,7 +267,7 @@ def predict(
         raise
     cfg = load_config(config_file, engine_config=engine_config)
     try:
-        model, values = predict_cmd.from_source(
+        model, values, exact = predict_cmd.from_source_exact(
             cfg,
             checked_rules(None),
             session_dir=session_dir,
@@ -289,7 +291,13 @@ def predict(
     except daemon_errors() as e:
         fail(str(e))
         raise
-    click.echo(json.dumps(p.to_json(), indent=2) if fmt == "json" else prediction_out.render_text(p, model))
+    if fmt == "json":
+        doc = p.to_json()
+        if exact:
+            doc["measured_exact"] = {"source": "stat-logger plugin", **exact}
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        click.echo(prediction_out.render_text(p, model, exact))
 
 
 # ------------------------------------------------------------------ inspect

@@ -138,7 +138,16 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
         rows: list[dict[str, Any]] = []
     else:
         try:
-            rows = Ledger(path).list(limit)
+            led = Ledger(path)
+            damage = led.check()
+            if damage:
+                more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+                fail(
+                    f"ledger {path} is damaged: {damage[0]}{more}; its rows may be wrong or missing. "
+                    f"Keep a copy, then recover what SQLite can (sqlite3 {path} .recover) or restore a "
+                    "backup; the daemon writes nothing into it meanwhile"
+                )
+            rows = led.list(limit)
         except LedgerError as e:
             fail(str(e))
             return

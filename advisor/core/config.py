@@ -87,6 +87,19 @@ _POSITIVE = {
 }
 _MIN_INTERVAL_S = 0.1
 _MAX_DURATION_S = 30 * 86400.0
+# what is absurd for each duration (a scrape an hour cannot follow vLLM; a window of days is a
+# different tool): larger is refused, not accepted and run wrong
+_MAX_S = {
+    "interval_s": 3600.0,
+    "scrape_timeout_s": 600.0,
+    "window_s": 86400.0,
+    "min_window_s": 86400.0,
+    "warmup_s": 86400.0,
+    "stale_after_s": 86400.0,
+    "retention_s": 7 * 86400.0,
+    "observe_after_change_s": 7 * 86400.0,
+    "experiment_max_wait_s": _MAX_DURATION_S,
+}
 _OPTIONAL_STR = {"log_file", "log_cmd", "engine_config", "rules_dir", "ledger_path"}
 _INTS = {"min_requests": (0, 10**9), "vllm_port": (1, 65535), "host_gpus": (0, 4096)}
 _OPTIONAL_INT = {"vllm_port", "host_gpus"}
@@ -127,9 +140,18 @@ def _duration(key: str, v: Any) -> float:
         raise ValueError(f"must not be negative, got {_what(v)}")
     if key == "interval_s" and x < _MIN_INTERVAL_S:
         raise ValueError(f"must be at least {_MIN_INTERVAL_S:g}s, got {_what(v)}")
-    if x > _MAX_DURATION_S:
-        raise ValueError(f"must be at most 30 days, got {_what(v)}")
+    limit = _MAX_S.get(key, _MAX_DURATION_S)
+    if x > limit:
+        raise ValueError(f"must be at most {fmt_duration(limit)}, got {_what(v)}")
     return x
+
+
+def fmt_duration(seconds: float) -> str:
+    """``90`` -> ``90s``, ``120`` -> ``2m``, ``3600`` -> ``1h``, ``0.5`` -> ``500ms``."""
+    for unit, n in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= n and (seconds / n).is_integer():
+            return f"{seconds / n:g}{unit}"
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
 def _integer(key: str, v: Any, from_text: bool) -> int | None:
@@ -341,6 +363,8 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
     setting is checked; a bad one raises ConfigError naming it, where it came from and what
     is expected."""
     cfg = Config()
+    raw: dict[Any, Any] = {}
+    lines: dict[Any, int] = {}
     if path:
         raw, lines = _read_yaml(path)
         cfg = replace(cfg, **_coerce(raw, where=lambda k: f"{path}:{lines.get(k, 1)}:"))
@@ -358,8 +382,41 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
         cfg, **_coerce(from_env, where=lambda k: f"environment variable {env_name[k]}:", from_text=True)
     )
     flags = {k: v for k, v in flags.items() if v is not None}
-    cfg = replace(cfg, **_coerce(flags, where=lambda k: "flag", from_text=True, flag_names=True))
+    from_flags = _coerce(flags, where=lambda k: "flag", from_text=True, flag_names=True)
+    cfg = replace(cfg, **from_flags)
+    origin: dict[str, str] = {}
+    if path:
+        origin.update({_key(k) or "": f"{path}:{lines.get(k, 1)}" for k in raw})
+    origin.update({k: f"environment variable {env_name[k]}" for k in from_env})
+    origin.update({k: f"flag --{k.removesuffix('_s').replace('_', '-')}" for k in from_flags})
+    check_together(cfg, origin)
     return cfg
+
+
+def check_together(cfg: Config, origin: dict[str, str] | None = None) -> None:
+    """Settings that contradict each other: ConfigError naming both, where each came from,
+    and what goes wrong. ``origin``: setting -> where it was given (default: the default)."""
+    where = origin or {}
+
+    def said(key: str) -> str:
+        name = key.removesuffix("_s") if key in _DURATIONS else key
+        return f"{name} {fmt_duration(getattr(cfg, key))} ({where.get(key, 'default')})"
+
+    if cfg.interval_s > cfg.stale_after_s:
+        raise ConfigError(
+            f"{said('interval_s')} is longer than {said('stale_after_s')}: advice would be withdrawn as "
+            "stale between two scrapes; shorten interval or raise stale_after"
+        )
+    if cfg.interval_s > cfg.window_s:
+        raise ConfigError(
+            f"{said('interval_s')} is longer than {said('window_s')}: the window would never hold two "
+            "scrapes; shorten interval or widen window"
+        )
+    if cfg.retention_s < cfg.window_s:
+        raise ConfigError(
+            f"{said('retention_s')} is shorter than {said('window_s')}: the window cannot be kept; "
+            "raise retention to at least the window"
+        )
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

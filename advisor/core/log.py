@@ -13,8 +13,16 @@ from typing import Any
 
 import structlog
 
+from advisor.core.redact import redact_obj
+
 # loggers of libraries that write through the standard library, and the least level kept
 LIBRARY_LOGGERS = {"apscheduler": logging.WARNING, "urllib3": logging.WARNING}
+
+
+def _redact(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """No secret reaches the log: every value (a URL's password, a token in an error's text,
+    an argv) goes through :mod:`advisor.core.redact`, whatever the call site passed."""
+    return {k: redact_obj(v) if isinstance(v, str | list | tuple | dict) else v for k, v in event.items()}
 
 
 class _Stderr:
@@ -49,6 +57,7 @@ def configure_logging(json_logs: bool | None = None) -> None:
                 structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
             )
         )
+    shared.append(_redact)
     structlog.configure(
         processors=[*shared, renderer],
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]

@@ -89,11 +89,27 @@ class Histogram:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """One summary series: its ``quantile`` samples ((q, value) sorted by q, over whatever
+    window the exporter keeps; none when that window is empty) and its cumulative count and sum."""
+
+    quantiles: tuple[tuple[float, float], ...]
+    count: float
+    sum: float
+
+    def value(self, q: float) -> float | None:
+        for qq, v in self.quantiles:
+            if qq == q:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
 class Family:
     name: str  # canonical name (names.canonical_family)
     type: str  # gauge | counter | histogram | summary | info | untyped
     help: str
-    series: Mapping[LabelKey, Any]  # float, or Histogram for histograms
+    series: Mapping[LabelKey, Any]  # float, Histogram for histograms, Summary for summaries
     source_name: str = ""  # the name as the page spelled it
 
 

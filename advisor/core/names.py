@@ -7,6 +7,11 @@
 
 vLLM drifts: when a metric is renamed upstream, add the old spelling to
 ``METRIC_ALIASES`` and nothing else changes.
+
+The stat-logger plugin's series (``vllm_advisor_engine_*``, read when vLLM's page carries them)
+are named in ``advisor/plugin/names.py``, the one place for them: the plugin imports nothing of
+the advisor, and ``core`` and ``plugin`` are independent bottom layers, so the readers
+(sources, derive, verify, drive) import them from there.
 """
 
 from __future__ import annotations

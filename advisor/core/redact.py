@@ -33,9 +33,9 @@ def is_secret_name(name: str) -> bool:
 
 _LITERAL = r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})"
 _LITERAL_RE = re.compile(rf"(?<![A-Za-z0-9_-]){_LITERAL}(?![A-Za-z0-9_-])")
-_URL_CREDS_RE = re.compile(
-    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P<user>[^/@:\s]*+):(?P<pw>[^/@\s]++)@", re.I
-)
+# scheme://authority: the userinfo ends at the authority's *last* "@" (a password may hold "@"),
+# so the authority is taken whole (possessively: linear time) and split in _url_creds
+_URL_AUTH_RE = re.compile(r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P<auth>[^/\s?#]*+)", re.I)
 # a quoted string, a [list], or a bare word that does not open a nested structure (so that in
 # "args: {'api_key': 'x'}" the scan goes on into the braces instead of taking "{'api_key':" as
 # the value of "args")
@@ -60,6 +60,17 @@ def _sub(m: re.Match[str]) -> str:
     return f"{m.group('head')}{REDACTED}"
 
 
+def _url_creds(m: re.Match[str]) -> str:
+    """``scheme://user:password@host`` -> ``scheme://user:<redacted>@host``."""
+    userinfo, at, host = m["auth"].rpartition("@")
+    if not at or ":" not in userinfo:
+        return m.group(0)
+    user, _, pw = userinfo.partition(":")
+    if pw == REDACTED:
+        return m.group(0)
+    return f"{m['scheme']}{user}:{REDACTED}@{host}"
+
+
 def redact_text(text: str) -> str:
     """Secret values in free text: ``'api_key': 'x'``, ``hf_token=x``, ``HF_TOKEN=x``,
     ``--api-key x`` / ``--api-key=x``, ``Bearer x``, ``scheme://user:pw@host`` and literal
@@ -69,7 +80,7 @@ def redact_text(text: str) -> str:
     out = _KV_RE.sub(_sub, text)
     out = _FLAG_RE.sub(_sub, out)
     out = _BEARER_RE.sub(_sub, out)
-    out = _URL_CREDS_RE.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", out)
+    out = _URL_AUTH_RE.sub(_url_creds, out)
     return _LITERAL_RE.sub(REDACTED, out)
 
 
@@ -151,9 +162,11 @@ def redact_obj(value: Any) -> Any:
 def redact_url(url: str) -> str:
     """Drop userinfo and redact secret query parameters (``api_key=...``, ``token=...``)."""
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(url.strip())
     except ValueError:
         return redact_text(url)
+    if not parts.scheme or not parts.netloc or any(c.isspace() for c in url.strip()):
+        return redact_text(url)  # not one URL: whatever URLs are inside lose their passwords
     netloc = parts.netloc.rsplit("@", 1)[-1]
     query = parts.query
     if query:

@@ -18,6 +18,7 @@ from typing import Any
 
 from advisor.core import names as n
 from advisor.core.model import EngineInfo
+from advisor.derive import sketches
 from advisor.derive.window import Window
 
 Value = float | None
@@ -55,6 +56,15 @@ class Values:
         self.catalog = catalog or CATALOG
         self._memo: dict[str, Value] = {}
         self._busy: set[str] = set()
+        self.sources: dict[str, str] = {}
+        """Where a latency quantile came from (``sketches.SOURCE_PLUGIN`` or
+        ``SOURCE_HISTOGRAM``), for the signals computed so far that have a choice."""
+
+    def source(self, name: str) -> str | None:
+        """Where signal ``name``'s value came from, when it has a choice of sources (the latency
+        quantiles: the plugin's sketch or vLLM's histogram); None for the others."""
+        self[name]
+        return self.sources.get(name)
 
     def __getitem__(self, name: str) -> Value:
         if name in self._memo:
@@ -108,6 +118,55 @@ def _gauge(name: str, how: str, agg: str = "total", **match: str) -> Callable[[C
 
 def _quantile(name: str, q: float) -> Callable[[Context, Values], Value]:
     return lambda c, v: c.window.quantile(name, q, c.seconds)
+
+
+HISTOGRAM_NOTE = "(from histogram buckets)"
+PLUGIN_NOTE = "(the stat-logger plugin's sketch: per request, within its 1% accuracy)"
+
+
+def plugin_latency(c: Context, quantity: str) -> sketches.SketchLatency | None:
+    """The plugin's estimate of ``quantity`` over all requests in the evaluation window (memoised
+    in the window for the cycle), None without the plugin."""
+    key = ("plugin-latency", quantity, c.seconds)
+    out = c.window.memo(key, lambda: sketches.latency(c.window, quantity, c.seconds))
+    return out if isinstance(out, sketches.SketchLatency) else None
+
+
+def _latency_quantile(
+    signal: str, metric: str, quantity: str | None, q: float
+) -> Callable[[Context, Values], Value]:
+    """A latency quantile from the plugin's sketch when the page carries it (and it has the
+    quantile), else from vLLM's histogram buckets; ``Values.sources`` records which."""
+
+    def fn(c: Context, v: Values) -> Value:
+        if quantity is not None:
+            est = plugin_latency(c, quantity)
+            x = est.quantile(q) if est is not None else None
+            if x is not None:
+                v.sources[signal] = sketches.SOURCE_PLUGIN
+                return x
+        v.sources[signal] = sketches.SOURCE_HISTOGRAM
+        return c.window.quantile(metric, q, c.seconds)
+
+    return fn
+
+
+def latency_sources(c: Context) -> dict[str, str]:
+    """Per latency (``ttft_seconds``, ...), where its quantiles come from now."""
+    out = {}
+    for base, _metric, _what, _raw in _LATENCIES:
+        qty = PLUGIN_QUANTITY.get(base)
+        est = plugin_latency(c, qty) if qty is not None else None
+        out[base] = sketches.SOURCE_PLUGIN if est is not None and est.batches else sketches.SOURCE_HISTOGRAM
+    return out
+
+
+def help_for(name: str, source: str | None) -> str:
+    """A signal's help line, saying where its value came from when that was the plugin."""
+    h = CATALOG[name].help if name in CATALOG else ""
+    if source == sketches.SOURCE_PLUGIN:
+        return h.replace(HISTOGRAM_NOTE, PLUGIN_NOTE)
+    return h
 
 
 def _hmean(name: str) -> Callable[[Context, Values], Value]:
@@ -348,6 +407,15 @@ _LATENCIES = [
     ),
     ("decode_seconds", n.DECODE_TIME, "time a request spent decoding", "vllm:request_decode_time_seconds"),
 ]
+PLUGIN_QUANTITY = {
+    "ttft_seconds": "ttft",
+    "itl_seconds": "itl",
+    "tpot_seconds": "tpot",
+    "e2e_seconds": "e2e",
+    "queue_seconds": "queue",
+    "prefill_seconds": "prefill",
+}
+"""Latency signal base -> the plugin's quantity (derive.sketches.QUANTITIES); decode has none."""
 _SIZES = [
     ("prompt_tokens", n.REQUEST_PROMPT_TOKENS, "prompt length per request", "vllm:request_prompt_tokens"),
     (
@@ -546,8 +614,8 @@ def _build() -> Iterator[Signal]:
             yield S(
                 f"{base}_{pct}",
                 "seconds",
-                f"{what.capitalize()}, {pct} over the window (from histogram buckets).",
-                _quantile(metric, q),
+                f"{what.capitalize()}, {pct} over the window {HISTOGRAM_NOTE}.",
+                _latency_quantile(f"{base}_{pct}", metric, PLUGIN_QUANTITY.get(base), q),
                 _hq(raw, q),
             )
         yield S(

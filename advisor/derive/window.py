@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -33,7 +33,8 @@ from itertools import islice, pairwise
 from typing import Any
 
 from advisor.core import names
-from advisor.core.model import Family, Histogram, LabelKey, LogEvent, Snapshot, labels_match
+from advisor.core.model import Family, Histogram, LabelKey, LogEvent, Snapshot, Summary, labels_match
+from advisor.plugin import names as pn
 
 Clock = Callable[[], float]
 
@@ -42,10 +43,53 @@ RESTART_COUNTERS = ("vllm:request_success", "vllm:generation_tokens", "vllm:prom
 START_TIME = "process_start_time_seconds"
 
 
+# The stat-logger plugin's families the window keeps (advisor/plugin, docs/plugin.md): the
+# request summaries (not the step-duration one: the fit sums carry the steps), every counter,
+# and the identity gauges. Their ``engine`` label is merged away (counters summed, quantiles
+# the highest engine's): a frame holds as many plugin numbers for 16 engines as for one.
+PLUGIN_SUMMARIES = (
+    pn.REQUEST_TTFT,
+    pn.REQUEST_TPOT,
+    pn.REQUEST_QUEUE,
+    pn.REQUEST_PREFILL,
+    pn.REQUEST_E2E,
+    pn.ITL,
+)
+PLUGIN_COUNTERS = (
+    pn.REQUEST_PROMPT_TOKENS,
+    pn.REQUEST_GENERATION_TOKENS,
+    pn.REQUEST_CACHED_TOKENS,
+    pn.REQUEST_PREEMPTIONS,
+    pn.REQUEST_TTFT_ESTIMATED,
+    pn.STEPS,
+    pn.STEP_PREEMPTIONS,
+    pn.STEP_RUNNING_REQUESTS,
+    pn.STEP_WAITING_REQUESTS,
+    *pn.FIT_NAMES,
+)
+PLUGIN_GAUGES = (pn.PLUGIN_INFO, pn.WINDOW_SECONDS)
+_PLUGIN_KEEP = frozenset((*PLUGIN_SUMMARIES, *PLUGIN_COUNTERS, *PLUGIN_GAUGES))
+COUNT_SUFFIX, SUM_SUFFIX = "_count", "_sum"
+"""A plugin summary ``X`` is kept as the counters ``X_count`` and ``X_sum`` (running sums like
+every counter) and ``X`` itself: its quantile samples, one series per (labels, ``quantile``)."""
+
+
 def slim(snapshot: Snapshot) -> Snapshot:
     """Drop families the advisor never reads (HTTP and GC series of the API server)."""
-    fams = {n: f for n, f in snapshot.families.items() if n.startswith("vllm:") or n in names.KEEP_EXTRA}
+    fams = {
+        n: f
+        for n, f in snapshot.families.items()
+        if n.startswith("vllm:") or n in names.KEEP_EXTRA or n in _PLUGIN_KEEP
+    }
     return Snapshot(t=snapshot.t, families=fams, warnings=snapshot.warnings)
+
+
+def _without_engine(key: LabelKey) -> LabelKey:
+    return tuple(kv for kv in key if kv[0] != pn.ENGINE_LABEL)
+
+
+def _quantile_key(key: LabelKey, q: float) -> LabelKey:
+    return tuple(sorted((*key, (pn.QUANTILE_LABEL, repr(q)))))
 
 
 @dataclass(frozen=True)
@@ -60,12 +104,13 @@ class Outage:
 class _Layout:
     """Where each scalar family's series sit in a frame's arrays (shared between frames)."""
 
-    __slots__ = ("fams", "idx", "sig", "size")
+    __slots__ = ("fams", "idx", "qidx", "sig", "size")
 
     def __init__(self, sig: tuple[tuple[str, str, tuple[LabelKey, ...]], ...]) -> None:
         self.sig = sig
         self.fams: dict[str, tuple[str, int, tuple[LabelKey, ...], dict[LabelKey, int]]] = {}
         self.idx: dict[tuple[object, ...], list[int]] = {}  # (family, match) -> positions
+        self.qidx: dict[tuple[object, ...], list[tuple[int, float]]] = {}  # -> (position, quantile)
         start = 0
         for name, typ, keys in sig:
             self.fams[name] = (typ, start, keys, {k: i for i, k in enumerate(keys)})
@@ -144,6 +189,9 @@ class Window:
         self._hlast: dict[str, dict[LabelKey, tuple[tuple[float, ...], list[float]]]] = {}
         self._hacc: dict[str, tuple[tuple[float, ...], list[float]]] = {}
         self._aggs: dict[tuple[object, ...], _Series] = {}
+        # quantile series of the plugin's summaries seen so far, per family, in a fixed order:
+        # a page whose window lacks some of them gets NaN there, so the layout does not churn
+        self._qknown: dict[str, dict[LabelKey, None]] = {}
         # memo of derived values, valid while no snapshot is added and the clock stands still
         self._memo: dict[tuple[object, ...], object] = {}
         self._memo_at: tuple[float, float] | None = None
@@ -152,7 +200,7 @@ class Window:
     def add_snapshot(self, snapshot: Snapshot) -> None:
         if self._frames and snapshot.t < self._frames[-1].t:
             return  # out of order: ignore rather than corrupt deltas
-        snap = slim(snapshot)
+        snap = self._plugin(slim(snapshot))
         prev = self._frames[-1] if self._frames else None
         frame = self._frame(snap, prev)
         if prev is not None and _restarted(prev, frame):
@@ -161,6 +209,46 @@ class Window:
         self._latest = snap
         self._memo.clear()
         self._expire()
+
+    def _plugin(self, snap: Snapshot) -> Snapshot:
+        """The plugin's families made compact: engines merged, each summary split into its
+        ``_count`` and ``_sum`` counters and its quantile series (NaN where the plugin's window
+        holds no value now but did before)."""
+        if not any(n.startswith(pn.PREFIX) for n in snap.families):
+            return snap
+        fams: dict[str, Family] = {}
+        for name, fam in snap.families.items():
+            if not name.startswith(pn.PREFIX) or name in PLUGIN_GAUGES:
+                fams[name] = fam
+                continue
+            if name in PLUGIN_SUMMARIES:
+                counts: dict[LabelKey, float] = {}
+                sums: dict[LabelKey, float] = {}
+                quants: dict[LabelKey, float] = {}
+                for key, sm in fam.series.items():
+                    if not isinstance(sm, Summary):
+                        continue
+                    k = _without_engine(key)
+                    counts[k] = counts.get(k, 0.0) + sm.count
+                    sums[k] = sums.get(k, 0.0) + sm.sum
+                    for q, v in sm.quantiles:
+                        qk = _quantile_key(k, q)
+                        quants[qk] = max(v, quants.get(qk, v))
+                fams[name + COUNT_SUFFIX] = Family(name + COUNT_SUFFIX, "counter", "", counts)
+                fams[name + SUM_SUFFIX] = Family(name + SUM_SUFFIX, "counter", "", sums)
+                known = self._qknown.setdefault(name, {})
+                if any(k not in known for k in quants):
+                    known.update(dict.fromkeys(sorted(quants)))
+                if known:
+                    fams[name] = Family(name, "summary", "", {k: quants.get(k, math.nan) for k in known})
+            else:  # a counter
+                merged: dict[LabelKey, float] = {}
+                for key, v in fam.series.items():
+                    if isinstance(v, int | float):
+                        k = _without_engine(key)
+                        merged[k] = merged.get(k, 0.0) + v
+                fams[name] = Family(name, fam.type, "", merged)
+        return Snapshot(t=snap.t, families=fams, warnings=snap.warnings)
 
     def _frame(self, snap: Snapshot, prev: _Frame | None) -> _Frame:
         scal = [(n, f) for n, f in snap.families.items() if f.type not in ("histogram", "gaugehistogram")]
@@ -242,6 +330,10 @@ class Window:
         hlayout = prev.hlayout if prev is not None and prev.hlayout.sig == sig else _HLayout(sig)
         return hlayout, array("d", [x for _, _, acc in parts for x in acc])
 
+    def memo(self, key: tuple[object, ...], compute: Callable[[], object]) -> object:
+        """``compute()``, remembered while no page is added and the clock stands still."""
+        return self._cached(key, compute)
+
     def _cached(self, key: tuple[object, ...], compute: Callable[[], object]) -> object:
         stamp = (self._frames[-1].t if self._frames else 0.0, self.now())
         if stamp != self._memo_at:
@@ -305,8 +397,10 @@ class Window:
     def snapshots(self, seconds: float | None = None) -> list[Snapshot]:
         """Snapshots of the last ``seconds`` (relative to the clock), oldest first, rebuilt from
         the frames: the scalar families (gauges, counters, info) as scraped, and each histogram
-        merged over engines as running totals (see ``_snapshot_of``)."""
-        return [_snapshot_of(f) for f in self._in(seconds)]
+        merged over engines as running totals (see ``_snapshot_of``). The plugin's series are left
+        out (``latest`` has them; read them with ``quantiles_at``, ``counter_between`` and
+        ``counter_steps``): rebuilding them for every page would double the cost."""
+        return [_snapshot_of(f, plugin=False) for f in self._in(seconds)]
 
     def times(self, seconds: float | None = None) -> list[float]:
         return [f.t for f in self._in(seconds)]
@@ -418,6 +512,132 @@ class Window:
         h = self.histogram_delta(name, seconds)
         return h.quantile(q) if h is not None and h.count > 0 else None
 
+    # ---------------------------------------------------------------- summaries (the plugin's)
+    def _at(self, t: float | None, name: str) -> int | None:
+        """Index of the last frame at or before ``t`` (None: the last) holding ``name``."""
+        n = len(self._frames)
+        i = n - 1 if t is None else bisect_right(self._frames, t, key=lambda f: f.t) - 1
+        while i >= 0 and name not in self._frames[i].layout.fams:
+            i -= 1
+        return i if i >= 0 else None
+
+    def frame_time(self, t: float | None = None, name: str | None = None) -> float | None:
+        """Time of the last page at or before ``t`` (None: the last page), holding ``name``."""
+        if not self._frames:
+            return None
+        if name is None:
+            i = len(self._frames) - 1 if t is None else bisect_right(self._frames, t, key=lambda f: f.t) - 1
+        else:
+            j = self._at(t, name)
+            i = -1 if j is None else j
+        return self._frames[i].t if i >= 0 else None
+
+    def quantiles_at(
+        self, name: str, match: Mapping[str, str] | None = None, t: float | None = None
+    ) -> tuple[float, dict[float, float]] | None:
+        """A summary's quantile samples (``match``: its labels other than ``quantile``; engines
+        merged) on the last page at or before ``t`` (None: the last page) holding the family,
+        as (page time, {q: value}); quantiles the page lacks are left out."""
+        i = self._at(t, name)
+        if i is None:
+            return None
+        f = self._frames[i]
+        k = (name, tuple(sorted(match.items())) if match else None)
+        pos = f.layout.qidx.get(k)
+        if pos is None:
+            _t, start, keys, _ = f.layout.fams[name]
+            want = dict(match or {})
+            pos = f.layout.qidx[k] = []
+            for j, key in enumerate(keys):
+                d = dict(key)
+                qtext = d.pop(pn.QUANTILE_LABEL, None)
+                if qtext is not None and d == want:
+                    pos.append((start + j, float(qtext)))
+        out: dict[float, float] = {}
+        for j, level in pos:
+            v = f.raw[j]
+            if v == v:
+                out[level] = v
+        return f.t, out
+
+    def counter_between(
+        self, name: str, t0: float, t1: float, match: Mapping[str, str] | None = None
+    ) -> float | None:
+        """Increase of a counter seen within [t0, t1]: from the first page at or after ``t0`` to
+        the last at or before ``t1`` (reset-aware, summed over matching series). A series that
+        first appears after that first page counts from zero (the plugin exports a series once it
+        has data). None when no page in [t0, t1] holds the family."""
+        i1 = self._at(t1, name)
+        if i1 is None:
+            return None
+        i0 = bisect_left(self._frames, t0, key=lambda f: f.t)
+        if i0 > i1:
+            return None
+        if i0 == i1:
+            return 0.0
+        f0, f1 = self._frames[i0], self._frames[i1]
+        idx = self._indices(f1.layout, name, match)
+        if f0.layout is f1.layout:
+            return sum(f1.adj[j] for j in idx) - sum(f0.adj[j] for j in idx)
+        _t, start1, keys1, _ = f1.layout.fams[name]
+        fam0 = f0.layout.fams.get(name)
+        total = 0.0
+        for j in idx:
+            key = keys1[j - start1]
+            k0 = fam0[3].get(key) if fam0 is not None else None
+            if fam0 is not None and k0 is not None:
+                total += f1.adj[j] - f0.adj[fam0[1] + k0]
+                continue
+            # first seen after the first page: from zero, at the first page that has it
+            prev = f0.layout
+            for i in range(i0 + 1, i1 + 1):
+                f = self._frames[i]
+                if f.layout is prev:
+                    continue
+                prev = f.layout
+                fam = f.layout.fams.get(name)
+                k = fam[3].get(key) if fam is not None else None
+                if fam is not None and k is not None:
+                    total += f1.adj[j] - (f.adj[fam[1] + k] - f.raw[fam[1] + k])
+                    break
+        return total
+
+    def counter_steps(
+        self, name: str, seconds: float | None = None, match: Mapping[str, str] | None = None
+    ) -> list[tuple[float, float, float]]:
+        """(t0, t1, increase) of a counter between each two consecutive pages of the last
+        ``seconds`` that hold it (reset-aware, summed over matching series). A series new on the
+        later page counts from zero, and so does the family on the first page that holds it
+        when an earlier page of the window did not (the plugin exports a series once it has
+        data): that interval starts at the page before."""
+        out: list[tuple[float, float, float]] = []
+        prev: _Frame | None = None  # the last page holding the family
+        before: _Frame | None = None  # the last page of the window
+        for f in self._in(seconds):
+            fam = f.layout.fams.get(name)
+            if fam is None:
+                before = f
+                continue
+            if prev is not None and prev.layout is f.layout:
+                idx = self._indices(f.layout, name, match)
+                out.append((prev.t, f.t, sum(f.adj[j] for j in idx) - sum(prev.adj[j] for j in idx)))
+            elif prev is not None or before is not None:
+                old = prev.layout.fams.get(name) if prev is not None else None
+                _t, s1, keys, _ = fam
+                d = 0.0
+                for k, key in enumerate(keys):
+                    if labels_match(key, match):
+                        j0 = old[3].get(key) if old is not None else None
+                        if prev is not None and old is not None and j0 is not None:
+                            d += f.adj[s1 + k] - prev.adj[old[1] + j0]
+                        else:
+                            d += f.raw[s1 + k]
+                start = prev if prev is not None else before
+                assert start is not None
+                out.append((start.t, f.t, d))
+            prev = before = f
+        return out
+
     # ---------------------------------------------------------------- gauges
     def _per_frame(self, name: str, match: Mapping[str, str] | None, agg: str) -> _Series:
         """Per-frame aggregate of a family, extended with the frames added since last asked."""
@@ -517,12 +737,14 @@ def _restarted(prev: _Frame, cur: _Frame) -> bool:
     return False
 
 
-def _snapshot_of(f: _Frame) -> Snapshot:
+def _snapshot_of(f: _Frame, plugin: bool = True) -> Snapshot:
     """A frame as a Snapshot: the scalar series as scraped, and each histogram as ONE series
     (every engine and model merged) of running, reset-aware totals since the window's first
     page, so that the difference of two snapshots' histograms is the increase between them."""
     fams: dict[str, Family] = {}
     for name, (typ, start, keys, _) in f.layout.fams.items():
+        if not plugin and name.startswith(pn.PREFIX):
+            continue
         series: dict[LabelKey, Any] = {k: f.raw[start + i] for i, k in enumerate(keys)}
         fams[name] = Family(name=name, type=typ, help="", series=series)
     for name, (bounds, start) in f.hlayout.fams.items():

@@ -9,6 +9,7 @@ SIGTERM shut everything down cleanly. ``observe`` watches a URL for ``explain --
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ from advisor.sources import host as host_src
 from advisor.sources import http as http_src
 from advisor.sources import metrics as metrics_src
 from advisor.sources.session import Session, SessionError
-from advisor.verify.ledger import ExperimentRecord, Ledger, LedgerError
+from advisor.verify.ledger import DurableLedger, ExperimentRecord
 
 log = structlog.get_logger("vllm-advisor")
 
@@ -105,6 +107,20 @@ class Daemon:
         self.log_source_restarts = 0
         self._last_failure: str | None = None  # the scrape error last logged (logged once, not per cycle)
         self._repeats = 0
+        # what was judged is never lost: writes queued and retried (verify/ledger.py)
+        self.ledger_path = cfg.ledger_path or str(Path(cfg.state_dir) / "ledger.sqlite")
+        self.ledger: DurableLedger | None = DurableLedger(self.ledger_path) if persist else None
+        self._ledger_lock = threading.Lock()
+        self._ledger_failing = False
+        if self.ledger is not None and self.ledger.damage:
+            self._ledger_failing = True
+            log.error(
+                "the ledger is damaged",
+                ledger=self.ledger_path,
+                problems=self.ledger.damage[:5],
+                hint="it is not written into: judged experiments wait in memory until it is restored or moved aside",
+            )
+        self.state_ok: bool | None = None  # None: nothing written yet
 
     @property
     def scrape_timeout_s(self) -> float:
@@ -129,6 +145,16 @@ class Daemon:
             st = dc_replace(
                 st, log_source_up=self.log_source_up, log_source_restarts=self.log_source_restarts
             )
+        led = self.ledger
+        if led is not None:
+            st = dc_replace(
+                st,
+                ledger_pending=led.pending,
+                ledger_write_failures=led.failures,
+                ledger_dropped=led.dropped,
+                ledger_error=led.last_error,
+                state_write_ok=self.state_ok,
+            )
         now = self.clock()
         last = st.last_scrape_t
         fresh = last is not None and now - last <= self.fresh_for_s()
@@ -150,49 +176,84 @@ class Daemon:
             d = Diagnosis("insufficient-data", reason, None, d.findings, d.engine, d.context, d.at, {})
         return dc_replace(st, diagnosis=d, up=st.up and fresh)
 
-    def _record_experiments(self) -> None:
-        """Write judged experiments to the ledger (SQLite under the state dir)."""
-        done, self.advisor.finished_experiments = self.advisor.finished_experiments, []
-        if not done:
+    def _record_experiments(self, take: bool = True) -> None:
+        """Queue judged experiments for the ledger (SQLite under the state dir) and write what
+        is queued; a write that fails is retried at the next cycle (``DurableLedger``), and
+        said once per failure episode. ``take``: take the advisor's newly judged experiments
+        (not while a switch between servers may be a load balancer)."""
+        if self.ledger is None:
             return
-
-        path = self.cfg.ledger_path or str(Path(self.cfg.state_dir) / "ledger.sqlite")
+        done: list[Any] = []
+        if take:
+            with self._lock:
+                done, self.advisor.finished_experiments = self.advisor.finished_experiments, []
         eng = self.advisor.engine
-        for exp in done:
-            j = exp.to_json()
-            comp = j.get("comparison") or {}
-            rec = ExperimentRecord(
-                started_at=exp.after_start,
-                ended_at=exp.ended_at,
-                verdict=exp.verdict or "inconclusive",
-                source="daemon",
-                knob=j["knob"],
-                flag=j["flag"],
-                old_value=j["old"],
-                new_value=j["new"],
-                model=eng.get("served_model_name") or eng.get("model"),
-                vllm_version=eng.get("vllm_version"),
-                gpus=str(eng.get("gpu_count") or eng.get("device") or ""),
-                load_profile=exp.load,
-                buckets=list(comp.get("buckets", [])),
-                reasons=list(exp.reasons),
-                prediction=exp.prediction,
-            )
-            try:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-                rid = Ledger(path).add(rec)
+        with self._ledger_lock:
+            for exp in done:
+                j = exp.to_json()
+                comp = j.get("comparison") or {}
+                rec = ExperimentRecord(
+                    started_at=exp.after_start,
+                    ended_at=exp.ended_at,
+                    verdict=exp.verdict or "inconclusive",
+                    source="daemon",
+                    knob=j["knob"],
+                    flag=j["flag"],
+                    old_value=j["old"],
+                    new_value=j["new"],
+                    model=eng.get("served_model_name") or eng.get("model"),
+                    vllm_version=eng.get("vllm_version"),
+                    gpus=str(eng.get("gpu_count") or eng.get("device") or ""),
+                    load_profile=exp.load,
+                    buckets=list(comp.get("buckets", [])),
+                    reasons=list(exp.reasons),
+                    prediction=exp.prediction,
+                )
                 log.info(
                     "experiment judged",
                     knob=j["knob"],
                     old=j["old"],
                     new=j["new"],
                     verdict=exp.verdict,
-                    ledger=path,
-                    id=rid,
+                    ledger=self.ledger_path,
                     reasons=list(exp.reasons),
                 )
-            except (LedgerError, OSError) as e:
-                log.error("cannot write the ledger", ledger=path, error=str(e))
+                self.ledger.add(rec, flush=False)
+            self.ledger.flush()
+            self._ledger_episode()
+
+    def _ledger_episode(self) -> None:
+        led = self.ledger
+        assert led is not None
+        for bad in led.rejected:
+            log.error("experiment cannot be stored in any ledger; dropped", record=bad)
+        led.rejected.clear()
+        if not led.ok and not self._ledger_failing:
+            self._ledger_failing = True
+            log.error(
+                "cannot write the ledger",
+                ledger=self.ledger_path,
+                error=led.last_error,
+                pending=led.pending,
+                hint="kept in memory and retried every cycle (vllm_advisor_ledger_pending)",
+            )
+        elif led.ok and self._ledger_failing:
+            self._ledger_failing = False
+            log.info("ledger written again", ledger=self.ledger_path, failed_attempts=led.failures)
+
+    def _flush_ledger_at_exit(self) -> None:
+        """A last try at stop; what still cannot be written goes to the log, whole."""
+        if self.ledger is None or not self.ledger.pending:
+            return
+        with self._ledger_lock:
+            self.ledger.flush()
+            if self.ledger.pending:
+                log.error(
+                    "experiments not written to the ledger at exit; they are here",
+                    ledger=self.ledger_path,
+                    error=self.ledger.last_error,
+                    records=[asdict(r) for r in self.ledger.queue],
+                )
 
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
         replicas = None
@@ -296,10 +357,10 @@ class Daemon:
                     {},
                 )
             self._state = self._build_state(d)
-            if self.persist and self.servers.settled():  # not while a switch may be a load balancer
-                self._record_experiments()
+            settled = self.servers.settled()  # not while a switch may be a load balancer
         self._log_status(d)
         if self.persist:
+            self._record_experiments(take=settled)
             self._persist(d)
         return d
 
@@ -365,6 +426,8 @@ class Daemon:
             )
 
     def _persist(self, d: Diagnosis) -> None:
+        """The diagnosis for other tools (STATE_DIR/diagnosis.json); a failure is said once per
+        episode (and on /metrics, /healthz), not once per cycle."""
         try:
             path = Path(self.cfg.state_dir)
             path.mkdir(parents=True, exist_ok=True)
@@ -372,7 +435,13 @@ class Daemon:
             tmp.write_text(json.dumps(d.to_json(), default=str))
             os.replace(tmp, path / "diagnosis.json")
         except OSError as e:
-            log.warning("cannot write state", error=str(e), state_dir=self.cfg.state_dir)
+            if self.state_ok is not False:
+                log.warning("cannot write state", error=str(e), state_dir=self.cfg.state_dir)
+            self.state_ok = False
+            return
+        if self.state_ok is False:
+            log.info("state written again", state_dir=self.cfg.state_dir)
+        self.state_ok = True
 
     # ---------------------------------------------------------------- logs
     LOG_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # waits between restarts of a log source
@@ -484,6 +553,7 @@ class Daemon:
         deadline = time.monotonic() + 3.0
         for th in self._threads:
             th.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._flush_ledger_at_exit()
         log.info("stopped")
 
     def wait(self, seconds: float | None = None) -> None:
@@ -510,11 +580,73 @@ def _install_signals(stop: threading.Event, abort: Callable[[], None] | None = N
     signal.signal(signal.SIGTERM, handler)
 
 
+class StateDirLock:
+    """One daemon per state dir: an exclusive ``flock`` on ``STATE_DIR/daemon.lock`` held for
+    the daemon's life (the kernel lets go when the process ends, however it ends). The file
+    holds the holder's pid, for the message a second daemon gives."""
+
+    NAME = "daemon.lock"
+
+    def __init__(self, state_dir: str) -> None:
+        self.dir = Path(state_dir)
+        self.path = self.dir / self.NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """True when held; False when the state dir cannot hold a lock file (unusable: the
+        daemon runs, its writes queue). Raises DaemonError when another daemon holds it."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            finally:
+                os.close(fd)
+            raise DaemonError(
+                f"another vllm-advisor daemon (pid {holder}) uses the state dir {self.dir}: give "
+                "each daemon its own --state-dir (two would write the same ledger twice)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 def run(cfg: Config, rules: Sequence[Rule], run_seconds: float | None = None) -> int:
     configure_logging()
     stop = threading.Event()
     client = http_src.Client()
     _install_signals(stop, client.abort)  # before anything talks to vLLM: SIGTERM always works
+    lock = StateDirLock(cfg.state_dir)
+    try:
+        if not lock.acquire():
+            log.warning(
+                "cannot lock the state dir; running without it",
+                state_dir=cfg.state_dir,
+                hint="its writes queue until it is usable",
+            )
+    except DaemonError as e:
+        log.error("cannot start", error=str(e), state_dir=cfg.state_dir)
+        return 1
+    try:
+        return _run_locked(cfg, rules, run_seconds, stop, client)
+    finally:
+        lock.release()
+
+
+def _run_locked(
+    cfg: Config, rules: Sequence[Rule], run_seconds: float | None, stop: threading.Event, client: Any
+) -> int:
     d = Daemon(cfg, rules, http=client)
     d._stop = stop
     if stop.is_set():

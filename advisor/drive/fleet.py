@@ -16,6 +16,7 @@ servers (only those since the last cycle; a whole window when a server is first 
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -31,6 +32,7 @@ from advisor.core.model import Provenanced, Snapshot
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
 from advisor.drive import scaling
+from advisor.drive.inputs import partial_answer
 from advisor.drive.runner import Advisor, export_state
 from advisor.outputs.fleet import make_server
 from advisor.outputs.state import Deployment, ExportState, FleetState, Member, Server
@@ -43,6 +45,12 @@ log = structlog.get_logger("vllm-advisor")
 METADATA_EVERY = 20
 # An instance no longer discovered and without samples this long is forgotten.
 FORGET_AFTER_S = 900.0
+# Servers one fleet daemon follows (one core holds ~200 at a 5 s cycle, docs/fleet.md); beyond,
+# the first by instance name are followed and the rest counted (vllm_advisor_fleet_instances_dropped).
+MAX_INSTANCES = 1000
+# A cycle's requests share one deadline: long enough for a large fleet's first cycle, short
+# enough that a stalled Prometheus ends the cycle (the state says so earlier: see state()).
+MIN_CYCLE_BUDGET_S = 30.0
 
 
 def family_groups(metric_names: Sequence[str]) -> list[list[str]]:
@@ -83,6 +91,7 @@ class Fleet:
         self.last_t: dict[str, float] = {}
         self.metadata: dict[str, tuple[str, str]] = {}
         self.cycles = 0
+        self.max_instances = MAX_INSTANCES
         self._lock = threading.Lock()
         self._state = FleetState()
         self._range_s = 0.0
@@ -90,10 +99,36 @@ class Fleet:
         self.holds: dict[tuple[str, ...], rp.Hold] = {}  # per deployment (scaling.deployment_key)
         self.sizers: dict[str, scaling.Sizer] = {}  # per instance
         self._deployments: tuple[Deployment, ...] = ()
+        self._dropped = 0
+        self._last_ok: float | None = None  # clock time of the last cycle that read Prometheus
+        self._last_error: str | None = None  # the kind of failure logged (once per episode)
+        self._partial_said = False
 
     # ---------------------------------------------------------------- state
+    def fresh_for_s(self) -> float:
+        """A cycle that read Prometheus this recently keeps ``prometheus_up`` and the advice:
+        two intervals, or two cycle times where a cycle takes longer than the interval."""
+        return 2 * max(self.cfg.interval_s, self._state.cycle_seconds or 0.0)
+
     def state(self) -> FleetState:
-        return self._state
+        """The state to export now: a cycle stuck on a stalled Prometheus cannot leave
+        ``prometheus_up`` 1 or advice behind for longer than :meth:`fresh_for_s`."""
+        st = self._state
+        if not st.prometheus_up or self._last_ok is None:
+            return st
+        age = self.clock() - self._last_ok
+        if age <= self.fresh_for_s():
+            return st
+        return self._unreadable(
+            st.at,
+            f"no answer from Prometheus for {age:.0f}s (a cycle is still waiting)",
+            st.cycle_seconds,
+            st.queries_last_cycle,
+            from_state=st,
+        )
+
+    def cycle_budget_s(self) -> float:
+        return max(3 * self.cfg.interval_s, MIN_CYCLE_BUDGET_S)
 
     # ---------------------------------------------------------------- the cycle
     def _discover(self, now: float) -> dict[str, Server]:
@@ -129,13 +164,9 @@ class Fleet:
             for i, a in acc.items()
         }
 
-    def _names(self, now: float, range_s: float) -> list[str]:
-        read = prom.selector(f"__name__=~{prom.quote(prom.READ_NAME_RE)}", self.matchers)
-        data = self.client.get(
-            "/api/v1/label/__name__/values",
-            [("match[]", read), ("start", f"{now - range_s:.3f}"), ("end", f"{now:.3f}")],
-        )
-        return [str(n) for n in data or []]
+    def _names(self, now: float, range_s: float, matchers: str) -> list[str]:
+        read = prom.selector(f"__name__=~{prom.quote(prom.READ_NAME_RE)}", matchers)
+        return self.client.label_values("__name__", [read], now - range_s, now)
 
     def _advisor(self, server: Server, base: Mapping[str, Provenanced]) -> Advisor:
         adv = self.advisors.get(server.instance)
@@ -151,12 +182,14 @@ class Fleet:
 
     def cycle(self) -> FleetState:
         """Discover, read what was scraped since the last cycle, evaluate every server, publish.
-        Never raises on what Prometheus answers: a failed cycle withdraws every advice."""
+        Never raises on what Prometheus answers: a failed cycle withdraws every advice, and a
+        partial answer (Prometheus's ``warnings``) makes every server unknown for the cycle
+        without consuming its samples."""
         t0 = time.monotonic()
         calls0 = self.client.calls
         now = self.clock()
         try:
-            with self._lock:
+            with self._lock, self.client.budget(self.cycle_budget_s()):
                 members = self._cycle(now)
             st = FleetState(
                 members=tuple(members),
@@ -168,18 +201,42 @@ class Fleet:
                 range_s=self._range_s,
                 samples_last_cycle=self._samples,
                 deployments=self._deployments,
+                instances_dropped=self._dropped,
             )
+            self._last_ok = now
+            if self._last_error is not None:
+                log.info("prometheus read again", prometheus=self.client.shown_url)
+                self._last_error = None
         except prom.PrometheusError as e:
-            log.warning("prometheus cycle failed", error=str(e))
+            if e.kind != self._last_error:  # one line per failure episode (or kind), not per cycle
+                log.warning("prometheus cycle failed", error=str(e))
+                self._last_error = e.kind
             st = self._unreadable(now, str(e), time.monotonic() - t0, self.client.calls - calls0)
         self.cycles += 1
         self._state = st
         return st
 
     def _cycle(self, now: float) -> list[Member]:
+        warned0 = len(self.client.warnings)
         if self.cycles % METADATA_EVERY == 0 or not self.metadata:
             self.metadata = self.client.metadata()
         found = self._discover(now)
+        if len(found) > self.max_instances:
+            kept = sorted(found)[: self.max_instances]
+            if self._dropped != len(found) - len(kept):
+                log.warning(
+                    "more vLLM servers than one fleet daemon follows",
+                    found=len(found),
+                    followed=len(kept),
+                    hint="narrow --selector, or run one fleet daemon per selector",
+                )
+            self._dropped = len(found) - len(kept)
+            found = {i: found[i] for i in kept}
+            only = f"{prom.INSTANCE}=~{prom.quote('|'.join(_re_escape(i) for i in kept))}"
+            matchers = ",".join(m for m in (self.matchers, only) if m)
+        else:
+            self._dropped = 0
+            matchers = self.matchers
         for inst, server in found.items():
             self.servers[inst] = server
         window = max(self.cfg.window_s, self.cfg.min_window_s)
@@ -190,15 +247,19 @@ class Fleet:
             max(now - since, self.cfg.interval_s) + self.cfg.interval_s, max(window, self.cfg.retention_s)
         )
         raw: list[prom.Series] = []
-        for group in family_groups(self._names(now, range_s)):
+        for group in family_groups(self._names(now, range_s, matchers)):
             names = "|".join(group)
-            raw += self.client.raw(
-                prom.selector(f"__name__=~{prom.quote(names)}", self.matchers), range_s, now
-            )
+            raw += self.client.raw(prom.selector(f"__name__=~{prom.quote(names)}", matchers), range_s, now)
         self._range_s, self._samples = range_s, sum(len(v) for _, v in raw)
-        pages = prom.snapshots(raw, self.metadata, after=self.last_t)
-        up = prom.down_times(self.client.raw(prom.selector('__name__="up"', self.matchers), range_s, now))
+        up_raw = self.client.raw(prom.selector('__name__="up"', matchers), range_s, now)
         sidecar = self.client.instant(prom.SIDECAR_SELECTOR, now)
+        warnings = self.client.warnings[warned0:]
+        if warnings:  # a partial answer: nothing of it is fed, every server is unknown this cycle
+            del self.client.warnings[warned0:]
+            return self._partial(found, warnings, now)
+        self._partial_said = False
+        pages = prom.snapshots(raw, self.metadata, after=self.last_t)
+        up = prom.down_times(up_raw)
         members = []
         for inst in sorted(set(self.servers) | set(pages)):
             server = self.servers.get(inst) or Server(inst)
@@ -256,6 +317,21 @@ class Fleet:
             del self.holds[gone]
         return tuple(out)
 
+    def _partial(self, found: Mapping[str, Server], warnings: Sequence[str], now: float) -> list[Member]:
+        """Every followed server, its advice withdrawn: Prometheus answered with warnings."""
+        if not self._partial_said:  # once per episode of partial answers
+            self._partial_said = True
+            log.warning(
+                "prometheus answered partially; its answers are not used", warnings=list(warnings)[:3]
+            )
+        members = []
+        for inst in sorted(set(found) | set(self.advisors)):
+            server = self.servers.get(inst) or Server(inst)
+            adv = self._advisor(server, {})
+            d = adv.diagnose(now)
+            members.append(Member(server, self._export(adv, partial_answer(d, warnings))))
+        return members
+
     @staticmethod
     def _feed(adv: Advisor, snaps: Sequence[Snapshot], down: Sequence[float]) -> None:
         items: list[tuple[float, int, Snapshot | None]] = [(s.t, 1, s) for s in snaps]
@@ -300,9 +376,17 @@ class Fleet:
         self.servers.pop(inst, None)
         self.last_t.pop(inst, None)
 
-    def _unreadable(self, now: float, err: str, seconds: float, queries: int) -> FleetState:
+    def _unreadable(
+        self,
+        now: float,
+        err: str,
+        seconds: float | None,
+        queries: int,
+        from_state: FleetState | None = None,
+    ) -> FleetState:
+        base = from_state or self._state
         members = []
-        for m in self._state.members:
+        for m in base.members:
             d = m.state.diagnosis
             withdrawn = Diagnosis(
                 "insufficient-data",
@@ -317,6 +401,14 @@ class Fleet:
             members.append(Member(m.server, ExportState(withdrawn, False, self.rules, dict(m.state.scrapes))))
         # Prometheus cannot be read: no desired count is current (the autoscaler's fallback holds)
         return FleetState(tuple(members), False, err, seconds, queries, self.cycles, now)
+        return FleetState(
+            tuple(members), False, err, seconds, queries, self.cycles, now, instances_dropped=self._dropped
+        )
+
+
+def _re_escape(text: str) -> str:
+    """An instance name as an RE2 literal (Prometheus's regex syntax)."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
 
 
 @dataclass
@@ -339,7 +431,7 @@ class Runner:
         loop.start()
         self._threads += [th, loop]
         addr = self.server.server_address
-        log.info("fleet started", prometheus=self.fleet.client.base_url, listen=f"{addr[0]}:{addr[1]}")
+        log.info("fleet started", prometheus=self.fleet.client.shown_url, listen=f"{addr[0]}:{addr[1]}")
         return str(addr[0]), int(addr[1])
 
     def _loop(self) -> None:
@@ -352,21 +444,29 @@ class Runner:
             self._stop.wait(max(0.0, self.fleet.cfg.interval_s - (time.monotonic() - t0)))
 
     def stop(self) -> None:
+        """Within a second or two whatever Prometheus does: requests in flight are aborted."""
         self._stop.set()
+        self.fleet.client.abort()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        deadline = time.monotonic() + 2.0
         for th in self._threads:
-            th.join(timeout=10)
+            th.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    def wait(self, seconds: float | None = None) -> None:
+    def install_signals(self) -> None:
+        """SIGINT/SIGTERM stop the fleet and abort what Prometheus is being asked."""
 
         def handler(signum: int, frame: object) -> None:
             self._stop.set()
+            self.fleet.client.abort()
 
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, handler)
             signal.signal(signal.SIGTERM, handler)
+
+    def wait(self, seconds: float | None = None) -> None:
+        self.install_signals()
         self._stop.wait(seconds)
 
 
@@ -378,6 +478,7 @@ def run(
         cfg, rules, prom.Client(prometheus_url, timeout_s=max(cfg.scrape_timeout_s, 10.0)), selector
     )
     runner = Runner(fleet, cfg.listen)
+    runner.install_signals()  # before anything asks Prometheus: SIGTERM always works
     try:
         runner.start()
     except OSError as e:

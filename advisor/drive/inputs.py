@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from advisor.core import knobs
 from advisor.core.config import Config
@@ -188,7 +189,26 @@ def from_prometheus(
     d = adv.diagnose(at)
     unknown = sorted(k for k in knobs.KNOBS if adv.engine.source(k) == "default")
     ctx = {**d.context, "instance": history.instance, "knobs_unknown": unknown}
+    if history.warnings:  # a partial answer: what is missing may be what matters
+        ctx["prometheus_warnings"] = list(history.warnings)
+        return adv, partial_answer(d, history.warnings, ctx)
     return adv, replace(d, context=ctx)
+
+
+def partial_answer(d: Diagnosis, warnings: Sequence[str], context: dict[str, Any] | None = None) -> Diagnosis:
+    """``d`` made unknown because Prometheus answered with warnings (``partial response``, a
+    truncated result): data that may be missing series is never called healthy, nor advised on."""
+    shown = "; ".join(dict.fromkeys(warnings))[:300]
+    return Diagnosis(
+        "insufficient-data",
+        f"Prometheus answered with warnings, so the data may be partial: {shown}",
+        None,
+        d.findings,
+        d.engine,
+        d.context if context is None else context,
+        d.at,
+        d.signals,
+    )
 
 
 def _mtime(path: str) -> float | None:
@@ -223,4 +243,4 @@ def _read_page(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-__all__ = ["InputError", "MetricsError", "from_files", "from_prometheus", "from_session"]
+__all__ = ["InputError", "MetricsError", "from_files", "from_prometheus", "from_session", "partial_answer"]

@@ -2,7 +2,11 @@
 
 JSON keys: ``engine`` (``vllm_version``, ``knobs.<name>.value/.source/.detail``,
 ``facts``), ``logs`` (``counts.<kind>``, ``lines``, ``errors``), ``metrics``
-(``families`` as canonical names, ``engines``, ``model_names``, ``pages``).
+(``families`` as canonical names, ``engines``, ``model_names``, ``pages``), ``plugin``
+(``loaded``; the stat-logger plugin's ``version``, ``vllm_version``, ``export``, ``port``,
+``window_seconds``, ... when loaded; ``vllm_support``: checked | older | newer | unknown, from
+advisor/plugin/versions.py; ``latency_sources``: per latency, ``plugin sketch``, ``vLLM
+histogram`` or null).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from rich.table import Table
 
 from advisor.core import engine_json
 from advisor.core.model import EVENT_KINDS, LogEvent, Snapshot
+from advisor.derive import sketches
 from advisor.drive.runner import base_from_session_engine
+from advisor.plugin import versions as plugin_versions
 from advisor.sources import cmdline as cmdline_src
 from advisor.sources import engine, logs
 from advisor.sources import engine_config as engine_config_src
@@ -124,10 +130,76 @@ def inspect(
         "engine": engine_json.to_json(info),
         "logs": _logs_report(events),
         "metrics": _metrics_report(pages, page_errors, warnings),
+        "plugin": plugin_report(pages, info.get("vllm_version")),
     }
     if command is not None:
         report["command"] = command
     return report
+
+
+def plugin_report(pages: Sequence[Snapshot], vllm_version: Any) -> dict[str, Any]:
+    """Is the stat-logger plugin loaded (its ``plugin_info`` on the last page), can this vLLM
+    load it, and where each latency's quantiles come from."""
+    last = pages[-1] if pages else None
+    info = sketches.plugin_info_of(last) if last is not None else None
+    version = (info.vllm_version if info is not None else None) or (
+        str(vllm_version) if vllm_version else None
+    )
+    out: dict[str, Any] = {"loaded": info is not None}
+    if info is not None:
+        out.update(info.to_json())
+    out["vllm_support"] = plugin_versions.loading(version)
+    out["vllm_versions_checked"] = [plugin_versions.VERSIONS_CHECKED[0], plugin_versions.VERSIONS_CHECKED[-1]]
+    out["latency_sources"] = sketches.page_sources(last) if last is not None else {}
+    return out
+
+
+def plugin_lines(p: dict[str, Any], vllm_version: Any) -> list[str]:
+    """The plugin in words: loaded or not (and why it might not be), and each latency's source."""
+    first, last = p.get("vllm_versions_checked") or ["?", "?"]
+    support = p.get("vllm_support")
+    if p.get("loaded"):
+        where = "vLLM's /metrics" if p.get("export") == "registry" else f"port {p.get('port') or '?'}"
+        lines = [
+            f"Plugin: loaded, version {p.get('version') or '?'}, export {p.get('export') or '?'} "
+            f"({where}), quantile window {p.get('window_seconds', 0):g} s, prompt buckets "
+            f"{p.get('prompt_buckets') or '?'}, output buckets {p.get('output_buckets') or '?'}"
+        ]
+    elif support == "older":
+        lines = [
+            f"Plugin: not loaded. vLLM {vllm_version} is older than {first}, the first version whose "
+            "loading of stat-logger plugins (entry-point group vllm.stat_logger_plugins) was checked: "
+            "it may not load it at all; per-length latency needs vLLM >= " + str(first) + "."
+        ]
+    else:
+        why = {
+            "checked": f"vLLM {vllm_version} loads it (checked {first} to {last})",
+            "newer": f"vLLM {vllm_version} is newer than the versions checked ({first} to {last}): expected to load it",
+            "unknown": "the vLLM version is unknown",
+        }.get(str(support), "")
+        lines = [
+            f"Plugin: not loaded ({why}); `pip install vllm-advisor[plugin]` into vLLM's environment "
+            "gives exact latency per request length (docs/plugin.md)"
+        ]
+    src = p.get("latency_sources") or {}
+    by: dict[str, list[str]] = {}
+    for qty, where in src.items():
+        if where == sketches.SOURCE_PLUGIN:
+            where += " (by request length)" if qty in sketches.BY_LENGTH else " (all lengths)"
+        by.setdefault(where or "absent", []).append(QUANTITY_WORDS.get(qty, qty))
+    if by:
+        lines.append("Latency quantiles: " + "; ".join(f"{', '.join(q)} from {w}" for w, q in by.items()))
+    return lines
+
+
+QUANTITY_WORDS = {
+    "ttft": "TTFT",
+    "tpot": "TPOT",
+    "itl": "ITL",
+    "e2e": "e2e",
+    "queue": "queue",
+    "prefill": "prefill",
+}
 
 
 def _logs_report(events: Iterable[LogEvent]) -> dict[str, Any]:
@@ -201,6 +273,9 @@ def render_text(report: dict[str, Any]) -> str:
         con.print(f"  bad page: {err}")
     for w in m.get("warnings", []):
         con.print(f"  warning: {w}", soft_wrap=True)
+    if report.get("plugin") and m["pages"]:
+        for line in plugin_lines(report["plugin"], eng.get("vllm_version")):
+            con.print(line, markup=False, soft_wrap=True)
     return buf.getvalue()
 
 

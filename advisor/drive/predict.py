@@ -4,11 +4,12 @@ values from a session, saved pages or a live server."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from advisor.core import knobs
-from advisor.derive.signals import Context, Values
+from advisor.derive import sketches
+from advisor.derive.signals import Context, Values, latency_sources
 from advisor.drive import inputs
 from advisor.drive.daemon import Daemon
 from advisor.predict import perfmodel as pm
@@ -73,6 +74,36 @@ def from_source(
     """The fitted model and the signal values of a session, saved pages or a live server.
     Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
     cannot carry a model."""
+    model, values, _ = from_source_exact(
+        cfg,
+        rules,
+        session_dir=session_dir,
+        metrics_files=metrics_files,
+        log_file=log_file,
+        url=url,
+        window_s=window_s,
+        interval_s=interval_s,
+        config_path=config_path,
+    )
+    return model, values
+
+
+def from_source_exact(
+    cfg: Any,
+    rules: Any,
+    *,
+    session_dir: str | None = None,
+    metrics_files: Sequence[str] = (),
+    log_file: str | None = None,
+    url: str | None = None,
+    window_s: float = 60.0,
+    interval_s: float = 5.0,
+    config_path: str | None = None,
+) -> tuple[pm.Model, dict[str, float | None], dict[str, float]]:
+    """:func:`from_source`, and the latencies the stat-logger plugin measured (see
+    :func:`exact_latencies`; empty without it).
+    Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
+    cannot carry a model."""
 
     if session_dir:
         adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path)
@@ -85,5 +116,23 @@ def from_source(
     if d is None:
         raise pm.InsufficientData("no /metrics page to read")
     # the model wants the whole recording, not only the evaluation window
-    values = Values(Context(adv.window, adv.engine, None, dict(cfg.targets))).all()
-    return model_of(Observed.of(adv.intake, adv.window), adv.engine, values), values
+    ctx = Context(adv.window, adv.engine, None, dict(cfg.targets))
+    values = Values(ctx).all()
+    return (
+        model_of(Observed.of(adv.intake, adv.window), adv.engine, values),
+        values,
+        exact_latencies(ctx, values),
+    )
+
+
+def exact_latencies(ctx: Context, values: Mapping[str, float | None]) -> dict[str, float]:
+    """The prediction's latency metrics that the stat-logger plugin measured (its sketches over
+    the same window): metric -> seconds; empty without the plugin."""
+    sources = latency_sources(ctx)
+    out = {}
+    for m in pm.METRICS:
+        base = m.rsplit("_", 1)[0]
+        v = values.get(m)
+        if sources.get(base) == sketches.SOURCE_PLUGIN and v is not None:
+            out[m] = v
+    return out

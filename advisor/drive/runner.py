@@ -17,6 +17,8 @@ from typing import Any
 from advisor.core import engine_json, knobs
 from advisor.core.config import Config
 from advisor.core.model import EngineInfo, LogEvent, ParseWarning, Provenanced, Snapshot
+from advisor.derive import sketches
+from advisor.derive.signals import Context, latency_sources
 from advisor.derive.window import Outage, Window
 from advisor.diagnose.advise import Diagnosis, diagnose
 from advisor.diagnose.evaluate import Evaluator
@@ -195,6 +197,10 @@ class Advisor:
                 continue
             if a.source == "default" and b.source != "default" and not restarted:
                 continue  # learned the real value, not a change
+            if a.source == "default" and b.source == "default" and not restarted:
+                # a default derived again from facts learned since (the device, from a new run's
+                # start-up lines read one by one): the server set neither
+                continue
             changed.append(KnobChange(t, k, a.value, b.value, b.source))
         if changed and (restarted or self._startup_restarted()):
             self.changes.extend(changed)
@@ -276,6 +282,9 @@ class Advisor:
         last_change = now if observing else (self.last_change_t if exp is None else None)
         obs = scoring.Observed.of(self.intake, self.window, self.cfg.window_s)
         d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, last_change, obs)
+        plugin = self.plugin_context()
+        if plugin:
+            d = dc_replace(d, context={**d.context, **plugin})
         if exp is not None:
             d = dc_replace(d, experiment=exp.to_json())
         if observing and d.status == "insufficient-data" and "knob changed" in d.reason and exp is not None:
@@ -293,6 +302,20 @@ class Advisor:
                 recommendation=None,
             )
         return d
+
+    def plugin_context(self) -> dict[str, Any]:
+        """With the stat-logger plugin's series on the pages: the plugin (``plugin``), where each
+        latency's quantiles come from (``latency_sources``) and every latency by request-length
+        bucket over the evaluation window (``latency_by_bucket``); empty without the plugin."""
+        info = sketches.plugin_info(self.window)
+        if info is None:
+            return {}
+        ctx = Context(self.window, self.engine, self.cfg.window_s, dict(self.cfg.targets))
+        return {
+            "plugin": info.to_json(),
+            "latency_sources": latency_sources(ctx),
+            "latency_by_bucket": [r.to_json() for r in sketches.by_bucket(self.window, self.cfg.window_s)],
+        }
 
 
 def replay(

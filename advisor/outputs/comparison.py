@@ -28,7 +28,9 @@ def render_text(c: Comparison) -> str:
     for title, bk in sections:
         lines.append("")
         lines.append(
-            f"[{title}] requests A={bk.n_a} B={bk.n_b}" + (" (insufficient)" if bk.status != "ok" else "")
+            f"[{title}] requests A={bk.n_a} B={bk.n_b}"
+            + (" (insufficient)" if bk.status != "ok" else "")
+            + (f": {bk.verdict.upper()}" if bk.verdict is not None else "")
         )
         rows = [("metric", "A", "B", "change", "interval", "")]
         for d in bk.metrics.values():

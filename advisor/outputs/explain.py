@@ -18,7 +18,7 @@ from rich.text import Text
 
 from advisor.core import knobs
 from advisor.core.units import fmt
-from advisor.derive.signals import CATALOG
+from advisor.derive.signals import CATALOG, help_for
 from advisor.diagnose.advise import Diagnosis, Evidence, Recommendation
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs import prediction as prediction_out
@@ -79,6 +79,11 @@ def _ctx_line(ctx: Mapping[str, Any]) -> str:
             parts.append(f"{what} {mean:,.0f} tokens mean{extra}")
     if ctx.get("instance"):
         parts.append(f"instance {ctx['instance']} read from Prometheus")
+    plugin = ctx.get("plugin")
+    if isinstance(plugin, Mapping):
+        parts.append(
+            f"stat-logger plugin {plugin.get('version') or '?'} loaded ({plugin.get('export') or '?'})"
+        )
     if ctx.get("knobs_unknown"):
         parts.append(f"not known, vLLM's defaults assumed: {', '.join(ctx['knobs_unknown'])}")
     return ", ".join(parts) or "no context known"
@@ -105,6 +110,9 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
         con.print(Text(f"{d.status.upper()}: {d.reason}", style=style))
         con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
         _findings(con, d)
+        if d.context.get("latency_by_bucket"):
+            con.print()
+            _latency_by_length(con, d.context)
         return _tidy(buf.getvalue())
     con.print(
         Text(f"CHANGE  {rec.change}", style="bold cyan"), Text(_current(rec), style="dim"), soft_wrap=True
@@ -118,9 +126,10 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
     for e in rec.evidence:
-        table.add_row(e.signal, fmt_value(e.signal, e.value, e.unit), e.help)
+        table.add_row(e.signal, fmt_value(e.signal, e.value, e.unit), _evidence_help(e, d.context))
     con.print(table)
     con.print()
+    _latency_by_length(con, d.context)
     if rec.predicted:
         con.print(Text(prediction_title(rec.predicted), style="bold"))
         con.print(prediction_table(rec.predicted))
@@ -173,6 +182,77 @@ def considered_line(c: Mapping[str, Any]) -> str:
     return f"{c.get('rule')}: {what}{held}: {c.get('why_not')}{detail}"
 
 
+def _evidence_help(e: Evidence, context: Mapping[str, Any]) -> str:
+    """A signal's meaning; a latency quantile read from the plugin's sketch says so."""
+    sources = context.get("latency_sources")
+    if isinstance(sources, Mapping) and e.signal in CATALOG:
+        base = e.signal.rsplit("_", 1)[0]
+        if base in sources:
+            return help_for(e.signal, sources[base])
+    return e.help
+
+
+LENGTH_COLUMNS = (
+    ("ttft", 0.5, "TTFT p50"),
+    ("ttft", 0.95, "TTFT p95"),
+    ("tpot", 0.5, "TPOT p50"),
+    ("tpot", 0.95, "TPOT p95"),
+    ("e2e", 0.5, "E2E p50"),
+    ("e2e", 0.95, "E2E p95"),
+)
+
+
+def _seconds(v: Any) -> str:
+    return fmt_value("", v, "seconds") if isinstance(v, int | float) else "-"
+
+
+def latency_rows(context: Mapping[str, Any]) -> tuple[str, list[tuple[str, ...]]]:
+    """The per-length table of a diagnosis's context (``latency_by_bucket``): a title and rows
+    (bucket, requests, then LENGTH_COLUMNS); no rows without the plugin."""
+    rows_in = context.get("latency_by_bucket") or []
+    if not rows_in:
+        return "", []
+    rows: list[tuple[str, ...]] = []
+    batches = 1
+    window = None
+    for r in rows_in:
+        lat = r.get("latencies") or {}
+        dim = r.get("dimension")
+        label = "all requests" if dim == "all" else f"{dim}s {r.get('bucket')}"
+        count = next((x.get("count") for x in lat.values() if x.get("count") is not None), None)
+        cells = [label, "-" if count is None else f"{count:,.0f}"]
+        for qty, q, _ in LENGTH_COLUMNS:
+            x = lat.get(qty) or {}
+            cells.append(_seconds((x.get("quantiles") or {}).get(f"p{q * 100:g}")))
+            batches = max(batches, int(x.get("batches") or 1))
+            window = x.get("window_seconds") or window
+        rows.append(tuple(cells))
+    plugin = context.get("plugin") or {}
+    acc = plugin.get("relative_accuracy", 0.01)
+    w = float(window or 60.0)
+    span = f"its last {w:.0f}-s window" if batches <= 1 else f"{batches} of its {w:.0f}-s windows"
+    title = (
+        f"Latency by request length (stat-logger plugin {plugin.get('version', '?')}: requests in the window; "
+        f"quantiles from per-request sketches, within {acc * 100:g}%, over {span})"
+    )
+    return title, rows
+
+
+def _latency_by_length(con: Console, context: Mapping[str, Any]) -> None:
+    title, rows = latency_rows(context)
+    if not rows:
+        return
+    table = Table(title=title, title_justify="left", show_edge=False, box=None, pad_edge=False)
+    table.add_column("tokens", style="bold")
+    table.add_column("requests", justify="right")
+    for _, _, head in LENGTH_COLUMNS:
+        table.add_column(head, justify="right")
+    for r in rows:
+        table.add_row(*r)
+    con.print(table)
+    con.print()
+
+
 def experiment_line(e: Mapping[str, Any] | None) -> str | None:
     if not e:
         return None
@@ -219,7 +299,7 @@ def render_markdown(d: Diagnosis) -> str:
     out = [f"## vLLM advisor: {d.status}", ""]
     rec = d.recommendation
     if rec is None:
-        out += [d.reason, "", f"Context: {_ctx_line(d.context)}", ""]
+        out += [d.reason, "", f"Context: {_ctx_line(d.context)}", *_latency_markdown(d.context), ""]
         return "\n".join(out)
     out += [
         f"**Change:** `{rec.change}`{_current(rec)}",
@@ -229,7 +309,11 @@ def render_markdown(d: Diagnosis) -> str:
         "| signal | value | meaning |",
         "|---|---|---|",
     ]
-    out += [f"| `{e.signal}` | {fmt_value(e.signal, e.value, e.unit)} | {e.help} |" for e in rec.evidence]
+    out += [
+        f"| `{e.signal}` | {fmt_value(e.signal, e.value, e.unit)} | {_evidence_help(e, d.context)} |"
+        for e in rec.evidence
+    ]
+    out += _latency_markdown(d.context)
     if rec.note:
         out += ["", f"_Note:_ {rec.note}"]
     if rec.leaves:
@@ -252,6 +336,21 @@ def render_markdown(d: Diagnosis) -> str:
         "",
     ]
     return "\n".join(out)
+
+
+def _latency_markdown(context: Mapping[str, Any]) -> list[str]:
+    title, rows = latency_rows(context)
+    if not rows:
+        return []
+    heads = ["tokens", "requests", *(h for _, _, h in LENGTH_COLUMNS)]
+    return [
+        "",
+        f"**{title}**",
+        "",
+        "| " + " | ".join(heads) + " |",
+        "|" + "---|" * len(heads),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def render(d: Diagnosis, fmt: str, color: bool = False) -> str:

@@ -98,6 +98,28 @@ class AdvisorCollector(Collector):
                 "Times the log source ended or failed and was started again.",
                 value=st.log_source_restarts,
             )
+        if st.ledger_pending is not None:
+            yield GaugeMetricFamily(
+                p + "ledger_pending",
+                "Judged experiments not yet written to the ledger (kept in memory, retried every cycle).",
+                value=st.ledger_pending,
+            )
+            yield CounterMetricFamily(
+                p + "ledger_write_failures",
+                "Attempts to write the ledger that failed (unusable state dir, lock, full disk, damage).",
+                value=st.ledger_write_failures,
+            )
+            yield CounterMetricFamily(
+                p + "ledger_dropped",
+                "Judged experiments dropped: the in-memory queue was full, or no ledger can store them.",
+                value=st.ledger_dropped,
+            )
+        if st.state_write_ok is not None:
+            yield GaugeMetricFamily(
+                p + "state_write_ok",
+                "1 when the last write of the state dir's diagnosis.json succeeded.",
+                value=1 if st.state_write_ok else 0,
+            )
         yield GaugeMetricFamily(
             p + "several_servers",
             "1 when the vLLM URL reaches more than one engine (a load balancer): advice is withheld.",
@@ -413,6 +435,12 @@ def make_handler(
                         "several_servers": st.several_servers,
                         "status": st.diagnosis.status if st.diagnosis else None,
                     }
+                    if st.ledger_pending is not None:  # what was judged and is not yet on disk
+                        body["ledger_ok"] = st.ledger_error is None
+                        body["ledger_pending"] = st.ledger_pending
+                        body["ledger_error"] = st.ledger_error
+                    if st.state_write_ok is not None:
+                        body["state_ok"] = st.state_write_ok
                     self._send(200, json.dumps(body).encode(), "application/json")
                 elif path in ("/", "/index.html"):
                     self._send(200, landing_page(state()).encode(), "text/html; charset=utf-8")

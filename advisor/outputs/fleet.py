@@ -70,10 +70,15 @@ class FleetCollector(Collector):
         p = names.OUTPUT_PREFIX + "fleet_"
         yield GaugeMetricFamily(
             p + "prometheus_up",
-            "1 when the last cycle could read Prometheus.",
+            "1 when a cycle read Prometheus (whole answers) within two intervals.",
             value=1 if st.prometheus_up else 0,
         )
         yield GaugeMetricFamily(p + "instances", "vLLM servers advised.", value=len(st.members))
+        yield GaugeMetricFamily(
+            p + "instances_dropped",
+            "vLLM servers behind the selector beyond those one fleet daemon follows (narrow --selector).",
+            value=st.instances_dropped,
+        )
         if st.cycle_seconds is not None:
             yield GaugeMetricFamily(
                 p + "cycle_seconds", "Duration of the last cycle.", value=st.cycle_seconds

@@ -36,7 +36,29 @@ def change_pct(p: pm.Prediction, metric: str) -> str:
     return f"{(r - 1) * 100:+.0f}%"
 
 
-def render_text(p: pm.Prediction, model: pm.Model | None = None) -> str:
+EXACT_MARK = " *"
+
+
+def with_exact(p: pm.Prediction, exact: Mapping[str, float] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(measured, predicted) with the stat-logger plugin's exact latencies where given: the
+    measured value is the plugin's, the predicted one the model's change (its ratio) applied
+    to it."""
+    measured: dict[str, Any] = dict(p.measured)
+    predicted: dict[str, Any] = dict(p.predicted)
+    for m, v in (exact or {}).items():
+        if m not in measured:
+            continue
+        r = p.ratio(m)
+        measured[m] = v
+        predicted[m] = v * r if r is not None else None
+    return measured, predicted
+
+
+def render_text(
+    p: pm.Prediction, model: pm.Model | None = None, exact: Mapping[str, float] | None = None
+) -> str:
+    """The prediction as a table. ``exact``: measured latencies from the stat-logger plugin
+    (metric -> seconds), printed instead of the histograms' and marked."""
     cur = knobs.format_value(_int_if_whole(p.current)) if p.current is not None else "unknown"
     lines = [
         f"{p.knob}: {cur} -> {knobs.format_value(_int_if_whole(p.value))} (same load)",
@@ -46,11 +68,22 @@ def render_text(p: pm.Prediction, model: pm.Model | None = None) -> str:
         "",
         f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}",
     ]
+    measured, predicted = with_exact(p, exact)
+    marked = [m for m in pm.METRICS if exact and m in exact]
     for m in pm.METRICS:
         label, unit = LABELS[m]
+        if m in marked:
+            label += EXACT_MARK
         lines.append(
-            f"{label:<18}{fmt(p.measured.get(m), unit):>16}{fmt(p.predicted.get(m), unit):>16}"
+            f"{label:<18}{fmt(measured.get(m), unit):>16}{fmt(predicted.get(m), unit):>16}"
             f"{change_pct(p, m):>9}"
+        )
+    if marked:
+        lines.append(
+            f"{EXACT_MARK.strip()} measured by the stat-logger plugin's sketches (per request, within 1%; "
+            "vLLM's histograms said "
+            + ", ".join(f"{LABELS[m][0]} {fmt(p.measured.get(m), LABELS[m][1])}" for m in marked)
+            + "); predicted: the model's change applied to it"
         )
     for note in p.notes:
         lines.append(f"note: {note}")

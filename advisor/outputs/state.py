@@ -36,6 +36,12 @@ class ExportState:
     cycle_duration_s: float | None = None  # the daemon's last cycle (scrape, evaluate, publish)
     cycle_interval_s: float | None = None  # the time between cycle starts the daemon achieves
     replicas: Desired | None = None  # desired replicas of this server (sidecar); None: unknown
+    # the ledger of judged experiments (None: this process keeps none)
+    ledger_pending: int | None = None  # judged, not yet written (queued in memory, retried)
+    ledger_write_failures: int = 0
+    ledger_dropped: int = 0  # queue full, or a record no ledger can store
+    ledger_error: str | None = None
+    state_write_ok: bool | None = None  # STATE_DIR/diagnosis.json (None: not written yet)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class FleetState:
     range_s: float = 0.0  # how far back the last cycle read
     samples_last_cycle: int = 0
     deployments: tuple[Deployment, ...] = ()
+    instances_dropped: int = 0  # servers behind the selector beyond the ones followed
 
     def worst_first(self) -> list[Member]:
         return sorted(self.members, key=lambda m: (rank(m.state.diagnosis), m.server.instance))

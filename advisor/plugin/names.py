@@ -13,7 +13,7 @@ PREFIX = "vllm_advisor_engine_"
 
 # --- identity -------------------------------------------------------------------
 PLUGIN_INFO = PREFIX + "plugin_info"
-"""Gauge 1 with labels version, vllm_version, export, window_seconds, prompt_buckets,
+"""Gauge 1 with labels version, vllm_version, export, port, window_seconds, window_slots, prompt_buckets,
 output_buckets, relative_accuracy: the plugin is loaded (and how it is set up)."""
 WINDOW_SECONDS = PREFIX + "window_seconds"
 """Gauge: the sliding window the quantiles cover (seconds)."""

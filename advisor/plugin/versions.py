@@ -119,3 +119,18 @@ def has_field(owner: str, name: str, version: str) -> bool:
 def fields_of(owner: str, version: str) -> list[str]:
     """The table's fields of ``owner`` that ``version`` has (for the per-version stand-ins)."""
     return [f.name for f in FIELDS if f.owner == owner and has_field(owner, f.name, version)]
+
+
+def loading(version: str | None) -> str:
+    """Whether vLLM ``version`` loads the plugin, from the checked range: ``checked`` (it is
+    one of VERSIONS_CHECKED or between them), ``older`` (before the first checked version: the
+    entry-point group may not exist there), ``newer`` (after the last: expected, not checked),
+    ``unknown`` (no version)."""
+    if not version:
+        return "unknown"
+    v = _key(version)
+    if v < _key(VERSIONS_CHECKED[0]):
+        return "older"
+    if v[:2] > _key(VERSIONS_CHECKED[-1])[:2]:
+        return "newer"
+    return "checked"

@@ -47,6 +47,7 @@ class AdvisorStatLogger(StatLoggerBase):
                 "version": own,
                 "vllm_version": vllm_version,
                 "window_seconds": f"{config.window_seconds:g}",
+                "window_slots": str(config.window_slots),
                 "prompt_buckets": ",".join(map(str, config.prompt_buckets)),
                 "output_buckets": ",".join(map(str, config.output_buckets)),
                 "relative_accuracy": f"{config.relative_accuracy:g}",

@@ -43,6 +43,7 @@ from typing import Any
 
 from advisor.core import names as n
 from advisor.core.model import EngineInfo
+from advisor.derive import steps
 from advisor.derive.window import Window
 from advisor.predict.intake import IntakeView, Sums
 
@@ -93,6 +94,25 @@ class StepTime:
 
 
 PREFILL_BOUND_CV = 0.1  # prefill per step varying less than this (coefficient of variation): not fittable
+
+
+EXACT_MIN_STEPS = 30  # timed steps the plugin's records need before they replace the 2-s deltas
+
+
+def exact_fit(
+    window: Window, seconds: float | None, period: float, decode: float, prefill: float
+) -> StepTime | None:
+    """The step time from the stat-logger plugin's exact step records, where it runs: the
+    per-decode-token and per-prefill-token costs least-squares fitted over every timed step
+    (derive/steps.py), the fixed part set so the mean step is the measured step period (the
+    engine's own step time leaves out the front end's gap between steps, which throughput pays
+    too). None without the plugin or with too few steps."""
+    got = steps.fit(steps.step_sums(window, seconds))
+    if got is None or got.steps < EXACT_MIN_STEPS:
+        return None
+    k, c = max(got.per_decode_s, 0.0), max(got.per_prefill_s, 0.0)
+    a = max(0.0, period - k * decode - c * prefill)
+    return StepTime(a, k, c, "decode" if k > 0 else "none", int(got.steps), None, "exact step records (plugin)")
 
 
 def _prefill_bound(s: Sums) -> bool:
@@ -338,7 +358,9 @@ def build(
         kv_per_running = steady["kv_per_running_dt"] / steady["kv_dt"] * kv_tokens_e
     offered = facts.offered_max if queued else None
     preempt = steady["preemptions"] / dt
-    fit = fit_step_time(facts.busy, facts.busy_rows, kv_tokens_e)
+    fit = exact_fit(window, seconds, step, decode, prefill) or fit_step_time(
+        facts.busy, facts.busy_rows, kv_tokens_e
+    )
     if fit is None:
         missing.append("a step-time fit (too few busy intervals)")
     elif fit.k == 0 and fit.c > 0 and str(engine.get("device") or "").lower() == "cpu":

@@ -141,15 +141,31 @@ ENV_KNOBS: dict[str, str] = {k.env: k.name for k in knobs.KNOBS.values() if k.en
 """Environment variables of ``vllm serve`` that are knobs (no flag), by name."""
 
 
+# Variables through which launchers pass arguments on to vLLM: NVIDIA NIM's
+# NIM_PASSTHROUGH_ARGS, and the VLLM_EXTRA_ARGS / EXTRA_VLLM_ARGS / VLLM_ARGS / EXTRA_ARGS of
+# wrapper scripts, compose files and charts (never a variable meant for docker or another engine).
+_PASSTHROUGH_RE = re.compile(
+    r"^(?!.*(?:DOCKER|SGLANG|TRTLLM|TGI|TRITON|LLAMA))(?:[A-Z0-9]+_)*"
+    r"(?:NIM_PASSTHROUGH|VLLM(?:_[A-Z0-9]+)*|EXTRA|SERVE|ENGINE)_ARGS$"
+)
+
+
+def is_passthrough(name: str, value: str) -> bool:
+    """Whether the variable ``name=value`` passes arguments on to vLLM (its value holds a flag)."""
+    return bool(_PASSTHROUGH_RE.match(name)) and "--" in value
+
+
 def env_knob_assignments(env: Mapping[str, str]) -> list[str]:
-    """``NAME=value`` for the knobs among a process's environment variables, sorted; every other
+    """``NAME=value`` for the knobs among a process's environment variables, and for the
+    variables that pass arguments on to vLLM (``NIM_PASSTHROUGH_ARGS``...), sorted; every other
     variable (tokens, keys, paths) is left out."""
-    return [f"{k}={env[k]}" for k in sorted(env) if k in ENV_KNOBS]
+    return [f"{k}={env[k]}" for k in sorted(env) if k in ENV_KNOBS or is_passthrough(k, env[k])]
 
 
 def _leading_env(argv: Sequence[str]) -> tuple[dict[str, Provenanced], list[str]]:
     """Knobs from ``NAME=value`` words in front of a command (as a shell or the recorder wrote
-    them), and the command without them."""
+    them): knob variables, and the flags in a pass-through variable (detail
+    ``NIM_PASSTHROUGH_ARGS: --max-num-seqs``); and the command without them."""
     out: dict[str, Provenanced] = {}
     rest = list(argv)
     while rest and _ENV_RE.match(rest[0]):
@@ -157,6 +173,16 @@ def _leading_env(argv: Sequence[str]) -> tuple[dict[str, Provenanced], list[str]
         knob = ENV_KNOBS.get(name)
         if knob is not None:
             out[knob] = Provenanced(coerce_value(knob, value), "cmdline", f"environment {name}")
+        elif is_passthrough(name, value):
+            try:
+                words = redact_argv(shlex.split(value))
+            except ValueError:
+                continue  # unbalanced quotes: not arguments a launcher could pass on
+            flags, _ = _tokenize(words)
+            for flag, v, spelled in flags:
+                key = FACT_ALIASES.get(flag, flag)
+                val = v if v == REDACTED else coerce_value(key, v)
+                out[key] = Provenanced(val, "cmdline", f"{name}: {spelled}")
     return out, rest
 
 
@@ -192,7 +218,11 @@ def from_cmdline(argv: Sequence[str], *, read_config: bool = True) -> dict[str, 
         val = value if value == REDACTED else coerce_value(key, value)
         out[key] = Provenanced(val, "cmdline", spelled)
     out.update(env_values)
-    words = [a for a in argv[: len(argv) - len(command)] if a.partition("=")[0] in ENV_KNOBS]
+    words = [
+        a
+        for a in redact_argv(argv[: len(argv) - len(command)])
+        if a.partition("=")[0] in ENV_KNOBS or is_passthrough(*a.partition("=")[::2])
+    ]
     out["cmdline"] = Provenanced(" ".join([*words, *red]), "cmdline", "process argv (secrets redacted)")
     return out
 
@@ -354,20 +384,64 @@ def _expand_abbrev(name: str, warnings: list[str], spelled: str) -> str:
     return name
 
 
-def _join_continuations(text: str) -> str:
-    text = text.replace("\r\n", "\n")
+_NO_SERVER = (
+    "no vLLM server in the command (expected `vllm serve MODEL ...`, `python -m "
+    "vllm.entrypoints.openai.api_server ...` or `docker run ... IMAGE ...`)"
+)
+_OPS = frozenset(";&|")
+
+
+def _lines(text: str) -> list[str]:
+    """The paste's command lines: backslash continuations joined, comments, blank lines and
+    shell prompts dropped, and a line that starts with a flag joined to the line before (a
+    multi-line command pasted without its backslashes)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = re.sub(r"\\[ \t]*\n", " ", text)  # backslash continuations (trailing spaces tolerated)
-    lines = []
+    lines: list[str] = []
     for line in text.split("\n"):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        lines.append(re.sub(r"^(?:\$|>|#)\s+", "", stripped))  # a shell prompt pasted along
-    return " ".join(lines)
+        stripped = re.sub(r"^(?:\$|>)\s+", "", stripped)  # a shell prompt pasted along
+        if lines and stripped.startswith("-") and not is_number_token(stripped.split()[0]):
+            lines[-1] += " " + stripped
+        else:
+            lines.append(stripped)
+    return lines
 
 
-def _after_docker_run(tokens: list[str], env: dict[str, str]) -> tuple[str, list[str]] | None:
-    """(image, the image's arguments) of ``docker run ... IMAGE ARGS``; ``-e`` values go to env."""
+def _split_line(line: str) -> list[list[str]]:
+    """A line's commands: split like a shell would, and at ``;``, ``&&``, ``||``, ``|``, ``&``."""
+    lex = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+    lex.whitespace_split = True
+    lex.commenters = ""
+    commands: list[list[str]] = [[]]
+    for tok in lex:
+        if tok and set(tok) <= _OPS:
+            commands.append([])
+        else:
+            commands[-1].append(tok)
+    return [c for c in commands if c]
+
+
+def _commands(text: str) -> list[list[str]]:
+    """Every command of a paste, in order (CommandError when the text cannot be split)."""
+    lines = _lines(text)
+    try:
+        return [c for line in lines for c in _split_line(line)]
+    except ValueError:
+        pass  # a quote that spans lines: read the whole paste as one command
+    try:
+        return _split_line(" ".join(lines))
+    except ValueError as e:
+        raise CommandError(f"cannot split the command like a shell would: {e}") from None
+
+
+def _after_docker_run(
+    tokens: list[str], env: dict[str, str], shell: Mapping[str, str]
+) -> tuple[str, list[str]] | None:
+    """(image, the image's arguments) of ``docker run ... IMAGE ARGS``; ``-e NAME=value`` values
+    go to env, and ``-e NAME`` takes the value the shell exported before it."""
     i = 0
     while i < len(tokens):
         tok = tokens[i]
@@ -377,9 +451,12 @@ def _after_docker_run(tokens: list[str], env: dict[str, str]) -> tuple[str, list
             if takes and not eq:
                 val = tokens[i + 1] if i + 1 < len(tokens) else ""
                 i += 1
-            if flag in ("-e", "--env") and "=" in val:
-                k, _, v = val.partition("=")
-                env[k] = v
+            if flag in ("-e", "--env"):
+                if "=" in val:
+                    k, _, v = val.partition("=")
+                    env[k] = v
+                elif val in shell:
+                    env[val] = shell[val]
             i += 1
             continue
         return tok, tokens[i + 1 :]
@@ -390,17 +467,80 @@ def read_command(text: str) -> PastedCommand:
     """Read a pasted launch command (pure). Accepts ``vllm serve MODEL ...``, ``python -m
     vllm.entrypoints.openai.api_server --model ...``, ``docker run ... vllm/vllm-openai ...
     ARGS`` (podman too), ``VAR=value`` prefixes and ``env``/``sudo``/``exec`` wrappers,
-    backslash continuations, ``--flag=value``, underscore spellings, argparse
-    abbreviations, short flags (``-tp 2``), ``16K``/``1M`` sizes, and NIM_*/VLLM_* knobs
-    from the environment. Raises :class:`CommandError` when it cannot be split or has no
-    vLLM arguments."""
+    backslash continuations (and lines of flags that lost theirs), ``--flag=value``,
+    underscore spellings, argparse abbreviations, short flags (``-tp 2``), ``16K``/``1M``
+    sizes, NIM_*/VLLM_* knobs from the environment, and flags passed through a variable
+    (``NIM_PASSTHROUGH_ARGS``, ``VLLM_EXTRA_ARGS``). A paste of several commands (``docker
+    stop ...; docker pull ...``, then the run; ``export`` lines before it) is read for the one
+    that starts the server (the last, when there are several), the others named in a warning.
+    Raises :class:`CommandError` when it cannot be split or has no vLLM arguments."""
+    shell: dict[str, str] = {}  # variables the paste sets (NAME=value lines), as the shell has them
+    exported: dict[str, str] = {}  # of those, the ones exported to the commands it runs
+    found: PastedCommand | None = None
+    found_as = ""
+    others: list[str] = []
+    errors: list[CommandError] = []
+    for tokens in _commands(text):
+        if tokens[0] == "export" or all(_ENV_RE.match(t) for t in tokens):
+            for t in tokens[1:] if tokens[0] == "export" else tokens:
+                if _ENV_RE.match(t):
+                    k, _, v = t.partition("=")
+                    shell[k] = v
+                    if tokens[0] == "export":
+                        exported[k] = v
+            continue
+        shown = " ".join(redact_argv(tokens))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        try:
+            cmd = _read_one(tokens, shell, exported)
+        except CommandError as e:
+            errors.append(e)
+            others.append(shown)
+            continue
+        if found is not None:
+            others.append(found_as)
+        found, found_as = cmd, shown
+    if found is None:
+        if any(is_passthrough(k, v) or k.startswith(_ENV_KNOB_PREFIXES) for k, v in shell.items()):
+            return _read_one([], shell, shell)  # an environment file alone: its knobs
+        specific = [e for e in errors if str(e) != _NO_SERVER]
+        raise specific[-1] if specific else CommandError(_NO_SERVER)
+    if others:
+        more = f" and {len(others) - 5} more" if len(others) > 5 else ""
+        found.warnings.append(
+            "left out of the paste (not the server's launch): "
+            + "; ".join(f"`{c}`" for c in others[:5])
+            + more
+        )
+    return found
 
+
+def _expand(tokens: list[str], shell: Mapping[str, str], passed: dict[str, str]) -> list[str]:
+    """``$NAME`` / ``${NAME}`` of variables the paste set, expanded as a shell would (an
+    unquoted word splits); a pass-through variable's word goes to ``passed`` instead (it is
+    read from there, so each of its flags says which variable gave it)."""
+    out: list[str] = []
+    for tok in tokens:
+        m = re.fullmatch(r"\$(?:\{(\w+)\}|(\w+))", tok)
+        name = (m.group(1) or m.group(2)) if m else None
+        if name is not None and name in shell:
+            if is_passthrough(name, shell[name]):
+                passed[name] = shell[name]
+                continue
+            try:
+                out += shlex.split(shell[name])
+            except ValueError:
+                out.append(tok)
+            continue
+        if "$" in tok:
+            tok = _VAR_RE.sub(lambda v: shell.get(v.group(0).strip("${}"), v.group(0)), tok)
+        out.append(tok)
+    return out
+
+
+def _read_one(tokens: list[str], shell: Mapping[str, str], exported: Mapping[str, str]) -> PastedCommand:
+    """One command of a paste (its words), with the variables the paste set before it."""
     warnings: list[str] = []
-    flat = _join_continuations(text)
-    try:
-        tokens = shlex.split(flat, comments=False)
-    except ValueError as e:
-        raise CommandError(f"cannot split the command like a shell would: {e}") from None
     tokens = redact_argv(tokens)
     env: dict[str, str] = {}
     while tokens and (_ENV_RE.match(tokens[0]) or os.path.basename(tokens[0]) in _WRAPPER_WORDS):
@@ -411,56 +551,40 @@ def read_command(text: str) -> PastedCommand:
     launcher = ""
     image: str | None = None
     args: list[str] | None = None
+    passed: dict[str, str] = {}
     if (
         len(tokens) >= 2
         and os.path.basename(tokens[0]) in ("docker", "podman", "nerdctl")
         and "run" in tokens[1:3]
     ):
-        found = _after_docker_run(tokens[tokens.index("run") + 1 :], env)
+        found = _after_docker_run(tokens[tokens.index("run") + 1 :], env, exported)
         if found is None:
             raise CommandError("a `docker run` without an image")
         image, rest = found
         launcher = f"docker run {image}"
+        rest = _expand(rest, shell, passed)
         inner = serve_args(rest) if rest and not rest[0].startswith("-") else None
         args = inner if inner is not None else rest  # the image's entrypoint is vLLM's server
     else:
+        env = {**exported, **env}  # a command the shell runs inherits what it exported
+        tokens = _expand(tokens, shell, passed)
         args = serve_args(tokens)
         if args is None:
-            if any(k.startswith(_ENV_KNOB_PREFIXES) for k in env):
+            if any(k.startswith(_ENV_KNOB_PREFIXES) or is_passthrough(k, v) for k, v in env.items()) and (
+                not tokens or not _looks_like_other_command(tokens)
+            ):
                 args, launcher = [], "environment (" + (tokens[0] if tokens else "") + ")"
             else:
-                raise CommandError(
-                    "no vLLM server in the command (expected `vllm serve MODEL ...`, `python -m "
-                    "vllm.entrypoints.openai.api_server ...` or `docker run ... IMAGE ...`)"
-                )
+                raise CommandError(_NO_SERVER)
         else:
             head = tokens[: len(tokens) - len(args)]
             launcher = (
                 " ".join(os.path.basename(t) if i == 0 else t for i, t in enumerate(head)) or "arguments"
             )
-    args = _shell_cut(args)
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        if tok.startswith("--") and len(tok) > 2:
-            spelled, eq, inline = tok.partition("=")
-            name = spelled[2:].replace("-", "_")
-            neg = name.startswith("no_") and knobs.knob_for_flag(name[3:]) is not None
-            canon = name if neg else _expand_abbrev(name, warnings, spelled)
-            flag = "--" + canon.replace("_", "-") if canon != name else spelled
-            if eq:
-                out.append(f"{flag}={inline}")
-            else:
-                out.append(flag)
-            i += 1
-            continue
-        out.append(tok)
-        i += 1
-    out = _values_checked(out, warnings)
+    out = _normalized(_shell_cut(args), warnings)
     for k, v in env.items():
-        if k in ENV_KNOBS:
-            continue  # a knob that is an environment variable: kept in front of the command
+        if k in ENV_KNOBS or is_passthrough(k, v):
+            continue  # kept in front of the command (a knob variable; arguments passed through)
         if not k.startswith(_ENV_KNOB_PREFIXES):
             continue
         name = _NIM_ENV_NAMES.get(k) or k.split("_", 1)[1].lower()
@@ -477,10 +601,40 @@ def read_command(text: str) -> PastedCommand:
             flag_v = [knob.flag, v]
         out += flag_v
         warnings.append(f"{k}={v} read as {' '.join(flag_v)} (the launcher reads it from the environment)")
-    front = env_knob_assignments(env)
+    for k, v in {**{k: v for k, v in env.items() if is_passthrough(k, v)}, **passed}.items():
+        try:
+            words = _normalized(redact_argv(shlex.split(v)), warnings)
+        except ValueError:
+            warnings.append(f"{k}: cannot be split like a shell would; its arguments are unknown")
+            continue
+        env[k] = shlex.join(words)
+        warnings.append(f"{k}: {env[k]} read as vLLM's arguments (the launcher passes them on)")
+    front = env_knob_assignments({**env, **{k: env[k] for k in passed}})
     return PastedCommand(
         argv=[*front, "vllm", "serve", *out], launcher=launcher, warnings=warnings, image=image
     )
+
+
+def _normalized(args: list[str], warnings: list[str]) -> list[str]:
+    """Flags spelled out (abbreviations), sizes as numbers, unresolved ``$VAR`` values dropped."""
+    out: list[str] = []
+    for tok in args:
+        if tok.startswith("--") and len(tok) > 2:
+            spelled, eq, inline = tok.partition("=")
+            name = spelled[2:].replace("-", "_")
+            neg = name.startswith("no_") and knobs.knob_for_flag(name[3:]) is not None
+            canon = name if neg else _expand_abbrev(name, warnings, spelled)
+            flag = "--" + canon.replace("_", "-") if canon != name else spelled
+            out.append(f"{flag}={inline}" if eq else flag)
+            continue
+        out.append(tok)
+    return _values_checked(out, warnings)
+
+
+def _looks_like_other_command(tokens: list[str]) -> bool:
+    """A command that is something else (``docker stop x``, ``echo``): not a launcher that reads
+    its knobs from the environment."""
+    return os.path.basename(tokens[0]) in ("docker", "podman", "nerdctl", "kubectl", "echo", "cd", "cat")
 
 
 _SHELL_OPS = frozenset({"&", "&&", ";", "|", "||"})

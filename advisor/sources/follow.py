@@ -12,9 +12,11 @@ import contextlib
 import os
 import selectors
 import shlex
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Generator, Iterator
 from typing import IO
@@ -332,7 +334,7 @@ class CommandFollower(LogFollower):
                 # Output ended (EOF): give the command time to exit by itself.
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=self.kill_timeout)
-            if proc.poll() is None:
+            if proc.poll() is None or _group_alive(proc.pid):  # the leader, or what it started
                 self._terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=self.kill_timeout)
@@ -340,23 +342,43 @@ class CommandFollower(LogFollower):
             proc.stdout.close()
 
     def _terminate(self) -> None:
+        """End the command's whole process group (it runs in a session of its own): a
+        pipeline's children (``sh -c 'journalctl -f | grep vllm'``) end with it. SIGTERM, then
+        SIGKILL to what is left after ``kill_timeout``."""
         with self._lock:
             proc = self._proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        try:
+        pgid = proc.pid  # start_new_session: the leader's pid is the group's id
+        if proc.poll() is None or _group_alive(pgid):
+            _signal_group(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=self.kill_timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+        deadline = time.monotonic() + self.kill_timeout
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _group_alive(pgid) or proc.poll() is None:
+            _signal_group(pgid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=self.kill_timeout)
 
     def close(self) -> None:
         super().close()
         self._terminate()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group is left (a zombie leader not yet reaped counts)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def follow_file(

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
+from advisor.core.redact import redact_url
+
 # One limit for every page and answer: a vLLM /metrics page is 50-500 KB; 32 MiB leaves room
 # for servers with many LoRA adapters or engines while bounding memory.
 MAX_BYTES = 32 * 1024 * 1024
@@ -45,7 +47,7 @@ class SourceError(Exception):
     def __init__(self, kind: str, message: str, url: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
-        self.url = url
+        self.url = redact_url(url) if url else url  # never a password from the URL's userinfo
 
     def __str__(self) -> str:
         where = f" ({self.url})" if self.url else ""
@@ -59,7 +61,7 @@ class FetchError(Exception):
         super().__init__(message)
         self.kind = kind
         self.message = message
-        self.url = url
+        self.url = redact_url(url) if url else url
 
 
 @dataclass(frozen=True)

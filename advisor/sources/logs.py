@@ -465,6 +465,17 @@ def _parse_line(line: str, year: int | None, near: float | None) -> LogEvent:
         spec = _parse_spec(msg)
         if spec is not None:
             return ev("engine_stats", spec)
+    m = _PREEMPT_RE.search(msg) if "is preempted by" in msg else None
+    if m:  # V0's scheduler warning: counted with or without its logger prefix (pasted bare)
+        cm = _PREEMPT_CUM_RE.search(msg)
+        return ev(
+            "preemption",
+            {
+                "mode": m["mode"].lower(),
+                "cumulative": int(cm.group(1)) if cm else None,
+                "request_id": m["id"],
+            },
+        )
     if not p.has_vllm_prefix and p.message[:1].isspace():
         return ev("unknown", {})  # an indented line: a traceback's source, a warning's code
     bm = _BLOCKS_RE.search(msg)
@@ -485,17 +496,6 @@ def _parse_line(line: str, year: int | None, near: float | None) -> LogEvent:
         it = _parse_iteration(msg)
         if it is not None:
             return ev("iteration", it)
-    m = _PREEMPT_RE.search(msg)
-    if m:
-        cm = _PREEMPT_CUM_RE.search(msg)
-        return ev(
-            "preemption",
-            {
-                "mode": m["mode"].lower(),
-                "cumulative": int(cm.group(1)) if cm else None,
-                "request_id": m["id"],
-            },
-        )
     facts = _facts(msg)
     if facts:
         first = dict(facts[0])

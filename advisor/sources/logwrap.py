@@ -41,6 +41,111 @@ _GLUE_RE = re.compile(
 )
 
 
+# A periodic stats line (``Avg prompt throughput: ...``) is whole once it has its KV cache usage
+# (every vLLM version prints it, V1 and V0) and ends as a record ends; before that, the lines a
+# terminal broke it into are its rest, whatever the terminal's width and whether the copy kept
+# the blanks at the ends of the rows.
+_STATS_MARKS = ("Avg prompt throughput", "Avg generation throughput")
+_STATS_KV_RE = re.compile(r"KV cache usage:\s*[\d.]+\s*%")
+_STATS_WORDS = frozenset(
+    [
+        "avg",
+        "prompt",
+        "throughput",
+        "generation",
+        "tokens/s",
+        "running",
+        "reqs",
+        "waiting",
+        "swapped",
+        "pending",
+        "gpu",
+        "cpu",
+        "xpu",
+        "npu",
+        "hpu",
+        "tpu",
+        "kv",
+        "cache",
+        "usage",
+        "prefix",
+        "hit",
+        "rate",
+        "engine",
+        "mm",
+        "external",
+        "preemptions",
+        "corrupted",
+        "deferred",
+    ]
+)
+_NUMBER_RE = re.compile(r"^\d+(?:\.\d*)?$|^\.\d+$")
+
+
+_HEADS = ("Avg prompt throughput", "Avg generation throughput")
+_ENGINE_HEAD_RE = re.compile(r"^Engine(?:\s+(?:\d+(?::(?:\s+(?P<rest>.*))?)?)?)?$")
+
+
+def _vllm_message(clean: str) -> str | None:
+    """The text after vLLM's own prefixes (process, level and stamp); None without them."""
+    rest, _, _ = strip_outer(clean, 1970, None)
+    m = PROCESS_RE.match(rest)
+    if m:
+        rest = rest[m.end() :]
+    lm = LEVEL_RE.match(rest)
+    if lm is None and "-" in rest and ":" in rest:
+        lm = LEVEL_RE.search(rest)  # after other text on the row (a progress bar without its newline)
+    return rest[lm.end() :] if lm else (None if m is None else rest)
+
+
+def _stats_head(msg: str) -> bool:
+    """``msg`` is a stats line, or its start cut by a wrap (``Engine 000: Avg pro``)."""
+    if any(m in msg for m in _STATS_MARKS):
+        return True
+    if msg.strip() and "Engine".startswith(msg.strip()):
+        return True
+    m = _ENGINE_HEAD_RE.match(msg.rstrip())
+    if m is not None:
+        msg = m["rest"] or ""
+        if not msg:
+            return True
+    msg = msg.rstrip()
+    return bool(msg) and any(h.startswith(msg) for h in _HEADS)
+
+
+def _stats_open(line: str) -> bool:
+    """A stats line that is not whole yet (cut before its KV cache usage, or mid-part)."""
+    return not (_STATS_KV_RE.search(line) and _RECORD_END_RE.search(line))
+
+
+def _word(w: str) -> str:
+    return w.strip(",:.%").lower()
+
+
+def _known(w: str) -> bool:
+    c = _word(w)
+    return c in _STATS_WORDS or bool(_NUMBER_RE.match(c))
+
+
+def _stats_join(held: str, piece: str) -> str:
+    """Two rows of a wrapped stats line as one: a blank the copy trimmed at the row's end is put
+    back where the words on both sides are whole words of a stats line; a word or a number
+    broken by the wrap is joined as it was."""
+    if not held or not piece or held[-1].isspace() or piece[0].isspace():
+        return held + piece
+    if piece[0] in ",:%." or held[-1] in "([{":
+        return held + piece
+    if held[-1] in ",:":
+        return held + " " + piece
+    a = held.rsplit(None, 1)[-1]
+    b = piece.split(None, 1)[0]
+    if _known(a + b) and not (_NUMBER_RE.match(_word(a)) and not _NUMBER_RE.match(_word(b))):
+        return held + piece  # "K" + "V", "tok" + "ens/s", "95." + "7%", "1" + "5"
+    if _known(a) and _known(b):
+        return held + " " + piece  # "KV" + "cache", "0.0" + "tokens/s", "Engine" + "000:"
+    return held + piece
+
+
 def _unglue(line: str) -> list[str]:
     """Split records glued by a stray ``$`` end-of-line mark; drop a trailing one from a vLLM
     line (``cat -A`` marks every line so)."""
@@ -91,6 +196,7 @@ class LineJoiner:
         self._pending: str | None = None
         self._count = 0
         self._wrap_width: int | None = None  # the held line may continue: a hard wrap at this width
+        self._stats = False  # the held line is a stats line not yet whole
 
     @property
     def pending(self) -> bool:
@@ -140,6 +246,31 @@ class LineJoiner:
 
     def _feed(self, line: str) -> list[str]:
         out: list[str] = []
+        if self._pending is not None and self._stats:
+            piece = self._piece(line) if self._count < self.max_continuations else None
+            if (
+                piece is not None
+                and len(clean_line(line)) <= WRAP_MAX_COLS
+                and not _NOT_CONT_RE.match(piece)
+                and piece.strip()
+            ):
+                joined = _stats_join(self._pending, piece)[:MAX_LINE_CHARS]
+                self._count += 1
+                if (
+                    _stats_open(joined)
+                    and len(joined) < MAX_LINE_CHARS
+                    and self._count < self.max_continuations
+                ):
+                    self._pending = joined
+                    return out
+                self._pending = None
+                self._stats = False
+                out.append(joined)
+                return out
+            out.append(self._pending)
+            self._pending = None
+            self._stats = False
+            self._wrap_width = None
         if self._pending is not None:
             piece = self._piece(line) if self._count < self.max_continuations else None
             wrapped = (
@@ -175,7 +306,14 @@ class LineJoiner:
             self._pending = None
             self._wrap_width = None
         clean = clean_line(line)
-        if self._hold(clean):
+        msg = _vllm_message(clean) if len(clean) <= WRAP_MAX_COLS or "Avg" in clean else None
+        head = (msg is not None and _stats_head(msg)) or any(mk in clean for mk in _STATS_MARKS)
+        if head and _stats_open(clean):
+            self._pending = clean
+            self._count = 0
+            self._stats = True
+            self._wrap_width = None
+        elif self._hold(clean):
             self._pending = clean
             self._count = 0
             self._wrap_width = len(clean) if self._wrappable(clean) else None
@@ -193,6 +331,7 @@ class LineJoiner:
             return []
         p, self._pending = self._pending, None
         self._wrap_width = None
+        self._stats = False
         return [p]
 
 

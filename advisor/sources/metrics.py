@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 from advisor.core import names
 from advisor.core.model import Family, ParseWarning, Snapshot
+from advisor.plugin import names as plugin_names
 from advisor.sources import http, promtext
 
 DEFAULT_TIMEOUT_S = 5.0
 # Families the advisor reads; everything else on the page (the API server's HTTP and GC
-# series, often most of it) is dropped before parsing, which keeps a cycle cheap.
-KEEP_PREFIXES = (names.VLLM_PREFIX, names.RAY_PREFIX, "process_")
+# series, often most of it) is dropped before parsing, which keeps a cycle cheap. The
+# stat-logger plugin's series (advisor/plugin, docs/plugin.md) are read when present.
+KEEP_PREFIXES = (names.VLLM_PREFIX, names.RAY_PREFIX, "process_", plugin_names.PREFIX)
 MAX_PAGE_BYTES = http.MAX_BYTES
 
 

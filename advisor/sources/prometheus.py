@@ -14,8 +14,14 @@ scrapes when it is longer; the raw samples are the scrapes themselves. Discovery
 ``/api/v1/series``; types and help come from ``/api/v1/metadata`` (a name's suffixes when a
 Prometheus does not have it).
 
+Every request goes through the sidecar's HTTP client (:mod:`advisor.sources.http`): one
+overall deadline (per request, and per whole read with :meth:`Client.budget`), a size limit,
+and abort on shutdown. Every answer's JSON is checked against the shapes the API documents.
+Answers that carry ``warnings`` (a partial response) are remembered: what is read from them is
+not the whole data (:attr:`History.warnings`).
+
 Errors are distinct: :class:`PrometheusError` carries a ``kind`` in
-``refused | timeout | http | bad_response | query | no_data``.
+``refused | timeout | too_large | too_many | http | bad_response | query | no_data``.
 """
 
 from __future__ import annotations
@@ -23,17 +29,19 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-import requests
+from urllib.parse import urlencode
 
 from advisor.core import names, selectors
 from advisor.core.config import parse_duration_s
 from advisor.core.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
+from advisor.core.redact import redact_url
 from advisor.core.selectors import quote, selector
+from advisor.sources import http as http_src
 from advisor.sources.http import SourceError
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -98,84 +106,255 @@ def parse_time(text: str, now: float | None = None) -> float:
 
 
 # ------------------------------------------------------------------ the HTTP API
+# Every answer is read through the sidecar's HTTP client (advisor/sources/http.py): one overall
+# deadline, a size limit, abort on shutdown. Answers that list series (discovery) have a tighter
+# limit: their JSON costs ~10x its size once decoded, and a selector that matches 100,000 series
+# is a mistake to name, not a load to carry.
+MAX_ANSWER_BYTES = http_src.MAX_BYTES
+MAX_SERIES_ANSWER_BYTES = 8 * 1024 * 1024
+MAX_SERIES = 20_000  # series one discovery answer may list (asked with Prometheus's `limit`)
+DEFAULT_BUDGET_S = 30.0  # one whole read (explain --prometheus): every request within it
+
+
+class _Invalid(Exception):
+    """An answer of the wrong shape; the message says where (``data.result[3].values``)."""
+
+
+def _dict(v: Any, where: str) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise _Invalid(f"{where} is {_kind(v)}, not an object")
+    return v
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise _Invalid(f"{where} is {_kind(v)}, not a list")
+    return v
+
+
+def _labels(v: Any, where: str) -> dict[str, str]:
+    d = _dict(v, where)
+    for k, x in d.items():
+        if not isinstance(x, str):
+            raise _Invalid(f"{where}[{k!r}] is {_kind(x)}, not a label value")
+    return d
+
+
+def _sample(v: Any, where: str) -> tuple[float, float]:
+    """``[unix_time, "value"]`` as Prometheus writes a sample."""
+    pair = _list(v, where)
+    if len(pair) != 2 or isinstance(pair[0], bool) or not isinstance(pair[0], int | float):
+        raise _Invalid(f'{where} is not [time, "value"]')
+    if not isinstance(pair[1], str):
+        raise _Invalid(f"{where}'s value is {_kind(pair[1])}, not a number in a string")
+    try:
+        return float(pair[0]), float(pair[1])
+    except ValueError:
+        raise _Invalid(f"{where}'s value {pair[1][:40]!r} is not a number") from None
+
+
+def _kind(v: Any) -> str:
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(v), type(v).__name__)
+
+
 @dataclass
 class Client:
-    """Prometheus's HTTP query API. ``calls`` counts the requests made (for the query budget)."""
+    """Prometheus's HTTP query API, read through the advisor's bounded HTTP client.
+
+    ``timeout_s``: the deadline of one request (connecting, the headers and the whole body); a
+    :meth:`budget` puts one deadline over several. Every answer's JSON is checked for the shape
+    the API documents: one :class:`PrometheusError` (kind ``bad_response``) says what was wrong.
+    ``warnings`` collects what Prometheus said alongside its data (``partial response``, a
+    truncated result): an answer with warnings is not the whole data. ``calls`` counts the
+    requests made (for the query budget); :meth:`abort` ends every request in flight (SIGTERM)."""
 
     base_url: str
     timeout_s: float = DEFAULT_TIMEOUT_S
-    session: Any = None
+    http: http_src.Client = field(default_factory=http_src.Client)
     calls: int = 0
     calls_by_path: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    _deadline: float | None = None
 
-    def get(self, path: str, params: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> Any:
-        url = self.base_url.rstrip("/") + path
-        if self.session is None:
-            self.session = requests.Session()  # keep-alive: one connection for a cycle's queries
-        getter = self.session
+    @contextmanager
+    def budget(self, seconds: float) -> Iterator[None]:
+        """Every request made inside ends by ``seconds`` from now (one deadline for a whole read
+        or cycle); an outer, earlier deadline stays."""
+        outer = self._deadline
+        mine = time.monotonic() + seconds
+        self._deadline = mine if outer is None else min(outer, mine)
+        try:
+            yield
+        finally:
+            self._deadline = outer
+
+    def abort(self) -> None:
+        """End every request in flight now and refuse new ones (shutdown)."""
+        self.http.abort()
+
+    @property
+    def shown_url(self) -> str:
+        return redact_url(self.base_url)
+
+    def get(
+        self,
+        path: str,
+        params: Mapping[str, Any] | Sequence[tuple[str, Any]],
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ) -> Any:
+        """``data`` of a successful answer; PrometheusError otherwise (``refused | timeout |
+        too_large | http | query | bad_response``)."""
+        url = self.base_url.rstrip("/") + path + "?" + urlencode(params, doseq=True)
+        shown = redact_url(self.base_url.rstrip("/") + path)
+        timeout = self.timeout_s
+        if self._deadline is not None:
+            timeout = min(timeout, self._deadline - time.monotonic())
+            if timeout <= 0:
+                raise PrometheusError("timeout", "no answer within the time allowed for this read", shown)
         self.calls += 1
         self.calls_by_path[path] = self.calls_by_path.get(path, 0) + 1
         try:
-            resp = getter.get(url, params=params, timeout=(min(self.timeout_s, 3.0), self.timeout_s))
-        except requests.exceptions.Timeout as e:
-            raise PrometheusError("timeout", f"no answer within {self.timeout_s:g}s", url) from e
-        except requests.exceptions.ConnectionError as e:
-            raise PrometheusError("refused", "cannot connect to Prometheus", url) from e
-        except requests.exceptions.RequestException as e:
-            raise PrometheusError("http", str(e), url) from e
+            resp = self.http.get(url, timeout, {"Accept": "application/json"}, max_bytes=max_bytes)
+        except http_src.FetchError as e:
+            kind = {"refused": "refused", "timeout": "timeout", "too_large": "too_large"}.get(e.kind, "http")
+            raise PrometheusError(kind, e.message, shown) from None
         try:
             body = resp.json()
-        except ValueError:
+        except ValueError as e:
             body = None
+            why = str(e)
+        else:
+            why = ""
         if not isinstance(body, dict) or "status" not in body:
             if resp.status_code != 200:
-                raise PrometheusError("http", f"HTTP {resp.status_code} {resp.reason or ''}".strip(), url)
-            raise PrometheusError("bad_response", "not a Prometheus API answer (JSON with a status)", url)
+                raise PrometheusError("http", f"HTTP {resp.status_code} {resp.reason}".strip(), shown)
+            what = f"not JSON ({why})" if body is None else "JSON without a status"
+            raise PrometheusError("bad_response", f"not a Prometheus API answer: {what}", shown)
         if body.get("status") != "success":
             kind = "query" if resp.status_code in (400, 422) else "http"
-            raise PrometheusError(kind, f"{body.get('errorType', 'error')}: {body.get('error', '')}", url)
+            etype, err = body.get("errorType", "error"), body.get("error", "")
+            raise PrometheusError(kind, f"{str(etype)[:80]}: {str(err)[:300]}", shown)
+        warns = body.get("warnings")
+        if warns is not None:
+            if not isinstance(warns, list):
+                raise PrometheusError("bad_response", f"warnings is {_kind(warns)}, not a list", shown)
+            self.warnings += [f"{path}: {str(w)[:200]}" for w in warns[:10]]
         return body.get("data")
+
+    def _checked(self, path: str, fn: Any, data: Any) -> Any:
+        try:
+            return fn(data)
+        except _Invalid as e:
+            raise PrometheusError(
+                "bad_response", f"the answer to {path} is not what the API documents: {e}", self.shown_url
+            ) from None
 
     def raw(
         self, expr: str, range_s: float, at: float
     ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
         """Raw samples of ``expr[range]`` ending at ``at``: (labels, [(t, value)]) per series."""
         data = self.get("/api/v1/query", {"query": f"{expr}[{_range(range_s)}]", "time": _ts(at)})
-        if not isinstance(data, dict) or data.get("resultType") != "matrix":
-            raise PrometheusError("bad_response", f"expected a matrix for {expr!r}", self.base_url)
-        out = []
-        for item in data.get("result") or []:
-            labels = dict(item.get("metric") or {})
-            values = [(float(t), float(v)) for t, v in item.get("values") or []]
-            out.append((labels, values))
-        return out
+
+        def read(data: Any) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+            d = _dict(data, "data")
+            if d.get("resultType") != "matrix":
+                raise _Invalid(f"data.resultType is {str(d.get('resultType'))[:20]!r}, not 'matrix'")
+            out = []
+            for i, item in enumerate(_list(d.get("result"), "data.result")):
+                w = f"data.result[{i}]"
+                it = _dict(item, w)
+                labels = _labels(it.get("metric"), f"{w}.metric")
+                values = [
+                    _sample(v, f"{w}.values[{j}]")
+                    for j, v in enumerate(_list(it.get("values"), f"{w}.values"))
+                ]
+                out.append((labels, values))
+            return out
+
+        return self._checked("/api/v1/query", read, data)
 
     def instant(self, expr: str, at: float) -> list[tuple[dict[str, str], float]]:
         data = self.get("/api/v1/query", {"query": expr, "time": _ts(at)})
-        if not isinstance(data, dict) or data.get("resultType") != "vector":
-            raise PrometheusError("bad_response", f"expected a vector for {expr!r}", self.base_url)
-        return [(dict(i.get("metric") or {}), float(i["value"][1])) for i in data.get("result") or []]
+
+        def read(data: Any) -> list[tuple[dict[str, str], float]]:
+            d = _dict(data, "data")
+            if d.get("resultType") != "vector":
+                raise _Invalid(f"data.resultType is {str(d.get('resultType'))[:20]!r}, not 'vector'")
+            out = []
+            for i, item in enumerate(_list(d.get("result"), "data.result")):
+                w = f"data.result[{i}]"
+                it = _dict(item, w)
+                out.append(
+                    (_labels(it.get("metric"), f"{w}.metric"), _sample(it.get("value"), f"{w}.value")[1])
+                )
+            return out
+
+        return self._checked("/api/v1/query", read, data)
 
     def series(self, match: Sequence[str], start: float, end: float) -> list[dict[str, str]]:
+        """The series behind ``match`` (at most :data:`MAX_SERIES`: more is an error that says
+        to narrow the selector, read in bounded memory)."""
+        params = [("match[]", m) for m in match] + [
+            ("start", _ts(start)),
+            ("end", _ts(end)),
+            ("limit", str(MAX_SERIES + 1)),  # Prometheus >= 2.54 stops there; older ones ignore it
+        ]
+        try:
+            data = self.get("/api/v1/series", params, max_bytes=MAX_SERIES_ANSWER_BYTES)
+        except PrometheusError as e:
+            if e.kind != "too_large":
+                raise
+            raise self._too_many(f"more than {MAX_SERIES_ANSWER_BYTES // 2**20} MiB of series") from None
+
+        def read(data: Any) -> list[dict[str, str]]:
+            return [_labels(d, f"data[{i}]") for i, d in enumerate(_list(data, "data"))]
+
+        out: list[dict[str, str]] = self._checked("/api/v1/series", read, data)
+        if len(out) > MAX_SERIES:
+            raise self._too_many(f"more than {MAX_SERIES:,} series")
+        return out
+
+    def _too_many(self, what: str) -> PrometheusError:
+        return PrometheusError(
+            "too_many",
+            f"{what} match the vLLM discovery query: narrow --selector (a job, a namespace)",
+            self.shown_url,
+        )
+
+    def label_values(self, label: str, match: Sequence[str], start: float, end: float) -> list[str]:
         params = [("match[]", m) for m in match] + [("start", _ts(start)), ("end", _ts(end))]
-        data = self.get("/api/v1/series", params)
-        if not isinstance(data, list):
-            raise PrometheusError("bad_response", "expected a list of series", self.base_url)
-        return [dict(d) for d in data]
+        data = self.get(f"/api/v1/label/{label}/values", params)
+
+        def read(data: Any) -> list[str]:
+            out = _list(data if data is not None else [], "data")
+            for i, v in enumerate(out):
+                if not isinstance(v, str):
+                    raise _Invalid(f"data[{i}] is {_kind(v)}, not a name")
+            return out
+
+        return self._checked(f"/api/v1/label/{label}/values", read, data)
 
     def metadata(self) -> dict[str, tuple[str, str]]:
         """metric name -> (type, help), as the targets declared them. Empty when not offered."""
         try:
             data = self.get("/api/v1/metadata", {})
         except PrometheusError as e:
-            if e.kind in ("refused", "timeout"):
+            if e.kind in ("refused", "timeout", "bad_response"):
                 raise
             return {}
         out: dict[str, tuple[str, str]] = {}
         if isinstance(data, dict):
             for name, entries in data.items():
                 if entries and isinstance(entries, list) and isinstance(entries[0], dict):
-                    out[name] = (str(entries[0].get("type", "")), str(entries[0].get("help", "")))
+                    out[name] = (str(entries[0].get("type", ""))[:20], str(entries[0].get("help", ""))[:500])
         return out
 
 
@@ -341,13 +520,15 @@ def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: st
 @dataclass(frozen=True)
 class History:
     """What Prometheus holds about one server over a window: its pages, its failed scrapes,
-    and what a sidecar said about its engine."""
+    what a sidecar said about its engine, and the warnings Prometheus answered with (a partial
+    response: then the pages are not the whole data)."""
 
     instance: str
     snapshots: tuple[Snapshot, ...]
     down: tuple[float, ...]
     engine: Mapping[str, Provenanced]
     queries: int
+    warnings: tuple[str, ...] = ()
 
 
 def read_history(
@@ -358,12 +539,22 @@ def read_history(
     *,
     model: str | None = None,
     selector_text: str = "",
+    budget_s: float = DEFAULT_BUDGET_S,
 ) -> History:
-    """Rebuild ``instance``'s pages of the ``window_s`` before ``at``. Raises PrometheusError
-    (kind ``no_data``, naming the instances it has) when Prometheus has none."""
+    """Rebuild ``instance``'s pages of the ``window_s`` before ``at``, every request within one
+    deadline (``budget_s``). Raises PrometheusError (kind ``no_data``, naming the instances it
+    has) when Prometheus has none."""
+    with client.budget(budget_s):
+        return _read_history(client, instance, at, window_s, model, selector_text)
+
+
+def _read_history(
+    client: Client, instance: str, at: float, window_s: float, model: str | None, selector_text: str
+) -> History:
     extra = selector_matchers(selector_text)
     inst = f"{INSTANCE}={quote(instance)}"
     calls0 = client.calls
+    warned0 = len(client.warnings)
     metadata = client.metadata()
     read = selector(f"__name__=~{quote(READ_NAME_RE)}", '__name__!~".+_created"', inst, extra)
     raw = client.raw(read, window_s, at)
@@ -382,7 +573,7 @@ def read_history(
         raise PrometheusError(
             "no_data",
             f"no vLLM series for {what} in the {window_s:g}s before {_ts(at)}{hint}",
-            client.base_url,
+            client.shown_url,
         )
     up = client.raw(selector('__name__="up"', inst, extra), window_s, at)
     sidecar = client.instant(SIDECAR_SELECTOR, at)
@@ -392,4 +583,5 @@ def read_history(
         down=tuple(down_times(up).get(instance, [])),
         engine=sidecar_engine(sidecar, instance),
         queries=client.calls - calls0,
+        warnings=tuple(client.warnings[warned0:]),
     )

@@ -31,7 +31,7 @@ from typing import Any
 from prometheus_client.parser import _split_quoted, _unquote_unescape, text_string_to_metric_families
 
 from advisor.core import names
-from advisor.core.model import Family, Histogram, LabelKey, ParseWarning
+from advisor.core.model import Family, Histogram, LabelKey, ParseWarning, Summary
 
 # One sample as tokenized: (sample name, labels without ``le``, ``le`` or None, value, line).
 Sample = tuple[str, LabelKey, str | None, float, int | None]
@@ -324,6 +324,11 @@ def assemble(raws: list[RawFamily], warnings: list[ParseWarning]) -> dict[str, F
             series = dict(_histograms(raw, warnings))
             if not series and len(warnings) > before:
                 continue  # every series of it was unreadable: the family is unknown, not empty
+        elif raw.type == "summary":
+            before = len(warnings)
+            series = dict(_summaries(raw, warnings))
+            if not series and len(warnings) > before:
+                continue
         else:
             series = {}
             for sname, key, _le, v, _ln in raw.samples:
@@ -340,6 +345,48 @@ def assemble(raws: list[RawFamily], warnings: list[ParseWarning]) -> dict[str, F
             series = merged
         families[name] = Family(name=name, type=raw.type, help=raw.help, series=series, source_name=raw.name)
     return families
+
+
+def _summaries(raw: RawFamily, warnings: list[ParseWarning]) -> dict[LabelKey, Summary]:
+    """A summary's samples -> one :class:`Summary` per label set (without ``quantile``): its
+    quantile samples, ``_count`` and ``_sum``. A series without ``_count`` is skipped (named)."""
+    quants: dict[LabelKey, list[tuple[float, float]]] = defaultdict(list)
+    counts: dict[LabelKey, float] = {}
+    sums: dict[LabelKey, float] = {}
+    lines: dict[LabelKey, int | None] = {}
+    for sname, key, _le, v, ln in raw.samples:
+        if sname.endswith("_count") and sname != raw.name:
+            if v == v:
+                counts[key] = v
+            else:
+                warnings.append(ParseWarning(raw.name, ln, f"NaN in {sname}: skipped"))
+            continue
+        if sname.endswith("_sum") and sname != raw.name:
+            sums[key] = v
+            continue
+        q = None
+        rest = []
+        for k, val in key:
+            if k == "quantile":
+                q = _bound(val)
+            else:
+                rest.append((k, val))
+        base = tuple(rest)
+        lines[base] = ln
+        if q is None or q != q or not 0.0 <= q <= 1.0:
+            warnings.append(
+                ParseWarning(raw.name, ln, "summary sample without a quantile in [0, 1]: skipped")
+            )
+            continue
+        if v == v:  # an empty window may export NaN: no reading
+            quants[base].append((q, v))
+    out: dict[LabelKey, Summary] = {}
+    for key in counts.keys() | quants.keys():
+        if key not in counts:
+            warnings.append(ParseWarning(raw.name, lines.get(key), "summary without _count: skipped"))
+            continue
+        out[key] = Summary(tuple(sorted(quants.get(key, ()))), counts[key], sums.get(key, 0.0))
+    return out
 
 
 _BOUNDS: dict[str | None, float] = {None: math.inf}

@@ -590,6 +590,10 @@ class Session:
         meta = _load_json_object(meta_path, "meta.json") if meta_path.exists() else {}
         engine_path = d / ENGINE_FILE
         engine = _load_json_object(engine_path, "engine.json") if engine_path.exists() else {}
+        try:
+            engine_json.from_json(engine)  # a damaged engine.json is the session's fault, said so here
+        except engine_json.EngineJsonError as e:
+            raise SessionError(f"{engine_path}: {e}") from None
         mdir = d / METRICS_DIR
         if not mdir.is_dir():
             raise SessionError(f"{d}: no {METRICS_DIR}/ directory: not a session")

@@ -403,6 +403,49 @@ def input_notes(a: BenchRun, b: BenchRun) -> list[str]:
     return notes
 
 
+@dataclass(frozen=True)
+class WindowBucket:
+    """One request-length bucket of two live windows (the stat-logger plugin's prompt buckets):
+    its label and inclusive token bounds, each window's samples (keyed by quantity, typically
+    :class:`SketchSample`) and finished requests."""
+
+    label: str
+    lo: float | None
+    hi: float | None
+    before: Mapping[str, MetricSample]
+    after: Mapping[str, MetricSample]
+    n_before: int
+    n_after: int
+
+
+def judge_bucket(
+    b: WindowBucket, targets: Sequence[str], settings: Settings, guards: Sequence[str] = GUARDS
+) -> BucketResult:
+    """One bucket compared and judged on its own: keep / revert / inconclusive on the latencies
+    the bucket carries, less the change's documented costs (the metrics GUARDS has and
+    ``guards`` leaves out); against the change's targets where the bucket has them (ITL is not
+    split by length), else every one of them counts either way."""
+    metrics = compare_samples(
+        b.before,
+        b.after,
+        settings,
+        key=b.label,
+        metrics=[m for m in METRICS if m.quantity in PER_REQUEST_QUANTITIES],
+    )
+    status = "ok" if min(b.n_before, b.n_after) >= settings.min_requests else "insufficient"
+    if status != "ok":
+        verdict: Verdict = "inconclusive"
+        reasons = [
+            f"Too few requests: {b.n_before} before, {b.n_after} after (at least {settings.min_requests})."
+        ]
+    else:
+        own = [t for t in targets if t in metrics]
+        costs = set(GUARDS) - set(guards)
+        judged = {k: d for k, d in metrics.items() if k in own or k not in costs}
+        verdict, reasons = judge(judged, own, settings, guards=guards)
+    return BucketResult(b.lo, b.hi, b.n_before, b.n_after, status, metrics, b.label, verdict, tuple(reasons))
+
+
 def compare_windows(
     before: Mapping[str, MetricSample],
     after: Mapping[str, MetricSample],
@@ -411,11 +454,14 @@ def compare_windows(
     load: LoadCheck | None = None,
     requests: tuple[int, int] | None = None,
     guards: Sequence[str] = GUARDS,
+    buckets: Sequence[WindowBucket] = (),
 ) -> Comparison:
     """Compare two live windows (pure): samples keyed by quantity, typically
-    :class:`HistogramSample` of bucket deltas (``ttft``, ``tpot``/``itl``, ``e2e``),
-    :class:`ScalarSample` rates and :class:`CountSample` preemptions. ``load``: the caller's
-    comparable-load check (refused when not same); ``requests``: finished requests per window."""
+    :class:`HistogramSample` of bucket deltas (``ttft``, ``tpot``/``itl``, ``e2e``), or the
+    plugin's :class:`SketchSample`, :class:`ScalarSample` rates and :class:`CountSample`
+    preemptions. ``load``: the caller's comparable-load check (refused when not same);
+    ``requests``: finished requests per window; ``buckets``: request-length buckets (from the
+    plugin), each compared and judged on its own besides the overall verdict."""
     settings = settings or Settings()
     targets = parse_targets(target)
     load = load or LoadCheck(True, (), {}, {})
@@ -449,6 +495,7 @@ def compare_windows(
     )
     status = "ok" if min(na, nb) >= settings.min_requests else "insufficient"
     overall = BucketResult(None, None, na, nb, status, metrics)
+    results = tuple(judge_bucket(b, targets, settings, guards) for b in buckets)
     if status == "insufficient":
         verdict: Verdict = "inconclusive"
         reasons = [
@@ -456,14 +503,16 @@ def compare_windows(
             "are needed in each window."
         ]
     else:
-        verdict, reasons = judge(metrics, targets, settings, guards=guards)
+        verdict, reasons = judge(metrics, targets, settings, results, guards=guards)
     return Comparison(
         verdict,
         tuple(reasons),
         load,
         overall,
-        (overall,),
-        "one bucket: live windows",
+        results or (overall,),
+        "prompt-length buckets of the stat-logger plugin: " + ", ".join(r.label for r in results)
+        if results
+        else "one bucket: live windows",
         targets,
         settings,
         "before",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import json
 import sqlite3
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +52,10 @@ _JSON_COLUMNS = ("old_value", "new_value", "load_profile", "buckets", "reasons",
 
 class LedgerError(RuntimeError):
     """The ledger file cannot be used (not a database, a newer schema, a bad record)."""
+
+
+class InvalidRecord(LedgerError):
+    """A record no ledger can store (an unknown verdict, a value that is not JSON)."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +152,9 @@ class Ledger:
         """Store one experiment (secrets redacted) and return its id."""
         rec = record if isinstance(record, ExperimentRecord) else _record_from_mapping(record)
         if rec.verdict not in VERDICTS:
-            raise LedgerError(f"verdict must be one of {', '.join(VERDICTS)}, got {rec.verdict!r}")
+            raise InvalidRecord(f"verdict must be one of {', '.join(VERDICTS)}, got {rec.verdict!r}")
         if rec.source not in SOURCES:
-            raise LedgerError(f"source must be one of {', '.join(SOURCES)}, got {rec.source!r}")
+            raise InvalidRecord(f"source must be one of {', '.join(SOURCES)}, got {rec.source!r}")
         row = asdict(rec)
         row["load_profile"] = dict(rec.load_profile)
         row["prediction"] = dict(rec.prediction) if rec.prediction is not None else None
@@ -158,7 +163,7 @@ class Ledger:
             try:
                 row[col] = json.dumps(row[col], sort_keys=True, allow_nan=False)
             except (TypeError, ValueError) as e:
-                raise LedgerError(f"{col} is not JSON-serialisable: {e}") from None
+                raise InvalidRecord(f"{col} is not JSON-serialisable: {e}") from None
         cols = list(row)
         sql = f"INSERT INTO experiments ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
         conn = self._connect()
@@ -170,6 +175,19 @@ class Ledger:
             raise LedgerError(f"cannot write to ledger {self.path}: {e}") from None
         finally:
             conn.close()
+
+    def check(self) -> builtins.list[str]:
+        """What SQLite's ``PRAGMA integrity_check`` finds wrong (at most 20 lines); empty when
+        the file is sound. A file that cannot be read at all is one line saying why."""
+        conn = self._connect()
+        try:
+            rows = conn.execute("PRAGMA integrity_check(20)").fetchall()
+        except sqlite3.DatabaseError as e:
+            return [str(e)]
+        finally:
+            conn.close()
+        out = [str(r[0]) for r in rows]
+        return [] if out == ["ok"] else out
 
     def list(self, limit: int = 50) -> list[dict[str, Any]]:
         """The most recent experiments first (by start time, then id)."""
@@ -196,6 +214,103 @@ class Ledger:
                 d[col] = json.loads(d[col]) if d[col] is not None else None
             out.append(d)
         return out
+
+
+class DurableLedger:
+    """The daemon's ledger: a judged experiment is never lost to a failing disk.
+
+    :meth:`add` queues the record and tries to write every queued record, oldest first;
+    what cannot be written (the state dir missing or unusable, another writer holding SQLite's
+    lock, a full disk, a damaged file) stays queued in memory and :meth:`flush` (each cycle)
+    tries again until it succeeds. The queue is bounded (``max_pending``): when full, the
+    oldest record is dropped and counted. The file's integrity is checked when it is first
+    opened and again before each retry after a failure; a damaged ledger is never written
+    into (writing into a damaged SQLite file can spread the damage): its records wait until
+    the file is repaired or moved aside. ``pending``, ``failures``, ``dropped``,
+    ``last_error`` and ``ok`` are for the exporter."""
+
+    def __init__(self, path: str | Path, max_pending: int = 1000, timeout_s: float = 1.0) -> None:
+        self.path = Path(path)
+        self.max_pending = max_pending
+        self.timeout_s = timeout_s
+        self.queue: deque[ExperimentRecord] = deque()
+        self.failures = 0
+        self.dropped = 0
+        self.written = 0
+        self.last_error: str | None = None
+        self.damage: builtins.list[str] = []
+        self.rejected: builtins.list[str] = []  # records no ledger can store (the caller logs them)
+        self._ledger: Ledger | None = None
+        self._checked = False
+        self.check()
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    @property
+    def ok(self) -> bool:
+        return self.last_error is None and not self.damage
+
+    def check(self) -> builtins.list[str]:
+        """The file's damage (empty when sound or not there yet); remembered in ``damage``."""
+        if not self.path.is_file():
+            self.damage = []
+            return []
+        try:
+            self.damage = Ledger(self.path, self.timeout_s).check()
+        except LedgerError as e:
+            self.damage = [str(e)]
+        except (OSError, sqlite3.Error) as e:
+            self.damage = []  # cannot even be opened: a write failure will say why
+            self.last_error = f"cannot open ledger {self.path}: {e}"
+        self._checked = True
+        return self.damage
+
+    def add(self, record: ExperimentRecord, flush: bool = True) -> bool:
+        """Queue ``record`` and (``flush``) write what is queued; True when all of it is in the
+        ledger."""
+        if len(self.queue) >= self.max_pending:
+            self.queue.popleft()
+            self.dropped += 1
+        self.queue.append(record)
+        if flush:
+            self.flush()
+        return not self.queue
+
+    def flush(self) -> int:
+        """Write the queued records, oldest first; how many were written. Never raises."""
+        if not self.queue:
+            return 0
+        if not self._checked or self.last_error is not None or self.damage:
+            self.check()
+        if self.damage:
+            self.failures += 1
+            self.last_error = (
+                f"ledger {self.path} is damaged ({self.damage[0]}): not written into; restore it or "
+                "move it aside"
+            )
+            return 0
+        n = 0
+        try:
+            if self._ledger is None:
+                self._ledger = Ledger(self.path, self.timeout_s)
+            while self.queue:
+                try:
+                    self._ledger.add(self.queue[0])
+                except InvalidRecord as e:  # no retry can store it: it is dropped, and said
+                    self.dropped += 1
+                    self.rejected.append(f"{e}: {self.queue[0]!r}"[:500])
+                self.queue.popleft()
+                n += 1
+        except (LedgerError, OSError, sqlite3.Error) as e:
+            self._ledger = None  # opened afresh next time (the file may be replaced)
+            self.failures += 1
+            self.last_error = str(e) if "ledger" in str(e) else f"cannot write to ledger {self.path}: {e}"
+        else:
+            self.last_error = None
+        self.written += n
+        return n
 
 
 def _record_from_mapping(m: Mapping[str, Any]) -> ExperimentRecord:

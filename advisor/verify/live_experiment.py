@@ -2,8 +2,11 @@
 compare the window before the change with the window after it, under comparable load, and
 say keep, revert or inconclusive (the comparison core is :mod:`advisor.experiment`).
 
-vLLM's histograms are not split by request length, so live experiments have one bucket;
-per-bucket results need per-request data (``vllm-advisor compare`` on benchmark files).
+vLLM's histograms are not split by request length: without the stat-logger plugin a live
+experiment has one bucket (per-bucket results need per-request data: ``vllm-advisor compare``
+on benchmark files). With the plugin on both sides, its sketches give the latencies (exact
+within 1%, with intervals from the request counts: verify.samples.SketchSample) overall and per
+prompt-length bucket, and each bucket is judged keep / revert / inconclusive on its own.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from typing import Any
 from advisor.core import knobs
 from advisor.core import names as n
 from advisor.core.config import DEFAULT_TARGETS
+from advisor.derive import sketches
 from advisor.derive.window import Window
+from advisor.plugin import names as pn
 from advisor.verify import comparison, samples, verdict
+from advisor.verify.differences import fmt_value
 
 MIN_REQUESTS = 20
 LOAD_TOLERANCE = 0.15  # request count and mean prompt/output lengths within 15%
@@ -144,6 +150,78 @@ def window_samples(w: Window) -> tuple[dict[str, samples.MetricSample], dict[str
     return out, profile
 
 
+def sketch_sample(s: sketches.SketchLatency) -> samples.SketchSample:
+    return samples.SketchSample(
+        tuple((b.n, dict(b.quantiles)) for b in s.batches), s.relative_accuracy, s.mean
+    )
+
+
+@dataclass(frozen=True)
+class PluginSamples:
+    """What the plugin's sketches say about one window: latency samples over all requests, and
+    per prompt bucket (label -> (samples, finished requests))."""
+
+    overall: dict[str, samples.MetricSample]
+    buckets: dict[str, tuple[dict[str, samples.MetricSample], int]]
+
+
+OVERALL_QUANTITIES = ("ttft", "tpot", "itl", "e2e")
+BUCKET_QUANTITIES = ("ttft", "tpot", "e2e")  # ITL is not split by length
+
+
+def plugin_samples(w: Window) -> PluginSamples | None:
+    """The plugin's samples of a window; None when its pages carry no plugin series."""
+    info = sketches.plugin_info(w)
+    if info is None:
+        return None
+    overall: dict[str, samples.MetricSample] = {}
+    for qty in OVERALL_QUANTITIES:
+        s = sketches.latency(w, qty, None, info=info, max_batches=None)
+        if s is not None and s.batches:
+            overall[qty] = sketch_sample(s)
+    buckets: dict[str, tuple[dict[str, samples.MetricSample], int]] = {}
+    for label in sketches.bucket_labels(w, "prompt"):
+        got: dict[str, samples.MetricSample] = {}
+        n = 0
+        for qty in BUCKET_QUANTITIES:
+            s = sketches.latency(w, qty, None, label, pn.ALL, info, max_batches=None)
+            if s is None:
+                continue
+            n = max(n, int(s.count or 0))
+            if s.batches:
+                got[qty] = sketch_sample(s)
+        buckets[label] = (got, n)
+    return PluginSamples(overall, buckets)
+
+
+def _window_buckets(a: PluginSamples, b: PluginSamples) -> list[comparison.WindowBucket]:
+    out = []
+    for label in sorted(set(a.buckets) | set(b.buckets), key=sketches.bucket_low):
+        sa, na = a.buckets.get(label, ({}, 0))
+        sb, nb = b.buckets.get(label, ({}, 0))
+        lo, hi = sketches.bucket_bounds(label)
+        out.append(comparison.WindowBucket(label, lo, hi, sa, sb, na, nb))
+    return out
+
+
+def bucket_line(bk: verdict.BucketResult, confidence: float = 0.95) -> str:
+    """``Prompts 513-2048 tokens (60 -> 58 requests): REVERT: TTFT p95 ... worse; ...``."""
+    moved = [d for d in bk.metrics.values() if d.direction != "same"]
+    if bk.status != "ok":
+        what = f"too few requests (at least {MIN_REQUESTS} in each window)"
+    elif moved:
+        what = "; ".join(f"{d.describe(confidence)} {d.direction}" for d in moved)
+    else:
+        p50 = bk.metrics.get("ttft_p50")
+        level = (
+            f" (TTFT p50 {fmt_value(p50.a, 's')} -> {fmt_value(p50.b, 's')})"
+            if p50 is not None and p50.a is not None
+            else ""
+        )
+        what = "every latency within noise" + level
+    return f"Prompts {bk.label} tokens ({bk.n_a} -> {bk.n_b} requests): {str(bk.verdict).upper()}: {what}."
+
+
 def _load_check(a: dict[str, Any], b: dict[str, Any]) -> comparison.LoadCheck:
     diffs = []
     ra, rb = a["requests"], b["requests"]
@@ -207,6 +285,23 @@ def judge(
             ),
         )
     knob, direction = exp.knob, exp.direction
+    notes: list[str] = []
+    buckets: list[comparison.WindowBucket] = []
+    plug_b = plugin_samples(window.slice(*exp.before))
+    plug_a = plugin_samples(window.slice(exp.after_start, now))
+    if plug_b is not None and plug_a is not None:
+        for qty in set(plug_b.overall) & set(plug_a.overall):
+            before_s[qty], after_s[qty] = plug_b.overall[qty], plug_a.overall[qty]
+        buckets = _window_buckets(plug_b, plug_a)
+        notes.append(
+            "Latencies from the stat-logger plugin's sketches (exact within 1%), overall and per "
+            "prompt-length bucket."
+        )
+    elif plug_b is not None or plug_a is not None:
+        notes.append(
+            "The stat-logger plugin was loaded in only one of the windows: vLLM's histograms are "
+            "compared, in one bucket."
+        )
     comp = comparison.compare_windows(
         before_s,
         after_s,
@@ -217,8 +312,12 @@ def judge(
         settings=samples.Settings(
             slo=samples.slo_from_targets(targets if targets is not None else DEFAULT_TARGETS)
         ),
+        buckets=buckets,
     )
     reasons = list(comp.reasons)
+    if comp.load.same:
+        reasons += notes
+        reasons += [bucket_line(bk) for bk in comp.buckets if bk.verdict is not None]
     if len(exp.changes) > 1:
         reasons.append(
             "Several knobs changed at once ("

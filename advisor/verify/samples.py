@@ -8,6 +8,9 @@ Two kinds of input are compared through one abstraction, :data:`MetricSample`:
 - Prometheus histogram bucket deltas from a live window (:class:`HistogramSample`): the noise
   rule is conservative, a difference counts only when it is larger than the bucket resolution
   at that quantile;
+- the stat-logger plugin's sketch quantiles from a live window (:class:`SketchSample`), per
+  request-length bucket: a normal-approximation interval from the request count and the spread
+  between the exported quantiles, widened by the sketch's relative accuracy;
 - and, for what files and pages carry only as aggregates, :class:`SummarySample` (reported
   percentiles with a standard deviation: normal-approximation interval), :class:`ScalarSample`
   (a run total such as throughput: no interval, counted when larger than the minimum effect) and
@@ -72,6 +75,23 @@ class HistogramSample:
 
 
 @dataclass(frozen=True)
+class SketchSample:
+    """Quantiles from the stat-logger plugin's DDSketches over a live window: one batch per
+    plugin window of requests (disjoint), each with its quantiles ``{q: value}`` and its request
+    count ``n`` (a lower bound); ``relative_accuracy``: the sketch's (every value within that
+    fraction of the exact sample quantile); ``mean``: the exact mean (``_sum``/``_count``).
+    derive.sketches.SketchLatency builds one (:meth:`of`)."""
+
+    batches: tuple[tuple[float, Mapping[float, float]], ...]
+    relative_accuracy: float = 0.01
+    mean: float | None = None
+
+    @property
+    def n(self) -> float:
+        return sum(n for n, _ in self.batches)
+
+
+@dataclass(frozen=True)
 class SummarySample:
     """Percentiles reported without the raw values (``{0.5: v, 0.95: v}``), with the standard
     deviation and count when known. Intervals use the asymptotic normal standard error of a
@@ -97,7 +117,7 @@ class CountSample:
     exposure: float = 1.0
 
 
-MetricSample = ValuesSample | HistogramSample | SummarySample | ScalarSample | CountSample
+MetricSample = ValuesSample | HistogramSample | SketchSample | SummarySample | ScalarSample | CountSample
 
 
 MEAN_Q = -1.0

@@ -205,9 +205,14 @@ class BucketResult:
     n_b: int
     status: str  # ok | insufficient
     metrics: Mapping[str, MetricDelta]
+    name: str | None = None  # the bucket's own label (the plugin's: ``0-512``, ``8193+``)
+    verdict: Verdict | None = None  # this bucket judged on its own (live windows with the plugin)
+    reasons: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         if self.lo is None and self.hi is None:
             return "all"
         if self.lo is None:
@@ -225,4 +230,5 @@ class BucketResult:
             "n_b": self.n_b,
             "status": self.status,
             "metrics": {k: d.to_json() for k, d in self.metrics.items()},
+            **({"verdict": self.verdict, "reasons": list(self.reasons)} if self.verdict is not None else {}),
         }

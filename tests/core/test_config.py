@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from advisor.cli import main
 from advisor.core import config
 from advisor.core.config import ConfigError
 from tests.paths import REPO
@@ -119,3 +121,45 @@ def test_replica_settings_from_the_environment() -> None:
 def test_listen_forms_that_are_valid(listen: str) -> None:
     host, port = config.parse_listen(listen)
     assert 0 <= port <= 65535 and host
+
+
+# ---------------------------------------------------------------------- settings checked together
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "interval: 60s\n",
+            "advisor.yaml:1) is longer than stale_after 30s (default): advice would be "
+            "withdrawn as stale between two scrapes",
+        ),
+        ("interval: 3m\nstale_after: 10m\n", "advisor.yaml:1) is longer than window 2m (default)"),
+        ("window: 20m\n", "retention 15m (default) is shorter than window 20m ("),
+        ("retention: 1m\n", "advisor.yaml:1) is shorter than window 2m (default)"),
+        ("interval: 720h\n", "advisor.yaml:1: interval: must be at most 1h"),
+        ("scrape_timeout: 2h\n", "advisor.yaml:1: scrape_timeout: must be at most 10m"),
+        ("window: 48h\n", "advisor.yaml:1: window: must be at most 24h"),
+    ],
+)
+def test_settings_that_contradict_each_other_are_one_clear_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_yaml(tmp_path, text)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_contradiction_names_the_flag_or_variable_that_made_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"interval 45s \(flag --interval\) is longer than stale_after 30s"):
+        config.load(None, env={}, interval="45s")
+    with pytest.raises(
+        ConfigError, match=r"stale_after 2s \(environment variable VLLM_ADVISOR_STALE_AFTER\)"
+    ):
+        config.load(None, env={"VLLM_ADVISOR_STALE_AFTER": "2s"})
+    cfg = config.load(None, env={"VLLM_ADVISOR_STALE_AFTER": "2m"}, interval="45s")
+    assert cfg.interval_s == 45.0
+
+
+def test_run_refuses_contradicting_settings_as_a_usage_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["run", "--interval", "5m", "--state-dir", str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith("error: config: interval 5m (flag --interval) is longer than")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from advisor.outputs import alert_config, exporter
 from advisor.outputs import fleet as fleet_out
 from advisor.outputs.state import ExportState, FleetState, Member, Server
 from advisor.sources import prometheus as prom
-from tests import fleet_standin
+from tests import fleet_standin, promstack
 from tests.paths import FIXTURES, REPO
 from tests.promstack import free_port, prometheus, query, wait_until
 
@@ -190,33 +189,8 @@ def alertmanager(tmp_path: Path, webhook: tuple[int, list[dict[str, Any]]]) -> I
     for r in cfg["receivers"]:
         for w in r["webhook_configs"]:
             w["url"] = w["url"].replace(WEBHOOK_BASE, f"http://127.0.0.1:{webhook[0]}")
-    path = tmp_path / "alertmanager.yml"
-    path.write_text(yaml.safe_dump(cfg))
-    port = free_port()
-    log = (tmp_path / "alertmanager.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            "prometheus-alertmanager",
-            f"--config.file={path}",
-            f"--storage.path={tmp_path / 'am'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_until(
-            "alertmanager ready",
-            lambda: requests.get(f"http://127.0.0.1:{port}/-/ready", timeout=1).ok,
-            30,
-            [proc],
-        )
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
+    with promstack.alertmanager(tmp_path, cfg) as (hostport, _):
+        yield hostport
 
 
 def _rules_for_test(tmp: Path) -> Path:

@@ -42,6 +42,7 @@ from advisor.drive.inputs import from_session
 from advisor.outputs import alert_config, dashboards
 from advisor.sources.session import Session
 from tests.paths import REPO
+from tests.promstack import alertmanager_argv, prometheus_argv
 
 SESSION = REPO / "tests" / "fixtures" / "sessions" / "cpu-preempt-nobind"
 SPEED = 8.0
@@ -180,12 +181,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             return p
 
         am = start(
-            "alertmanager",
-            "prometheus-alertmanager",
-            f"--config.file={_alertmanager_config(tmp, hook_port)}",
-            f"--storage.path={tmp / 'am'}",
-            f"--web.listen-address=127.0.0.1:{am_port}",
-            "--cluster.listen-address=",
+            "alertmanager", *alertmanager_argv(_alertmanager_config(tmp, hook_port), tmp / "am", am_port)
         )
         exe = str(Path(sys.executable).parent / "vllm-advisor")
         start(
@@ -203,14 +199,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         )
         vllm_srv, vllm_port = _pages_server(pages, time.monotonic())
         servers.append(vllm_srv)
-        prom = start(
-            "prometheus",
-            "prometheus",
-            f"--config.file={_prometheus_config(tmp, vllm_port, advisor_port, am_port, _test_rules(tmp))}",
-            f"--storage.tsdb.path={tmp / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-            "--query.lookback-delta=15s",
-        )
+        prom_cfg = _prometheus_config(tmp, vllm_port, advisor_port, am_port, _test_rules(tmp))
+        prom = start("prometheus", *prometheus_argv(prom_cfg, tmp / "tsdb", prom_port, lookback="15s"))
         base = f"http://127.0.0.1:{prom_port}"
         _wait("prometheus ready", lambda: requests.get(f"{base}/-/ready", timeout=1).ok, 30, [prom])
         _wait(

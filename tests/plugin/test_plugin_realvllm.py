@@ -41,7 +41,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from advisor.derive import sketches
+from advisor.derive.window import Window
+from advisor.drive import inspection
 from advisor.plugin import names as n
+from advisor.sources.metrics import parse_page
 from tests import realvllm
 from tests.plugin.fit import solve3
 from tests.plugin.install import install_plugin
@@ -217,7 +221,8 @@ def test_plugin_loaded_by_real_vllm_agrees_with_the_client_per_bucket(
     lens = bench_a["input_lens"]
     # short prompts fit one step even at the small budget; long ones need ~28 of them
     assert max(p for p in lens if p <= 512) <= SMALL_BUDGET and min(p for p in lens if p > 512) >= 600, lens
-    a = plugin_samples(server.metrics())
+    page_a = server.metrics()
+    a = plugin_samples(page_a)
     report = check_agreement(a, bench_a, n.REQUEST_TTFT, "ttfts")
     report += check_agreement(a, bench_a, n.REQUEST_E2E, "latencies")
     for bucket in (SHORT, LONG):
@@ -227,6 +232,8 @@ def test_plugin_loaded_by_real_vllm_agrees_with_the_client_per_bucket(
         assert get(a, n.REQUEST_TTFT_ESTIMATED + "_total", **labels) is None  # every TTFT exact
     assert get(a, n.FIT_STEPS + "_total", source=n.SOURCE_FRONTEND)
     assert get(a, n.FIT_STEPS + "_total", source=n.SOURCE_DETAILS) is None
+
+    report += check_reader(server.url, page_a, a)
 
     # run B: large budget, engine step records
     server.restart(max_num_batched_tokens=LARGE_BUDGET, extra_args=["--enable-logging-iteration-details"])
@@ -262,6 +269,26 @@ def test_plugin_loaded_by_real_vllm_agrees_with_the_client_per_bucket(
     for who, move in moves.items():
         assert move[LONG] < -0.1, (who, report)
         assert abs(move[SHORT]) < abs(move[LONG]) / 3, (who, report)
+
+
+def check_reader(url: str, text: str, samples: Samples) -> list[str]:
+    """The advisor's side, on the real server's page: ``inspect --url`` says the plugin is loaded
+    (registry mode), and the page read into a window gives every bucket's count and quantiles
+    as prometheus_client reads them."""
+    got = inspection.inspect(url=url)
+    lines = inspection.render_text(got).splitlines()
+    assert got["plugin"]["loaded"] and got["plugin"]["export"] == "registry", got["plugin"]
+    assert got["plugin"]["vllm_support"] == "checked"
+    assert any(x.startswith("Plugin: loaded, version ") for x in lines), lines
+    w = Window(clock=lambda: 1.0)
+    w.add_snapshot(parse_page(text, 1.0))
+    for bucket in (SHORT, LONG):
+        s = sketches.latency(w, "ttft", None, bucket)
+        assert s is not None and len(s.batches) == 1
+        labels = {n.PROMPT_BUCKET_LABEL: bucket, n.OUTPUT_BUCKET_LABEL: n.ALL}
+        for q in n.QUANTILES:
+            assert s.batches[0].quantiles[q] == get(samples, n.REQUEST_TTFT, quantile=repr(q), **labels)
+    return ["reader: inspect --url names the plugin; the window reads every bucket's quantiles"]
 
 
 def bucket_p50(samples: Samples, bucket: str) -> float:

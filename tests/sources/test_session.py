@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 import sys
 import threading
 import time
@@ -14,7 +15,9 @@ from typing import Any
 
 import pytest
 import requests
+from click.testing import CliRunner
 
+from advisor.cli import main
 from advisor.core.redact import redact_obj, redact_text, redact_url
 from advisor.sources.session import (
     FileTail,
@@ -637,3 +640,42 @@ def test_record_refuses_bad_arguments(tmp_path: Path) -> None:
         )
     with pytest.raises(SessionError, match="cannot run log_cmd"):
         record("http://h:1", tmp_path / "new3", 1, 1, log_cmd=["/nonexistent/cmd"], http=FakeHttp([]))
+
+
+def _damaged(tmp_path: Path, name: str) -> Path:
+    """The real cpu-healthy recording with one file damaged the way a disk or a hand edit does."""
+    d = tmp_path / name
+    shutil.copytree(FIXTURES / "sessions" / "cpu-healthy", d)
+    if name == "engine-wrong-types":
+        data = json.loads((d / "engine.json").read_text())
+        data["knobs"] = ["not", "an", "object"]
+        (d / "engine.json").write_text(json.dumps(data))
+    elif name == "engine-not-json":
+        (d / "engine.json").write_text('{"knobs": {')
+    elif name == "meta-wrong-types":
+        data = json.loads((d / "meta.json").read_text())
+        data["interval_s"] = "2s"
+        (d / "meta.json").write_text(json.dumps(data))
+    elif name == "page-not-gzip":
+        first = sorted((d / "metrics").iterdir())[0]
+        first.write_bytes(b"not gzip")
+    elif name == "page-garbage":
+        for p in (d / "metrics").iterdir():
+            p.write_bytes(gzip.compress(b"garbage {{{\n"))
+    return d
+
+
+@pytest.mark.parametrize(
+    "name", ["engine-wrong-types", "engine-not-json", "meta-wrong-types", "page-not-gzip", "page-garbage"]
+)
+def test_predict_and_explain_agree_on_a_damaged_session(tmp_path: Path, name: str) -> None:
+    """Issue 23, class 6: the same damaged session gives the same exit code (and for an
+    unreadable file the same one error line naming it) in ``explain`` and ``predict``."""
+    d = _damaged(tmp_path, name)
+    ex = CliRunner().invoke(main, ["explain", "--session", str(d)])
+    pr = CliRunner().invoke(main, ["predict", "--session", str(d), "--set", "max_num_seqs=8"])
+    assert ex.exit_code == pr.exit_code, (ex.output, pr.output)
+    assert ex.exit_code in (1, 4)
+    if ex.exit_code == 1:
+        assert ex.output.splitlines()[-1] == pr.output.splitlines()[-1]
+        assert str(d) in ex.output and "Error:" not in ex.output

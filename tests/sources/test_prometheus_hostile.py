@@ -1,0 +1,152 @@
+"""Issue 23, class 4: Prometheus as a source is defended like the sidecar's HTTP client.
+
+The Prometheus here is a stand-in (tests/prom_standin.py) answering from the samples a
+Prometheus stores for recorded real pages: a real Prometheus cannot be made to trickle, stall,
+answer wrong JSON types or a partial response on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import tracemalloc
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import main
+from advisor.core.config import Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import inputs
+from advisor.sources import prometheus as prom
+from tests import prom_standin
+from tests.paths import REPO
+
+SESSIONS = REPO / "tests" / "fixtures" / "sessions"
+INSTANCE = "a.fleet:8000"
+
+
+@pytest.fixture(scope="module")
+def healthy() -> tuple[list[prom_standin.Sample], dict[str, Any], float]:
+    """The samples of a recorded healthy CPU server, as Prometheus stores them; the last time."""
+    samples, meta = prom_standin.stored_samples(SESSIONS / "cpu-healthy", INSTANCE)
+    end = max(t for _, vals in samples for t, _ in vals)
+    return samples, meta, end
+
+
+def _explain(url: str, at: float, *extra: str) -> Any:
+    return CliRunner().invoke(
+        main,
+        [
+            "explain",
+            "--prometheus",
+            url,
+            "--instance",
+            INSTANCE,
+            "--at",
+            f"{at:.3f}",
+            "--window",
+            "120s",
+            *extra,
+        ],
+    )
+
+
+def test_a_trickling_prometheus_is_cut_off_at_the_overall_deadline(healthy: Any) -> None:
+    """One byte every 0.2 s: a read timeout never fires, the overall deadline does. (The bound
+    asserted is ten times the deadline: the test is that it ends, not how fast.)"""
+    samples, meta, _end = healthy
+    with prom_standin.serve(samples, meta, prom_standin.Behaviour("trickle", trickle_s=0.2)) as url:
+        client = prom.Client(url, timeout_s=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(prom.PrometheusError) as e:
+            client.metadata()
+        assert time.monotonic() - t0 < 10.0
+    assert e.value.kind == "timeout"
+
+
+def test_a_whole_read_has_one_deadline_not_one_per_request(healthy: Any) -> None:
+    """read_history makes four requests; under a budget they share one deadline."""
+    samples, meta, end = healthy
+    with prom_standin.serve(samples, meta, prom_standin.Behaviour("trickle", trickle_s=0.2)) as url:
+        client = prom.Client(url, timeout_s=5.0)
+        t0 = time.monotonic()
+        with pytest.raises(prom.PrometheusError) as e, client.budget(1.0):
+            prom.read_history(client, INSTANCE, end, 120.0)
+        assert time.monotonic() - t0 < 4.0  # less than a single request's own 5 s
+    assert e.value.kind == "timeout"
+
+
+WRONG = [
+    b"[]",
+    b'{"status": "success", "data": {"resultType": "matrix", "result": {"a": 1}}}',
+    b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": [], "values": []}]}}',
+    b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[1]]}]}}',
+    b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [["x", {}]]}]}}',
+    b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"a": 1}, "values": []}]}}',
+    b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": 7}]}}',
+    b'{"status": "success", "data": {"a": [1, 2]}}',
+    b'{"status": "success", "data": "x"}',
+    b'{"status": "error", "errorType": 5, "error": ["x"]}',
+    b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": 5}]}}',
+    b'{"status": "success", "data": null, "warnings": "x"}',
+    b"not json",
+    b'{"status": "success", "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+]
+
+
+@pytest.mark.parametrize("body", WRONG, ids=range(len(WRONG)))
+def test_wrong_json_types_are_one_clear_error_naming_prometheus(healthy: Any, body: bytes) -> None:
+    samples, meta, end = healthy
+    with prom_standin.serve(samples, meta, prom_standin.Behaviour("body", body=body)) as url:
+        client = prom.Client(url, timeout_s=5.0)
+        with pytest.raises(prom.PrometheusError) as e:
+            prom.read_history(client, INSTANCE, end, 120.0)
+        assert e.value.kind in ("bad_response", "query", "http")
+        res = _explain(url, end)
+    assert res.exit_code == 1, res.output
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: Prometheus: "), res.output
+    assert "Traceback" not in res.output and "TypeError" not in res.output and "KeyError" not in res.output
+
+
+def test_a_partial_answer_with_warnings_is_never_healthy(healthy: Any) -> None:
+    """The same recorded healthy server: read whole, it is healthy; answered with
+    ``warnings: ["partial response"]`` and half the series, the result is unknown (exit 4)
+    and the reason names the warning."""
+    samples, meta, end = healthy
+    with prom_standin.serve(samples, meta, prom_standin.Behaviour("normal")) as url:
+        res = _explain(url, end, "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["status"] == "healthy"
+    with prom_standin.serve(samples, meta, prom_standin.Behaviour("partial")) as url:
+        res = _explain(url, end, "--format", "json")
+        client = prom.Client(url)
+        hist = prom.read_history(client, INSTANCE, end, 120.0)
+    assert res.exit_code == 4, res.output
+    d = json.loads(res.stdout)
+    assert d["status"] == "insufficient-data" and d["recommendation"] is None
+    assert "partial response" in d["reason"]
+    assert hist.warnings and "partial response" in hist.warnings[0]
+    _, d2 = inputs.from_prometheus(hist, Config(), load_rules(), end, 120.0)
+    assert d2.status == "insufficient-data"
+
+
+def test_discovery_of_100k_series_is_bounded_in_memory(healthy: Any) -> None:
+    """100,000 series behind the selector: the discovery answer is cut at its byte bound (or
+    its series bound) instead of being decoded whole; the peak of Python allocations stays far
+    below the 456 MiB the unbounded read took."""
+    samples, meta, end = healthy
+    with prom_standin.serve(samples, meta, prom_standin.Behaviour("many_series", n_series=100_000)) as url:
+        client = prom.Client(url, timeout_s=30.0)
+        tracemalloc.start()
+        try:
+            with pytest.raises(prom.PrometheusError) as e:
+                client.series(['{__name__="vllm:num_requests_running"}'], end - 60, end)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert e.value.kind == "too_many"
+    assert "--selector" in str(e.value)
+    assert peak < 64 * 2**20, peak
