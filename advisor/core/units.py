@@ -23,8 +23,8 @@ def fmt(x: float | None, unit: str) -> str:
         return "unknown"
     if unit == "s":
         return f"{x * 1000:.1f} ms" if abs(x) < 1 else f"{x:.2f} s"
-    if unit in ("tok/s",):
-        return f"{x:,.0f} tok/s"
+    if unit in ("tok/s",):  # three significant digits below 100 (a CPU engine's 0.07 tok/s)
+        return f"{x:,.0f} tok/s" if abs(x) >= 100 or x == 0 else f"{x:.3g} tok/s"
     if unit == "/s":
         return f"{x:.2f}/s"
     return f"{x:.1f}"

@@ -17,6 +17,7 @@ from advisor.core import knobs
 from advisor.core.config import Config
 from advisor.core.engine_json import to_json
 from advisor.core.model import EngineInfo, Provenanced
+from advisor.core.units import fmt
 from advisor.derive.signals import CATALOG, Context, Values
 from advisor.derive.window import Window
 from advisor.diagnose import arbitration
@@ -357,10 +358,12 @@ def _no_help(breached: list[str], held: list[arbitration.Scored], model: pm.Mode
         )
         if s.withdrawn:
             parts.append(f"{what} ({s.withdrawn})")
-        elif s.gain is None:
+        elif s.improvement is None or s.refined is None:
             parts.append(f"{what} (the model cannot predict it here)")
         else:
-            parts.append(f"{what} (goodput {(s.gain - 1) * 100:+.0f}%)")
+            parts.append(
+                f"{what} (goodput {fmt(s.refined.goodput, 'tok/s')}, now {fmt(s.refined.goodput_now, 'tok/s')})"
+            )
     return text + "; no change is predicted to help: " + "; ".join(parts)
 
 

@@ -11,6 +11,7 @@ to the prediction where one can be made.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -230,6 +231,30 @@ class Scored:
         return self.refined.gain
 
     @property
+    def improvement(self) -> float | None:
+        """Predicted goodput less the measured one, as a share of the measured throughput (a
+        goodput near zero makes a ratio of goodputs meaningless); None: not predicted."""
+        r = self.refined
+        if r is None or r.withdrawn or r.goodput is None or r.goodput_now is None or r.prediction is None:
+            return None
+        thr = r.prediction.measured.get("output_tokens_per_second")
+        if not thr:
+            return None
+        return (r.goodput - r.goodput_now) / thr
+
+    @property
+    def raises_goodput(self) -> bool:
+        """Predicted to raise goodput by more than ``scoring.FLAT`` of it, where goodput is
+        measurable (``scoring.MEASURABLE`` of the throughput, now or predicted)."""
+        r = self.refined
+        if self.improvement is None or r is None or r.goodput is None or r.goodput_now is None:
+            return False
+        thr = r.prediction.measured.get("output_tokens_per_second") if r.prediction else None
+        return r.goodput > r.goodput_now * (1 + scoring.FLAT) and max(
+            r.goodput, r.goodput_now
+        ) >= scoring.MEASURABLE * (thr or 0.0)
+
+    @property
     def value(self) -> Any:
         if self.refined is not None and self.refined.value is not None:
             return self.refined.value
@@ -276,37 +301,39 @@ def score(
 
 
 def decide(firing: Sequence[Scored], held: Sequence[Scored], cfg: Config) -> Decision:
-    """Exactly one change: the best predicted goodput among those predicted to raise it (the
-    firing rules', and under a breach the held-back ones'), near-ties (within 1%) to the better
-    ranked rule; without such a prediction the firing rules' order decides. A held-back change
-    is only ever chosen by prediction."""
+    """Exactly one change: the best predicted goodput among those predicted to raise it
+    (``Scored.raises_goodput``: the firing rules', and under a breach the held-back ones'),
+    near-ties (within 1% of the throughput) to the better ranked rule; without such a prediction
+    the firing rules' order decides. A held-back change is only ever chosen by prediction."""
     flat = scoring.FLAT
+    pool = list(firing)
     pair = contradiction([s.candidate for s in firing])
-    firing = list(firing)
     if pair is not None:
         a, b = (next(s for s in firing if s.candidate is c) for c in pair)
-        if a.gain is None or b.gain is None or abs(a.gain - b.gain) <= flat * max(a.gain, b.gain):
+        if a.improvement is None or b.improvement is None or abs(a.improvement - b.improvement) <= flat:
             return Decision(None, "", "", tuple(firing), inconclusive=_contradicts(*pair))
-        loser = b if a.gain > b.gain else a  # the model tells the two directions apart
-        firing = [s for s in firing if s is not loser] + [loser]
-        firing_pool = [s for s in firing if s is not loser]
-    else:
-        firing_pool = firing
-    usable = [s for s in firing_pool if not s.withdrawn]
-    improving = [s for s in (*usable, *held) if s.gain is not None and s.gain > 1 + flat and not s.withdrawn]
+        loser = b if a.improvement > b.improvement else a  # the model tells the directions apart
+        pool = [s for s in firing if s is not loser]
+    usable = [s for s in pool if not s.withdrawn]
+    improving = [s for s in (*usable, *held) if s.raises_goodput]
     chosen: Scored | None = None
     how = ""
     if improving:
-        best = max(s.gain or 0.0 for s in improving)
-        near = [s for s in improving if (s.gain or 0.0) >= best * (1 - flat)]
-        chosen = min(near, key=lambda s: rank(s.candidate.finding.rule, cfg))
+        best = max(s.improvement or 0.0 for s in improving)
+        near = [s for s in improving if (s.improvement or 0.0) >= best - flat]
+        # a rule whose conditions all hold (firing, pending) before one a condition held back
+        chosen = min(near, key=lambda s: (_held_by_a_condition(s), rank(s.candidate.finding.rule, cfg)))
         how = "prediction"
     elif usable:
         chosen = usable[0]  # the rules' order (severity, priority, id)
         how = "priority"
     others = [s for s in (*firing, *held) if s is not chosen]
-    others.sort(key=lambda s: (-(s.gain or 0.0), rank(s.candidate.finding.rule, cfg)))
+    others.sort(key=lambda s: (-(s.improvement or -math.inf), rank(s.candidate.finding.rule, cfg)))
     return Decision(chosen, how, _why(chosen, how, others), tuple(others))
+
+
+def _held_by_a_condition(s: Scored) -> bool:
+    return s.held_back is not None and s.candidate.finding.state != "pending"
 
 
 def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
@@ -318,7 +345,7 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
         g = chosen.refined.goodput if chosen.refined is not None else None
         g0 = chosen.refined.goodput_now if chosen.refined is not None else None
         text = f"Chosen by prediction: goodput {fmt(g, 'tok/s')} (now {fmt(g0, 'tok/s')})"
-        rivals = [s for s in others if s.gain is not None]
+        rivals = [s for s in others if s.improvement is not None]
         if rivals:
             r = rivals[0]
             text += (
@@ -329,33 +356,50 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
         if chosen.held_back:
             text += f"; {rule}'s condition {chosen.held_back} held it back, the prediction decides"
         return text + "."
-    unscored = [s for s in (chosen, *others) if s.gain is None]
-    if chosen.gain is None:
+    unscored = [s for s in (chosen, *others) if s.improvement is None]
+    if chosen.improvement is None:
         return f"Chosen by the rules' order: the model cannot predict {chosen.candidate.choice.name} here" + (
             "." if not others else f" ({len(unscored)} of {len(others) + 1} changes unpredicted)."
         )
-    return "Chosen by the rules' order: the model predicts no change raises goodput."
+    scored = [s for s in (chosen, *others) if s.improvement is not None and s.refined is not None]
+    best = max(scored, key=lambda s: s.improvement or 0.0)
+    thr = (
+        best.refined.prediction.measured.get("output_tokens_per_second")
+        if best.refined and best.refined.prediction
+        else None
+    )
+    return (
+        f"Chosen by the rules' order: no change is predicted to raise goodput by more than {scoring.FLAT:.0%} "
+        f"where at least {scoring.MEASURABLE:.0%} of the output meets the targets (best: {best.candidate.choice.name} "
+        f"{knobs.format_value(best.value)}, goodput {fmt(best.refined.goodput if best.refined else None, 'tok/s')}, "
+        f"now {fmt(best.refined.goodput_now if best.refined else None, 'tok/s')}, of {fmt(thr, 'tok/s')}): "
+        "too few requests meet the targets for goodput to tell the changes apart."
+    )
 
 
 def held_back(
     findings: Sequence[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
 ) -> tuple[list[Candidate], dict[str, str]]:
     """The changes of the rules whose symptom (their first condition) holds but that did not
-    fire because another condition did not hold or is unknown: under a target breach they are
-    scored like any other. Returns the candidates and, per rule, the condition that held it back."""
+    fire, because another condition did not hold or is unknown, or not yet for the rule's
+    ``for:`` (pending): under a target breach they are scored like any other. Returns the
+    candidates and, per rule, what held it back."""
     out: list[Candidate] = []
     why: dict[str, str] = {}
     preempting = (values.get("preemptions_per_second") or 0) > 0
     for f in findings:
-        if f.state not in ("inactive", "unknown") or not f.checks or f.checks[0].ok is not True:
+        if f.state not in ("inactive", "unknown", "pending") or not f.checks or f.checks[0].ok is not True:
             continue
         blocker = next((c for c in f.checks[1:] if c.ok is not True), None)
-        if blocker is None:
+        if blocker is None and f.state != "pending":
             continue
         choice, cur, prop, src, why_not = resolve_choice(f.rule, values, engine, cfg)
         if choice is None or (preempting and (choice.name, choice.direction) in RAISES_KV_PRESSURE):
             continue
         out.append(Candidate(f, choice, cur, prop, src, tuple(why_not)))
+        if blocker is None:  # every condition holds, not yet for the rule's for:
+            why[f.rule.id] = f"for: {f.rule.for_s:g}s (pending)"
+            continue
         v = "unknown" if blocker.value is None else f"{blocker.value:.3g}"
         why[f.rule.id] = (
             f"{blocker.condition.signal} {blocker.condition.op} {blocker.threshold:g} (it is {v})"
@@ -404,10 +448,10 @@ def considered_json(s: Scored) -> dict[str, Any]:
     pred = r.prediction.predicted if r is not None and r.prediction is not None else {}
     if s.withdrawn:
         why_not = f"withdrawn: {s.withdrawn}"
-    elif s.gain is None:
+    elif s.improvement is None or r is None:
         why_not = "the model cannot predict this change here"
     else:
-        why_not = f"predicted goodput {(s.gain - 1) * 100:+.0f}%"
+        why_not = f"predicted goodput {fmt(r.goodput, 'tok/s')} (now {fmt(r.goodput_now, 'tok/s')})"
     return {
         "rule": c.finding.rule.id,
         "knob": c.choice.name,
@@ -417,6 +461,7 @@ def considered_json(s: Scored) -> dict[str, Any]:
         "held_back": s.held_back,
         "goodput_tokens_per_second": None if r is None else r.goodput,
         "goodput_change": None if s.gain is None else s.gain - 1,
+        "goodput_improvement": s.improvement,  # predicted less measured goodput over the throughput
         "predicted": {
             k: pred.get(k) for k in ("output_tokens_per_second", "ttft_seconds_p95", "itl_seconds_p95")
         }

@@ -112,7 +112,9 @@ def exact_fit(
         return None
     k, c = max(got.per_decode_s, 0.0), max(got.per_prefill_s, 0.0)
     a = max(0.0, period - k * decode - c * prefill)
-    return StepTime(a, k, c, "decode" if k > 0 else "none", int(got.steps), None, "exact step records (plugin)")
+    return StepTime(
+        a, k, c, "decode" if k > 0 else "none", int(got.steps), None, "exact step records (plugin)"
+    )
 
 
 def _prefill_bound(s: Sums) -> bool:

@@ -129,6 +129,10 @@ STEPS = {
     "decrease": ("-10%", "-25%", "/2", "/4"),
 }
 FLAT = 0.01  # goodput within 1% of the best counts as the best: the smallest move wins
+# Goodput tells changes apart only where a share of the output meets the targets (now or
+# predicted): below it the prediction rests on the far tail of the latency distributions, which
+# the model does not predict, and a ratio of two near-zero goodputs means nothing.
+MEASURABLE = FLAT
 
 
 @dataclass(frozen=True)
