@@ -125,7 +125,10 @@ def compose(
     with (the caller disposes of it). Raises :class:`YamlError`."""
     if len(text) > MAX_BYTES * 4:
         raise YamlError(f"larger than {MAX_BYTES // 1024} KiB: not a YAML settings file")
-    loader = loader_cls(text)
+    try:
+        loader = loader_cls(text)  # the reader refuses control characters here
+    except yaml.YAMLError as e:
+        raise _problem(e) from None
     try:
         node = loader.get_single_node()
         if node is not None and expanded_size(node, max_nodes, max_depth) > max_nodes:

@@ -364,8 +364,10 @@ class Daemon:
         try:
             for line in follower.lines():
                 self.log_source_up = True
-                with self._lock:
-                    self.advisor.on_log_line(line)
+                events = self.advisor.parse_log_line(line)  # outside the lock: parsing may take long
+                if events:
+                    with self._lock:
+                        self.advisor.apply_log_events(events)
         except follow.LogSourceError as e:
             return str(e)
         except Exception as e:

@@ -134,15 +134,23 @@ class Advisor:
         self.window.add_outage(Outage(t, kind, str(err)))
 
     def on_log_line(self, line: str) -> None:
-        for joined in self.joiner.feed(line):
-            self._on_joined(joined)
+        self.apply_log_events(self.parse_log_line(line))
+
+    def parse_log_line(self, line: str) -> list[LogEvent]:
+        """The events of one raw log line (hard-wrapped lines joined first). It touches no state
+        but the line joiner, which only the one log reader feeds: the daemon calls it outside
+        its lock, so a line that takes long to parse never holds up a scrape cycle."""
+        return [logs.parse_line(joined, near=self.log_near) for joined in self.joiner.feed(line)]
 
     def flush_logs(self) -> None:
-        for joined in self.joiner.flush():
-            self._on_joined(joined)
+        self.apply_log_events([logs.parse_line(j, near=self.log_near) for j in self.joiner.flush()])
 
-    def _on_joined(self, line: str) -> None:
-        ev = logs.parse_line(line, near=self.log_near)
+    def apply_log_events(self, events: Iterable[LogEvent]) -> None:
+        """Parsed log events into the window and the engine's facts (under the daemon's lock)."""
+        for ev in events:
+            self._on_event(ev)
+
+    def _on_event(self, ev: LogEvent) -> None:
         self.stats.log_lines[ev.kind] = self.stats.log_lines.get(ev.kind, 0) + 1
         if ev.kind == "unknown":
             return
