@@ -9,7 +9,6 @@ SIGTERM shut everything down cleanly. ``observe`` watches a URL for ``explain --
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import signal
 import sys
@@ -25,6 +24,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from advisor.core import jsonout
 from advisor.core.config import Config, parse_listen
 from advisor.core.log import configure_logging
 from advisor.derive import identity
@@ -316,7 +316,7 @@ class Daemon:
             path = Path(self.cfg.state_dir)
             path.mkdir(parents=True, exist_ok=True)
             tmp = path / "diagnosis.json.tmp"
-            tmp.write_text(json.dumps(d.to_json(), default=str))
+            tmp.write_text(jsonout.dumps(d.to_json(), default=str))
             os.replace(tmp, path / "diagnosis.json")
         except OSError as e:
             log.warning("cannot write state", error=str(e), state_dir=self.cfg.state_dir)

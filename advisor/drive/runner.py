@@ -55,6 +55,8 @@ class Stats:
     last_scrape_duration_s: float | None = None
     last_error: str | None = None
     page_warnings: int = 0  # parts of pages skipped as unreadable (model.ParseWarning), all pages
+    bad_samples: dict[str, int] = field(default_factory=dict)  # ParseWarning.kind -> count, all pages
+    page_skipped: dict[str, int] = field(default_factory=dict)  # the last page: samples not kept, by why
 
 
 class Advisor:
@@ -107,15 +109,21 @@ class Advisor:
     def on_snapshot(self, snap: Snapshot, duration_s: float | None = None) -> bool:
         """A page already parsed (or rebuilt from a Prometheus's samples), taken at ``snap.t``."""
         t = snap.t
-        # a page read with parts skipped (a bad sample, a broken line) is a "bad_sample" scrape
-        self._count_scrape("bad_sample" if snap.warnings else "success")
-        self.last_page_warnings = snap.warnings
-        self.stats.page_warnings += len(snap.warnings)
+        # what the page showed that was not read (a broken line, NaN, a duplicate series), and
+        # what only the pages before it show (a counter that went down without a restart)
+        bad = (*snap.warnings, *self.window.add_snapshot(snap))
+        # a page read with parts skipped is a "bad_sample" scrape
+        self._count_scrape("bad_sample" if bad else "success")
+        self.last_page_warnings = bad
+        self.stats.page_warnings += len(bad)
+        for w in bad:
+            self.stats.bad_samples[w.kind] = self.stats.bad_samples.get(w.kind, 0) + 1
+        for k, n in snap.skipped.items():
+            self.stats.page_skipped[k] = n  # the last page's
         self.up = True
         self.stats.last_scrape_t = t
         self.stats.last_scrape_duration_s = duration_s
         self.stats.last_error = None
-        self.window.add_snapshot(snap)
         first = self._latest_good is None
         self._latest_good = snap
         restarts = [r for r in self.window.restart_times() if r not in self._seen_restarts]
@@ -359,5 +367,7 @@ def export_state(
         last_scrape_duration_s=adv.stats.last_scrape_duration_s,
         knob_changes=len(adv.changes),
         experiment=diagnosis.experiment if diagnosis is not None else None,
+        bad_samples=dict(adv.stats.bad_samples),
+        page_skipped=dict(adv.stats.page_skipped),
         **extra,
     )

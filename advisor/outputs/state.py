@@ -32,6 +32,8 @@ class ExportState:
     log_source_up: bool | None = None  # None: no log source configured
     log_source_restarts: int = 0
     several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
+    bad_samples: dict[str, int] = field(default_factory=dict)  # readings not read, by kind (all pages)
+    page_skipped: dict[str, int] = field(default_factory=dict)  # the last page's samples not kept, by why
 
 
 @dataclass(frozen=True)

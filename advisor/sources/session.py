@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from advisor import __version__
-from advisor.core import engine_json
+from advisor.core import engine_json, jsonout
 from advisor.core.redact import redact_obj, redact_text, redact_url
 from advisor.sources import engine, logs
 from advisor.sources import host as host_src
@@ -62,7 +62,7 @@ class SessionError(ValueError):
 
 def _dump_json(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.write_text(jsonout.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(path)
 
 
