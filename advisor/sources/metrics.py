@@ -109,8 +109,24 @@ def parse_page(
     skipped: dict[str, int] = {}
     read = _read_names(read, keep)
     raws = promtext.tokenize(text, keep, warnings, drop_unterminated=strict, read=read, skipped=skipped)
-    families = promtext.assemble(raws, warnings, skipped)
+    families = _only_read(promtext.assemble(raws, warnings, skipped), read, skipped)
     return _snapshot(t, families, warnings, keep, skipped)
+
+
+def _only_read(
+    families: dict[str, Family], read: frozenset[str] | None, skipped: dict[str, int]
+) -> dict[str, Family]:
+    """With ``read``, what is left of another family (a `_bucket` series that is no histogram)
+    is dropped too: the snapshot holds the families the advisor reads, nothing else."""
+    if read is None:
+        return families
+    out = {}
+    for name, fam in families.items():
+        if name in names.READ_FAMILIES:
+            out[name] = fam
+        else:
+            skipped["not_read"] = skipped.get("not_read", 0) + len(fam.series)
+    return out
 
 
 def parse_page_reference(
@@ -127,10 +143,11 @@ def parse_page_reference(
     warnings: list[ParseWarning] = []
     skipped: dict[str, int] = {}
     try:
-        raws = promtext.tokenize_reference(text, keep, _read_names(read, keep))
+        read = _read_names(read, keep)
+        raws = promtext.tokenize_reference(text, keep, read)
     except Exception as e:  # the parser raises ValueError and friends on bad lines
         raise MetricsError("not_prometheus", f"cannot parse as Prometheus text: {e}") from e
-    families = promtext.assemble(raws, warnings, skipped)
+    families = _only_read(promtext.assemble(raws, warnings, skipped), read, skipped)
     return _snapshot(t, families, warnings, keep, skipped)
 
 
