@@ -26,7 +26,7 @@ from advisor.predict import scoring
 from advisor.sources import engine, logs, logwrap
 from advisor.sources import engine_config as engine_config_src
 from advisor.sources import logfacts as logfacts_src
-from advisor.sources.metrics import MetricsError, parse_page
+from advisor.sources.metrics import MetricsError, checked, parse_page
 from advisor.verify import live_experiment as lx
 
 # Knobs whose change is an experiment (the engine restarted with a different value).
@@ -108,6 +108,7 @@ class Advisor:
 
     def on_snapshot(self, snap: Snapshot, duration_s: float | None = None) -> bool:
         """A page already parsed (or rebuilt from a Prometheus's samples), taken at ``snap.t``."""
+        snap = checked(snap)  # what a parsed page's readings pass, a rebuilt one's must too
         t = snap.t
         # what the page showed that was not read (a broken line, NaN, a duplicate series), and
         # what only the pages before it show (a counter that went down without a restart)

@@ -171,6 +171,18 @@ def _snapshot(
     return Snapshot(t=t, families=families, warnings=tuple(warnings), skipped=dict(skipped or {}))
 
 
+def checked(snapshot: Snapshot) -> Snapshot:
+    """A snapshot not parsed here (rebuilt from Prometheus's samples) with its values checked as a
+    parsed page's are (``promtext.check_families``); a parsed page comes back unchanged."""
+    warnings: list[ParseWarning] = []
+    families = promtext.check_families(snapshot.families, warnings)
+    if not warnings:
+        return snapshot
+    return Snapshot(
+        t=snapshot.t, families=families, warnings=(*snapshot.warnings, *warnings), skipped=snapshot.skipped
+    )
+
+
 def describe_warning(w: ParseWarning, where: str = "") -> str:
     """One line for a skipped part of a page: ``FILE:LINE: family: why``."""
     loc = (

@@ -24,8 +24,8 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
@@ -550,6 +550,39 @@ def assemble(
         name: Family(name=name, type=typ, help=doc, series=series, source_name=src)
         for name, (typ, doc, src, series, _) in acc.items()
     }
+
+
+def check_families(families: Mapping[str, Family], warnings: list[ParseWarning]) -> dict[str, Family]:
+    """The values of the read families of a snapshot built elsewhere (from Prometheus's samples)
+    checked as a parsed page's are: a series whose value is not a reading is left out and named."""
+    out: dict[str, Family] = {}
+    for name, fam in families.items():
+        if name not in names.READ_FAMILIES:
+            out[name] = fam
+            continue
+        counter = fam.type == "counter" or name in names.COUNTERS
+        series: dict[LabelKey, Any] = {}
+        for key, v in fam.series.items():
+            bad: tuple[str, str] | None
+            if isinstance(v, Histogram):
+                values = [c for _, c in v.buckets] + [v.count, v.sum]
+                bad = next(
+                    (b for b in (_bad_reading(x, counter=True) for x in values) if b is not None), None
+                )
+                if bad is None and any(b[1] < a[1] for a, b in pairwise(v.buckets)):
+                    bad = ("bad_bucket", "bucket counts go down with the bound")
+            elif isinstance(v, int | float) and not isinstance(v, bool):
+                bad = _bad_reading(float(v), counter)
+            else:
+                bad = ("unreadable", f"not a number ({type(v).__name__})")
+            if bad is not None:
+                warnings.append(
+                    ParseWarning(fam.source_name or name, None, f"{bad[1]}: the series is left out", bad[0])
+                )
+                continue
+            series[key] = v
+        out[name] = fam if len(series) == len(fam.series) else replace(fam, series=series)
+    return out
 
 
 def _spelling(name: str) -> str:

@@ -22,12 +22,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.exposition import generate_latest
 
 from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
-from advisor.drive.runner import Advisor, ReplayClock
+from advisor.drive.runner import Advisor, ReplayClock, export_state
+from advisor.outputs.exporter import make_registry
 from advisor.sources.session import Session
 
 RULES = load_rules()
@@ -81,6 +83,18 @@ def valid_json(d: Diagnosis) -> dict[str, Any]:
     return out
 
 
+def exported(adv: Advisor, d: Diagnosis) -> str:
+    """The daemon's /metrics page for this state."""
+    return generate_latest(make_registry(lambda: export_state(adv, tuple(RULES), d))).decode()
+
+
+def _value(page: str, series: str) -> float | None:
+    for line in page.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
 def numbers(obj: Any) -> Iterator[float]:
     if isinstance(obj, float):
         yield obj
@@ -116,6 +130,12 @@ def test_nan_counters_are_never_healthy() -> None:
     assert adv.stats.scrapes.get("bad_sample", 0) == len(ds)
     assert adv.stats.bad_samples.get("non_finite", 0) > 0
     valid_json(last)
+    page = exported(adv, last)
+    assert (
+        _value(page, 'vllm_advisor_bad_samples_total{reason="non_finite"}')
+        == adv.stats.bad_samples["non_finite"]
+    )
+    assert _value(page, 'vllm_advisor_status{status="inconclusive"}') == 1.0
 
 
 def frozen(i: int, text: str, _first: dict[str, str] = {}) -> str:  # noqa: B006 - the page frozen at
@@ -138,8 +158,10 @@ def test_a_stalled_engine_is_a_finding_never_healthy_never_advice() -> None:
     last = ds[-1]
     assert last.reason.startswith("engine stalled: ") and " waiting" in last.reason
     assert last.signals["engine_stalled_seconds"] is not None and last.signals["engine_stalled_seconds"] >= 30
-    # the stall ends: tokens are counted again and the stall is over
-    assert adv.window.latest is not None
+    stalled_for = _value(
+        exported(adv, last), 'vllm_advisor_engine_stalled_seconds{model_name="/models/llama-8b-shaped"}'
+    )
+    assert stalled_for == last.signals["engine_stalled_seconds"]
 
 
 def nan_gauges(i: int, text: str) -> str:
@@ -181,3 +203,28 @@ def test_infinite_histogram_counts_are_bad_samples_and_every_prediction_is_a_num
         if d.recommendation is not None and d.recommendation.predicted is not None:
             assert all(math.isfinite(x) for x in numbers(d.recommendation.predicted))
     assert "healthy" not in {d.status for d in ds[AFTER:]}
+
+
+def test_a_page_rebuilt_from_prometheus_is_checked_as_a_parsed_one() -> None:
+    """Fleet mode and `explain --prometheus` build snapshots from Prometheus's samples, not from
+    a page: their readings pass the same checks (a NaN Prometheus stored is a bad sample, never a
+    number in the window)."""
+    from dataclasses import replace
+
+    from advisor.core import names
+    from advisor.core.model import Family
+    from advisor.sources.metrics import parse_page
+
+    clock = ReplayClock()
+    adv = Advisor(Config(), RULES, clock=clock)
+    for i, (t, text) in enumerate(PAGES[:20]):
+        clock.t = t
+        snap = parse_page(text, t)
+        if i >= 10:
+            fam = snap.families[names.GENERATION_TOKENS]
+            bad = Family(fam.name, fam.type, fam.help, dict.fromkeys(fam.series, math.nan), fam.source_name)
+            snap = replace(snap, families={**snap.families, names.GENERATION_TOKENS: bad})
+        assert adv.on_snapshot(snap)
+    assert adv.stats.bad_samples.get("non_finite") == 10 and adv.stats.scrapes["bad_sample"] == 10
+    for _, v in adv.window.totals(names.GENERATION_TOKENS):
+        assert v is None or math.isfinite(v)
