@@ -35,7 +35,7 @@ from advisor.sources.session import Session
 RULES = load_rules()
 PAGES = list(Session.load(DEMO_SESSION).iter_scrapes())
 LOADED = range(16, 30)  # pages with the queue full (217 waiting, KV ~97%)
-COUNTER_RE = re.compile(r"^(vllm:\w+_total(?:\{[^}\n]*\})?) (\S+)$", re.M)
+COUNTER_RE = re.compile(r"^((?:vllm:\w+|process_cpu_seconds)_total(?:\{[^}\n]*\})?) (\S+)$", re.M)
 HIST_RE = re.compile(r"^(vllm:\w+_(?:bucket|count|sum)(?:\{[^}\n]*\})?) (\S+)$", re.M)
 
 
@@ -108,8 +108,9 @@ def numbers(obj: Any) -> Iterator[float]:
 
 def test_the_continued_recording_is_advice_throughout_its_load() -> None:
     """The baseline: unchanged, the run advises (the KV cache is full and vLLM preempts)."""
-    _, ds = run(lambda i, t: t)
+    adv, ds = run(lambda i, t: t)
     assert {d.status for d in ds[-60:]} == {"advice"}
+    assert adv.stats.bad_samples == {} and adv.window.restart_times() == []
 
 
 AFTER = LOADED.stop + 5  # pages changed from here on
