@@ -148,7 +148,7 @@ json_values = st.recursive(
 def session_edits(draw: Any) -> dict[str, Any]:
     meta = dict(META)
     for key in draw(
-        st.lists(st.sampled_from(sorted(meta) + ["log_marks", "started_at", "interval_s"]), max_size=4)
+        st.lists(st.sampled_from([*sorted(meta), "log_marks", "started_at", "interval_s"]), max_size=4)
     ):
         if draw(st.booleans()):
             meta.pop(key, None)
