@@ -19,17 +19,21 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from prometheus_client.exposition import generate_latest
 
 from advisor.cli.common import DEMO_SESSION
+from advisor.core import names
 from advisor.core.config import Config
+from advisor.core.model import Family
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.runner import Advisor, ReplayClock, export_state
 from advisor.outputs.exporter import make_registry
+from advisor.sources.metrics import parse_page
 from advisor.sources.session import Session
 
 RULES = load_rules()
@@ -210,12 +214,6 @@ def test_a_page_rebuilt_from_prometheus_is_checked_as_a_parsed_one() -> None:
     """Fleet mode and `explain --prometheus` build snapshots from Prometheus's samples, not from
     a page: their readings pass the same checks (a NaN Prometheus stored is a bad sample, never a
     number in the window)."""
-    from dataclasses import replace
-
-    from advisor.core import names
-    from advisor.core.model import Family
-    from advisor.sources.metrics import parse_page
-
     clock = ReplayClock()
     adv = Advisor(Config(), RULES, clock=clock)
     for i, (t, text) in enumerate(PAGES[:20]):

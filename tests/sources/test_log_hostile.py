@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.runner import MAX_KEPT_LINE_CHARS, Advisor
 from advisor.sources import follow, logs
+from tests.daemon_helpers import Clock, make
+from tests.vllm_standin import StandIn, serve, session_pages
 
 
 def test_two_rotations_within_one_poll_lose_no_file(tmp_path: Path) -> None:
@@ -111,10 +114,6 @@ def test_the_daemon_parses_log_lines_outside_the_advisor_lock(
     needs (`up` fell while it parsed). The parse is made to block until released; a cycle run
     meanwhile completes. Uses the vLLM stand-in (tests/vllm_standin.py, recorded pages): a real
     vLLM cannot be made to print a line on cue while a cycle runs."""
-    from advisor.cli.common import DEMO_SESSION
-    from tests.daemon_helpers import Clock, make
-    from tests.vllm_standin import StandIn, serve, session_pages
-
     started, release = threading.Event(), threading.Event()
     real = logs.parse_line
 

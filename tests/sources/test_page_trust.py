@@ -17,10 +17,12 @@ inserted where a server would print it:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from advisor.cli import main
 from advisor.core import names
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
@@ -125,7 +127,7 @@ def _histogram_before_help(text: str, fam: str) -> str:
     return "\n".join(rest[:at] + samples + rest[at:]) + "\n"
 
 
-def test_histogram_samples_before_their_help_line_without_type_are_one_histogram(tmp_path: object) -> None:
+def test_histogram_samples_before_their_help_line_without_type_are_one_histogram(tmp_path: Path) -> None:
     """Issue 23 #2: `explain --metrics-file` ended in `TypeError: float() argument must be ...
     not 'Histogram'` (the empty family of the `# HELP` line replaced the histogram's type)."""
     text = _histogram_before_help(BASE, names.E2E)
@@ -135,11 +137,7 @@ def test_histogram_samples_before_their_help_line_without_type_are_one_histogram
     adv = Advisor(Config(), load_rules(), clock=ReplayClock(10.0))
     assert adv.on_page(text, 5.0) and adv.on_page(text.replace("vllm:e2e", "vllm:e2e"), 10.0)
     adv.diagnose(10.0)
-    from pathlib import Path
-
-    from advisor.cli import main
-
-    p = Path(str(tmp_path)) / "page.prom"
+    p = tmp_path / "page.prom"
     p.write_text(text)
     res = CliRunner().invoke(main, ["explain", "--metrics-file", str(p)])
     assert "TypeError" not in res.output and res.exit_code in (0, 4), res.output
