@@ -19,6 +19,7 @@ from advisor.core import steps as knob_steps
 from advisor.core.config import Config
 from advisor.core.engine_json import to_json
 from advisor.core.model import EngineInfo, Provenanced
+from advisor.derive import trust
 from advisor.derive.signals import CATALOG, Context, Values
 from advisor.derive.window import Window
 from advisor.diagnose.evaluate import DEFAULT_TARGETS, Evaluator, Finding, check
@@ -436,6 +437,13 @@ def diagnose(
             now,
             values,
         )
+    # issue 23: an engine that stopped counting tokens while requests wait is stalled, a finding
+    # of its own that no knob answers (derive/trust.py); never advice, never healthy
+    stall = trust.stalled(window, cfg.window_s)
+    if stall is not None:
+        evaluator.reset()
+        fj = tuple(_finding_json(f) for f in findings)
+        return Diagnosis("inconclusive", stall.describe(), None, fj, eng, ctx, now, values)
     status, reason, best, fjson = arbitrate(findings, values, engine, cfg)
 
     def without_advice(status: str, reason: str) -> Diagnosis:
@@ -454,6 +462,11 @@ def diagnose(
         # is unknown (a recording without the device's memory, say), might fire: not healthy,
         # say what is missing. A rule whose symptom itself is unknown (a multimodal rule on a
         # text-only server, the API server's CPU where vLLM stopped exporting it) shows nothing.
+        # issue 23: readings of the window that could not be trusted (NaN, a duplicate series, a
+        # counter that went down without a restart) are not read as calm
+        untrusted = trust.unreadable(window, cfg.window_s)
+        if untrusted is not None:
+            return without_advice("inconclusive", NOT_ALL_CHECKED + untrusted)
         blocked = [f for f in findings if f.state == "unknown" and f.checks and f.checks[0].ok]
         if blocked:
             return without_advice(
