@@ -10,14 +10,13 @@ bundled rules) and mutated; the examples are derandomized so CI sees the same on
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from advisor.core import config
@@ -25,6 +24,7 @@ from advisor.diagnose.ruleset import RuleError, default_rules_dir, load_rules
 from advisor.sources import logs, logwrap
 from advisor.verify.bench import load_bench
 from advisor.verify.samples import ExperimentError
+from tests.fuzzing import fuzz, mutated
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOG_LINES = [
@@ -34,45 +34,14 @@ LOG_LINES = [
 ][:400]
 RULE_TEXTS = [p.read_text() for p in sorted(default_rules_dir().glob("*.yaml"))]
 BENCH = json.loads((FIXTURES / "sessions" / "cpu-healthy" / "bench.json").read_text())
-# FUZZ_EXAMPLES=5000 FUZZ_RANDOM=1 for a deeper local run
-FUZZ = settings(
-    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
-    deadline=None,
-    derandomize=not os.environ.get("FUZZ_RANDOM"),
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-
-# ------------------------------------------------------------------ mutation helpers
+# FUZZ_EXAMPLES=5000 FUZZ_RANDOM=1 for a deeper local run (tests/fuzzing.py)
+FUZZ = fuzz(150)
 
 yaml_values = st.recursive(
     st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=8,
 )
-
-
-@st.composite
-def mutated(draw: Any, seeds: list[str]) -> str:
-    """A seed text with a few random cuts, insertions, duplications and character swaps."""
-    text = draw(st.sampled_from(seeds))
-    for _ in range(draw(st.integers(0, 4))):
-        if not text:
-            text = draw(st.text(max_size=20))
-            continue
-        i = draw(st.integers(0, len(text)))
-        j = draw(st.integers(i, min(len(text), i + 40)))
-        op = draw(st.sampled_from(["cut", "insert", "dup", "swap", "spaces"]))
-        if op == "cut":
-            text = text[:i] + text[j:]
-        elif op == "insert":
-            text = text[:i] + draw(st.text(max_size=30)) + text[i:]
-        elif op == "dup":
-            text = text[:j] + text[i:j] * draw(st.integers(1, 50)) + text[j:]
-        elif op == "swap":
-            text = text[:i] + draw(st.sampled_from(list(":{}[],=&*!|>-'\"\n\t #%0.9eE"))) + text[i + 1 :]
-        else:
-            text = text[:i] + " " * draw(st.integers(1, 5000)) + text[i:]
-    return text
 
 
 # ------------------------------------------------------------------ the log line parser

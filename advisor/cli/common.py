@@ -17,7 +17,7 @@ from advisor.core.redact import redact_text
 from advisor.diagnose.ruleset import RuleError, load_rules
 from advisor.drive.daemon import DaemonError
 from advisor.sources.cmdline import CommandError, read_command_file
-from advisor.sources.engine_config import EngineSourceError
+from advisor.sources.engine_config import EngineSourceError, from_config_file
 from advisor.sources.metrics import MetricsError
 
 FORMATS = click.Choice(["text", "json", "markdown"])
@@ -89,11 +89,19 @@ def _summary(cmd: click.Command) -> str:
 
 
 def load_config(config_file: str | None, **flags: Any) -> config_mod.Config:
+    """The advisor's settings; an ``--engine-config`` given is read once here, so that a bad
+    one is a usage error (exit 2) and not silently left out of every later resolution."""
     try:
-        return config_mod.load(config_file, **flags)
+        cfg = config_mod.load(config_file, **flags)
     except config_mod.ConfigError as e:
         fail(f"config: {e}", EXIT_USAGE)
         raise  # unreachable
+    if cfg.engine_config:
+        try:
+            from_config_file(cfg.engine_config)
+        except EngineSourceError as e:
+            fail(str(e), EXIT_USAGE)
+    return cfg
 
 
 def checked_rules(rules_dir: str | None) -> list[Any]:

@@ -4,7 +4,6 @@ what the sources learned.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -24,6 +23,7 @@ from advisor.cli.common import (
     use_color,
 )
 from advisor.core import config as config_mod
+from advisor.core import jsonout
 from advisor.drive import daemon, inputs, inspection
 from advisor.drive import predict as predict_cmd
 from advisor.outputs import explain as out
@@ -99,7 +99,7 @@ def explain(
             fail(f"no rule {rule_id!r}; see `vllm-advisor rules list`", EXIT_USAGE)
         r = match[0]
         if fmt == "json":
-            click.echo(json.dumps(out.rule_json(r), indent=2))
+            click.echo(jsonout.dumps(out.rule_json(r), indent=2))
         elif fmt == "markdown":
             click.echo(out.rule_markdown(r, "#"))
         else:
@@ -146,7 +146,7 @@ def explain(
     if isinstance(diagnosis, dict):  # from a daemon: already JSON
         status = diagnosis.get("status")
         if fmt == "json":
-            click.echo(json.dumps(diagnosis, indent=2))
+            click.echo(jsonout.dumps(diagnosis, indent=2))
         else:
             click.echo(out.render(diagnosis_from_json(diagnosis), fmt, use_color()))
     else:
@@ -295,7 +295,7 @@ def predict(
         doc = p.to_json()
         if exact:
             doc["measured_exact"] = {"source": "stat-logger plugin", **exact}
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(jsonout.dumps(doc, indent=2))
     else:
         click.echo(prediction_out.render_text(p, model, exact))
 
@@ -341,6 +341,6 @@ def inspect(
         fail(str(e))
         return
     if fmt == "json":
-        click.echo(json.dumps(report, indent=2, default=str))
+        click.echo(jsonout.dumps(report, indent=2, default=str))
     else:
         click.echo(inspection.render_text(report))

@@ -5,7 +5,6 @@ experiments the daemon judged, and a baseline kept before a change.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import sys
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import click
 
 from advisor.cli.common import EXIT_USAGE, TEXT_OR_JSON, Group, fail, load_config
 from advisor.core import config as config_mod
+from advisor.core import jsonout
 from advisor.core.knobs import KNOBS, knob_for_flag
 from advisor.drive import baseline as bl_cmd
 from advisor.outputs import comparison as comparison_out
@@ -110,7 +110,7 @@ def compare(
     except (samples.ExperimentError, ValueError) as e:
         fail(str(e))
         return
-    click.echo(json.dumps(c.to_json(), indent=2) if fmt == "json" else comparison_out.render_text(c))
+    click.echo(jsonout.dumps(c.to_json(), indent=2) if fmt == "json" else comparison_out.render_text(c))
     if ledger_path:
         try:
             Ledger(ledger_path).add(record_from_comparison(c, time.time()))
@@ -152,7 +152,7 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
             fail(str(e))
             return
     if fmt == "json":
-        click.echo(json.dumps(rows, indent=2, default=str))
+        click.echo(jsonout.dumps(rows, indent=2, default=str))
         return
     if not rows:
         click.echo(f"no experiments recorded in {path}")

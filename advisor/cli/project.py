@@ -4,7 +4,6 @@ the advisor's own settings.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import click
 from advisor.cli.common import EXIT_USAGE, TEXT_JSON_OR_MARKDOWN, TEXT_OR_JSON, Group, checked_rules, fail
 from advisor.cli.diagnosis import explain
 from advisor.core import config as config_mod
+from advisor.core import jsonout
 from advisor.diagnose.ruleset import RuleError, load_rules
 from advisor.drive import generate as gen
 from advisor.outputs import explain as out
@@ -33,7 +33,7 @@ def rules_list(rules_dir: str | None, fmt: str) -> None:
 
     rs = checked_rules(rules_dir)
     if fmt == "json":
-        click.echo(json.dumps([out.rule_json(r) for r in rs], indent=2))
+        click.echo(jsonout.dumps([out.rule_json(r) for r in rs], indent=2))
     else:
         click.echo(out.rules_table(rs))
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from advisor.core import yamlsafe
 from advisor.core.names import SEVERITIES
 from advisor.core.units import parse_duration
 
@@ -301,61 +302,47 @@ def _coerce(
 
 
 def _read_yaml(path: str) -> tuple[dict[Any, Any], dict[Any, int]]:
-    """The file's mapping and the line of each top-level key."""
+    """The file's mapping and the line of each top-level key (core/yamlsafe.py: bounded in
+    size, nesting, aliases and numbers)."""
     p = Path(path)
     try:
         with p.open("rb") as fh:
             data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // 1024} KiB: not a config file")
-    if b"\x00" in data:
-        raise ConfigError(f"{path}: a binary file, not YAML")
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): not a YAML config") from None
+        text = yamlsafe.decode(data, MAX_CONFIG_BYTES)
+    except yamlsafe.YamlError as e:
+        raise ConfigError(f"{path}: {e.problem}") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
-    if node is None:
-        return {}, {}
-    if not isinstance(node, yaml.MappingNode):
-        got = "a list" if isinstance(node, yaml.SequenceNode) else "a single value"
-        raise ConfigError(f"{path}: must be a mapping of settings (setting: value), not {got}")
-    lines: dict[Any, int] = {}
-    raw: dict[Any, Any] = {}
-    loader = yaml.SafeLoader("")
+        node, loader = yamlsafe.compose(text)
+    except yamlsafe.YamlError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
     try:
+        if node is None:
+            return {}, {}
+        if not isinstance(node, yaml.MappingNode):
+            got = "a list" if isinstance(node, yaml.SequenceNode) else "a single value"
+            raise ConfigError(f"{path}: must be a mapping of settings (setting: value), not {got}")
+        lines: dict[Any, int] = {}
+        raw: dict[Any, Any] = {}
         for knode, vnode in node.value:
-            k = loader.construct_object(knode, deep=True)
-            v = loader.construct_object(vnode, deep=True)
+            line = knode.start_mark.line + 1
             try:
-                lines[k] = knode.start_mark.line + 1
+                k = yamlsafe.construct(loader, knode)
+                v = yamlsafe.construct(loader, vnode)
+            except yamlsafe.YamlError as e:
+                raise ConfigError(f"{path}:{e.line or line}: {e.problem}") from None
+            try:
+                lines[k] = line
             except TypeError:  # an unhashable key
-                raise ConfigError(
-                    f"{path}:{knode.start_mark.line + 1}: a setting name must be text"
-                ) from None
+                raise ConfigError(f"{path}:{line}: a setting name must be text") from None
             if k in raw:
                 raise ConfigError(f"{path}:{lines[k]}: {k}: given twice")
             raw[k] = v
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {_yaml_error(e)}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from None
     finally:
         loader.dispose()
     return raw, lines
-
-
-def _yaml_error(e: yaml.YAMLError) -> str:
-    mark = getattr(e, "problem_mark", None)
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
 
 
 def load(path: str | None = None, env: dict[str, str] | None = None, **flags: Any) -> Config:

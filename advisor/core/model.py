@@ -113,6 +113,23 @@ class Family:
     source_name: str = ""  # the name as the page spelled it
 
 
+# Why a sample was not read (ParseWarning.kind; vllm_advisor_bad_samples_total{reason}).
+BAD_SAMPLE_KINDS = {
+    "unreadable": "a line neither parser can read (a broken line, an invalid name or type)",
+    "non_finite": "NaN or an infinity where a number is read",
+    "out_of_range": "a number too large to be a reading (a 400-digit literal, beyond 1e18)",
+    "negative": "a counter or a histogram's count below zero",
+    "duplicate": "one series twice on a page",
+    "bad_bucket": "a bucket bound that is not a number, or counts that go down with the bound",
+    "cut_off": "a page or histogram cut off (no final newline, no +Inf bucket)",
+    "type_conflict": "one family declared twice with different types",
+    "too_many_series": "more series than the advisor keeps (per family or per page)",
+    "went_down": "a counter that went down while the engine did not restart",
+    "spike": "a counter that jumped for one page and came back",
+    "label_churn": "a family whose series are new on every page (labels that change)",
+}
+
+
 @dataclass(frozen=True)
 class ParseWarning:
     """Something on a page that was skipped (a broken line, a bad sample, a cut-off histogram)."""
@@ -120,6 +137,7 @@ class ParseWarning:
     family: str | None  # the family it belongs to, as the page spells it, when known
     line: int | None  # 1-based line number in the page, when known
     reason: str
+    kind: str = "unreadable"  # one of BAD_SAMPLE_KINDS
 
     def __str__(self) -> str:
         where = f"line {self.line}: " if self.line is not None else ""
@@ -130,11 +148,14 @@ class ParseWarning:
 @dataclass(frozen=True)
 class Snapshot:
     """One parsed ``/metrics`` page at time ``t`` (unix seconds). ``warnings``: what the
-    parser skipped on that page (empty for a clean page)."""
+    parser skipped on that page as unreadable (empty for a clean page)."""
 
     t: float
     families: Mapping[str, Family]
     warnings: tuple[ParseWarning, ...] = ()
+    # samples not kept, by why: "not_read" (a family the advisor never reads, dropped before its
+    # labels were parsed), "over_limit" (past a cap on series; also a warning)
+    skipped: Mapping[str, int] = field(default_factory=dict)
 
     def has(self, name: str) -> bool:
         return name in self.families

@@ -82,6 +82,75 @@ V0_ONLY_FAMILIES = frozenset(
     }
 )
 
+# Every family the advisor reads (canonical names). Nothing else on a page is parsed beyond
+# its name: an unknown family (a LoRA info gauge whose labels change with the load, another
+# exporter's series under `vllm:`) is dropped before its labels are read, and counted.
+READ_FAMILIES = frozenset(
+    {
+        KV_CACHE_USAGE,
+        CPU_KV_CACHE_USAGE,
+        NUM_RUNNING,
+        NUM_WAITING,
+        NUM_WAITING_BY_REASON,
+        NUM_SWAPPED,
+        NUM_PREEMPTIONS,
+        PROMPT_TOKENS,
+        GENERATION_TOKENS,
+        REQUEST_SUCCESS,
+        PREFIX_CACHE_QUERIES,
+        PREFIX_CACHE_HITS,
+        MM_CACHE_QUERIES,
+        MM_CACHE_HITS,
+        CACHE_CONFIG_INFO,
+        TTFT,
+        ITL,
+        TPOT,
+        E2E,
+        QUEUE_TIME,
+        PREFILL_TIME,
+        DECODE_TIME,
+        INFERENCE_TIME,
+        REQUEST_PROMPT_TOKENS,
+        REQUEST_GENERATION_TOKENS,
+        REQUEST_NUM_PREEMPTIONS,
+        ITERATION_TOKENS,
+        AVG_PROMPT_THROUGHPUT,
+        AVG_GENERATION_THROUGHPUT,
+        *METRIC_ALIASES.values(),
+        *KEEP_EXTRA,
+    }
+)
+# Read families that are counters (never go down without a restart), whatever the page's TYPE
+# lines say (Ray's exporter has none).
+COUNTERS = frozenset(
+    {
+        NUM_PREEMPTIONS,
+        PROMPT_TOKENS,
+        GENERATION_TOKENS,
+        REQUEST_SUCCESS,
+        PREFIX_CACHE_QUERIES,
+        PREFIX_CACHE_HITS,
+        MM_CACHE_QUERIES,
+        MM_CACHE_HITS,
+        "process_cpu_seconds",
+    }
+)
+
+
+def _read_spellings() -> frozenset[str]:
+    """Every sample or family name, as a page may spell it, of a family the advisor reads."""
+    canon = set(READ_FAMILIES)
+    bases = canon | {old for old, new in METRIC_ALIASES.items() if new in canon}
+    out: set[str] = set()
+    for base in bases:
+        for b in (base, RAY_PREFIX + base[len(VLLM_PREFIX) :]) if base.startswith(VLLM_PREFIX) else (base,):
+            out.update(b + sfx for sfx in ("", "_total", "_bucket", "_count", "_sum"))
+    return frozenset(out)
+
+
+READ_SPELLINGS = _read_spellings()
+
+
 # Families whose samples are ratios / levels: aggregated across engines by mean.
 MEAN_AGGREGATED = frozenset({KV_CACHE_USAGE, CPU_KV_CACHE_USAGE, "vllm:prefix_cache_hit_rate"})
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from advisor.core import names as n
 from advisor.core.model import EngineInfo
-from advisor.derive import sketches
+from advisor.derive import sketches, trust
 from advisor.derive.window import Window
 
 Value = float | None
@@ -196,6 +196,11 @@ def _knob(name: str) -> Callable[[Context, Values], Value]:
             return None
 
     return fn
+
+
+def _stalled_seconds(c: Context, v: Values) -> Value:
+    s = trust.stall(c.window, c.seconds)
+    return s.seconds if s is not None else None
 
 
 def _engines(c: Context, v: Values) -> Value:
@@ -831,6 +836,14 @@ def _build() -> Iterator[Signal]:
         "seconds",
         "Time covered by the snapshots in the evaluation window.",
         lambda c, v: c.window.duration(c.seconds) or None,
+        None,
+    )
+    yield S(
+        "engine_stalled_seconds",
+        "seconds",
+        "How long no prompt or generation token has been counted while requests wait or run "
+        "(0: tokens are counted or nothing is asked); from 30 s on the engine is stalled.",
+        _stalled_seconds,
         None,
     )
     for knob, help_ in [

@@ -33,55 +33,51 @@ from itertools import islice, pairwise
 from typing import Any
 
 from advisor.core import names
-from advisor.core.model import Family, Histogram, LabelKey, LogEvent, Snapshot, Summary, labels_match
+from advisor.core.model import (
+    Family,
+    Histogram,
+    LabelKey,
+    LogEvent,
+    ParseWarning,
+    Snapshot,
+    Summary,
+    labels_match,
+)
 from advisor.plugin import names as pn
 
 Clock = Callable[[], float]
 
-# Counters whose going down means the server restarted.
+# Counters whose going down (all of them) means the server restarted.
 RESTART_COUNTERS = ("vllm:request_success", "vllm:generation_tokens", "vllm:prompt_tokens")
 START_TIME = "process_start_time_seconds"
+# What the frames may hold in all: scalar series values (and, for a frame whose series differ
+# from the one before, as much again for their labels) plus histogram numbers. A 16-engine page
+# costs ~1,500 a frame (1.5 M for 1,000 frames); labels that change on every page (a new series
+# per page) would otherwise grow the window to frames x series: past this, the oldest go.
+MAX_CELLS = 4_000_000
+BAD_SAMPLES_KEPT = 5_000  # bad samples remembered (their time and what was wrong)
+KEY_COST = 12  # a series' labels cost about this many cells in a frame whose series are new
+MAX_REMEMBERED = 8_192  # last readings remembered per family of series no longer on the page
 
 
 # The stat-logger plugin's families the window keeps (advisor/plugin, docs/plugin.md): the
 # request summaries (not the step-duration one: the fit sums carry the steps), every counter,
 # and the identity gauges. Their ``engine`` label is merged away (counters summed, quantiles
 # the highest engine's): a frame holds as many plugin numbers for 16 engines as for one.
-PLUGIN_SUMMARIES = (
-    pn.REQUEST_TTFT,
-    pn.REQUEST_TPOT,
-    pn.REQUEST_QUEUE,
-    pn.REQUEST_PREFILL,
-    pn.REQUEST_E2E,
-    pn.ITL,
-)
-PLUGIN_COUNTERS = (
-    pn.REQUEST_PROMPT_TOKENS,
-    pn.REQUEST_GENERATION_TOKENS,
-    pn.REQUEST_CACHED_TOKENS,
-    pn.REQUEST_PREEMPTIONS,
-    pn.REQUEST_TTFT_ESTIMATED,
-    pn.STEPS,
-    pn.STEP_PREEMPTIONS,
-    pn.STEP_RUNNING_REQUESTS,
-    pn.STEP_WAITING_REQUESTS,
-    *pn.FIT_NAMES,
-)
-PLUGIN_GAUGES = (pn.PLUGIN_INFO, pn.WINDOW_SECONDS)
-_PLUGIN_KEEP = frozenset((*PLUGIN_SUMMARIES, *PLUGIN_COUNTERS, *PLUGIN_GAUGES))
+PLUGIN_SUMMARIES = tuple(n for n in pn.SUMMARY_NAMES if n != pn.STEP_DURATION)
+PLUGIN_GAUGES = pn.GAUGE_NAMES
+_PLUGIN_KEEP = frozenset((*PLUGIN_SUMMARIES, *pn.COUNTER_NAMES, *PLUGIN_GAUGES))
 COUNT_SUFFIX, SUM_SUFFIX = "_count", "_sum"
 """A plugin summary ``X`` is kept as the counters ``X_count`` and ``X_sum`` (running sums like
 every counter) and ``X`` itself: its quantile samples, one series per (labels, ``quantile``)."""
 
 
 def slim(snapshot: Snapshot) -> Snapshot:
-    """Drop families the advisor never reads (HTTP and GC series of the API server)."""
-    fams = {
-        n: f
-        for n, f in snapshot.families.items()
-        if n.startswith("vllm:") or n in names.KEEP_EXTRA or n in _PLUGIN_KEEP
-    }
-    return Snapshot(t=snapshot.t, families=fams, warnings=snapshot.warnings)
+    """Drop families the advisor never reads (``names.READ_FAMILIES`` and the plugin's
+    ``pn.READ_FAMILIES``: a page parsed by sources/metrics.py has none left; one rebuilt from
+    Prometheus may)."""
+    fams = {n: f for n, f in snapshot.families.items() if n in names.READ_FAMILIES or n in _PLUGIN_KEEP}
+    return Snapshot(t=snapshot.t, families=fams, warnings=snapshot.warnings, skipped=snapshot.skipped)
 
 
 def _without_engine(key: LabelKey) -> LabelKey:
@@ -133,7 +129,7 @@ class _HLayout:
 
 
 class _Frame:
-    __slots__ = ("adj", "hist", "hlayout", "layout", "raw", "seq", "t")
+    __slots__ = ("adj", "cost", "hist", "hlayout", "layout", "raw", "seq", "t")
 
     def __init__(
         self,
@@ -152,6 +148,7 @@ class _Frame:
         self.adj = adj
         self.hlayout = hlayout
         self.hist = hist
+        self.cost = len(raw) + len(hist)  # MAX_CELLS (+ the labels of a new layout: _frame)
 
 
 class _Series:
@@ -186,8 +183,15 @@ class Window:
         self._seq = 0
         self._restarts: deque[float] = deque()
         # running state of the histograms: last raw series per family, merged running sums
-        self._hlast: dict[str, dict[LabelKey, tuple[tuple[float, ...], list[float]]]] = {}
+        # per series: bounds, counts (+ count, sum), the reading before, the increase it added
+        self._hlast: dict[str, dict[LabelKey, _HSeries]] = {}
         self._hacc: dict[str, tuple[tuple[float, ...], list[float]]] = {}
+        # the last reading of each scalar series when the series last changed (see _adj_slow)
+        self._last: dict[str, dict[LabelKey, tuple[int, float, float]]] = {}
+        self._family_seq: dict[str, int] = {}  # the last frame holding each scalar family
+        self._held: dict[tuple[str, LabelKey], int] = {}  # series whose reading was held (went_down)
+        self._cells = 0
+        self._bad: deque[tuple[float, ParseWarning]] = deque(maxlen=BAD_SAMPLES_KEPT)
         self._aggs: dict[tuple[object, ...], _Series] = {}
         # quantile series of the plugin's summaries seen so far, per family, in a fixed order:
         # a page whose window lacks some of them gets NaN there, so the layout does not churn
@@ -197,18 +201,26 @@ class Window:
         self._memo_at: tuple[float, float] | None = None
 
     # ---------------------------------------------------------------- input
-    def add_snapshot(self, snapshot: Snapshot) -> None:
+    def add_snapshot(self, snapshot: Snapshot) -> list[ParseWarning]:
+        """Add a page. Returns the bad samples only a sequence of pages shows (a counter that went
+        down although the engine did not restart, a one-page spike, labels that change on every
+        page); they and the page's own warnings are remembered (:meth:`bad_samples`)."""
         if self._frames and snapshot.t < self._frames[-1].t:
-            return  # out of order: ignore rather than corrupt deltas
+            return []  # out of order: ignore rather than corrupt deltas
         snap = self._plugin(slim(snapshot))
         prev = self._frames[-1] if self._frames else None
-        frame = self._frame(snap, prev)
-        if prev is not None and _restarted(prev, frame):
+        found: list[ParseWarning] = []
+        frame, restarted = self._frame(snap, prev, found)
+        if restarted:
             self._restarts.append(frame.t)
         self._frames.append(frame)
+        self._cells += frame.cost
         self._latest = snap
         self._memo.clear()
+        for w in (*snapshot.warnings, *found):
+            self._bad.append((snap.t, w))
         self._expire()
+        return found
 
     def _plugin(self, snap: Snapshot) -> Snapshot:
         """The plugin's families made compact: engines merged, each summary split into its
@@ -248,56 +260,180 @@ class Window:
                         k = _without_engine(key)
                         merged[k] = merged.get(k, 0.0) + v
                 fams[name] = Family(name, fam.type, "", merged)
-        return Snapshot(t=snap.t, families=fams, warnings=snap.warnings)
+        return Snapshot(t=snap.t, families=fams, warnings=snap.warnings, skipped=snap.skipped)
 
-    def _frame(self, snap: Snapshot, prev: _Frame | None) -> _Frame:
-        scal = [(n, f) for n, f in snap.families.items() if f.type not in ("histogram", "gaugehistogram")]
-        sig = tuple((n, f.type, tuple(f.series)) for n, f in scal)
+    def bad_samples(self, seconds: float | None = None) -> list[ParseWarning]:
+        """What was not read (model.BAD_SAMPLE_KINDS) on the pages of the last ``seconds``."""
+        horizon = -math.inf if seconds is None else self.now() - seconds
+        first = self._frames[0].t if self._frames else math.inf
+        return [w for t, w in self._bad if t >= horizon and t >= first]
+
+    def _frame(self, snap: Snapshot, prev: _Frame | None, found: list[ParseWarning]) -> tuple[_Frame, bool]:
+        scal = [  # a family with no series read (all of them bad samples) is not on the page
+            (n, f)
+            for n, f in snap.families.items()
+            if f.type not in ("histogram", "gaugehistogram")
+            and f.series
+            and not any(isinstance(v, Histogram) for v in f.series.values())
+        ]
+        sig = tuple((n, f.type, tuple(k for k, v in f.series.items() if _number(v))) for n, f in scal)
         layout = prev.layout if prev is not None and prev.layout.sig == sig else _Layout(sig)
-        raw = array(
-            "d", [v if isinstance(v, float) else float(v) for _, f in scal for v in f.series.values()]
-        )
+        raw = array("d", [float(v) for _, f in scal for v in f.series.values() if _number(v)])
+        restarted = prev is not None and _restarted(prev, layout, raw)
+        # a counter that goes down is a restart only where nothing says the engine kept running
+        continuity = prev is not None and not restarted and _continued(prev, layout, raw)
         if prev is not None and prev.layout is layout:
             adj = array(
                 "d", [a + (c - p if c >= p else c) for a, c, p in zip(prev.adj, raw, prev.raw, strict=True)]
             )
         else:
-            adj = self._adj_slow(layout, raw)
-        hlayout, hist = self._histograms(snap, prev)
+            adj = self._adj_slow(layout, raw, prev)
+            if prev is not None and not restarted:
+                self._churn(prev.layout, layout, found)
+        if continuity and prev is not None:
+            self._repair(prev, layout, raw, adj, found)
+        hlayout, hist = self._histograms(snap, prev, continuity, found)
         self._seq += 1
-        return _Frame(self._seq, snap.t, layout, raw, adj, hlayout, hist)
+        frame = _Frame(self._seq, snap.t, layout, raw, adj, hlayout, hist)
+        if prev is None or prev.layout is not layout:
+            frame.cost += KEY_COST * layout.size
+        return frame, restarted
 
-    def _adj_slow(self, layout: _Layout, raw: array[float]) -> array[float]:
+    def _adj_slow(self, layout: _Layout, raw: array[float], prev: _Frame | None) -> array[float]:
         """Running sums when the series changed: per family, against the last frame holding it;
-        a series new since then starts from its last known running sum (or its value)."""
+        a series not in that frame but seen earlier in the window starts from its last running
+        sum (the increase while it was away is not counted), a new one from its value. The last
+        reading of every series is folded in here (``_last``), so each is found in O(1) whatever
+        the labels did (a family whose labels change on every page cost a scan of every frame
+        per new series)."""
+        if prev is not None:
+            self._fold(prev)
+        first_seq = self._frames[0].seq if self._frames else self._seq + 1
         adj = array("d", raw)
         for name, (_typ, start, keys, _index) in layout.fams.items():
-            last = next((f for f in reversed(self._frames) if name in f.layout.fams), None)
+            known = self._last.get(name, {})
+            fam_seq = self._family_seq.get(name)
             for i, key in enumerate(keys):
+                got = known.get(key)
+                if got is None or got[0] < first_seq:
+                    continue  # new (or last seen before the window): from its value
+                seq, p, a = got
                 cur = raw[start + i]
-                if last is not None:
-                    _t, s0, _k, index = last.layout.fams[name]
-                    j = index.get(key)
-                    if j is not None:
-                        p = last.raw[s0 + j]
-                        adj[start + i] = last.adj[s0 + j] + (cur - p if cur >= p else cur)
-                        continue
-                base = self._last_adj(name, key)
-                adj[start + i] = cur if base is None else base
+                adj[start + i] = a + (cur - p if cur >= p else cur) if seq == fam_seq else a
         return adj
 
-    def _last_adj(self, name: str, key: LabelKey) -> float | None:
-        for f in reversed(self._frames):
-            fam = f.layout.fams.get(name)
-            if fam is not None and key in fam[3]:
-                return f.adj[fam[1] + fam[3][key]]
-        return None
+    def _fold(self, f: _Frame) -> None:
+        """Remember the last reading of every scalar series of frame ``f`` (before a change)."""
+        first_seq = self._frames[0].seq if self._frames else f.seq
+        for name, (_typ, start, keys, _index) in f.layout.fams.items():
+            known = self._last.setdefault(name, {})
+            for i, key in enumerate(keys):
+                known[key] = (f.seq, f.raw[start + i], f.adj[start + i])
+            self._family_seq[name] = f.seq
+            if len(known) > 2 * len(keys) + 1024:  # series gone from the window: forgotten
+                kept = {k: v for k, v in known.items() if v[0] >= first_seq}
+                if len(kept) > MAX_REMEMBERED:  # labels that change: the most recent only
+                    recent = sorted(kept.items(), key=lambda kv: kv[1][0])[-MAX_REMEMBERED:]
+                    kept = dict(recent)
+                self._last[name] = kept
 
-    def _histograms(self, snap: Snapshot, prev: _Frame | None) -> tuple[_HLayout, array[float]]:
-        """Merge each histogram family's reset-aware bucket increases into its running sum."""
+    def _churn(self, before: _Layout, after: _Layout, found: list[ParseWarning]) -> None:
+        """Labels that change: most of a family's series new on this page, many of them."""
+        for name, (_typ, _start, keys, _index) in after.fams.items():
+            old = before.fams.get(name)
+            if old is None or len(keys) < 16:
+                continue
+            new = sum(1 for k in keys if k not in old[3])
+            if new >= 16 and new * 2 >= len(keys):
+                found.append(
+                    ParseWarning(
+                        name,
+                        None,
+                        f"{new} of its {len(keys)} series are new on this page (labels that change "
+                        "on every page): rates of them are unknown",
+                        "label_churn",
+                    )
+                )
+
+    def _repair(
+        self, prev: _Frame, layout: _Layout, raw: array[float], adj: array[float], found: list[ParseWarning]
+    ) -> None:
+        """Counters that went down while the engine kept running (``_continued``): not a restart.
+
+        A reading between two lower ones was a spike: the earlier page's reading is taken back
+        (as if that page had not shown the series). A reading below the one before is left out
+        and the series held; if the next page is lower still, the series restarted after all
+        (counted from zero, as PromQL does). Each is a bad sample."""
+        before = self._frames[-2] if len(self._frames) >= 2 else None
+        for name, (typ, start, keys, _index) in layout.fams.items():
+            if typ != "counter" and name not in names.COUNTERS:
+                continue
+            pf = prev.layout.fams.get(name)
+            if pf is None:
+                continue
+            p_start, p_index = pf[1], pf[3]
+            bf = before.layout.fams.get(name) if before is not None else None
+            touched = False
+            for i, key in enumerate(keys):
+                j = p_index.get(key)
+                if j is None:
+                    continue
+                c, p = raw[start + i], prev.raw[p_start + j]
+                if c >= p:
+                    self._held.pop((name, key), None)
+                    continue
+                touched = True
+                k = bf[3].get(key) if bf is not None else None
+                q = before.raw[bf[1] + k] if before is not None and bf is not None and k is not None else None
+                if q is not None and before is not None and bf is not None and k is not None and q <= c:
+                    qa = before.adj[bf[1] + k]
+                    prev.raw[p_start + j], prev.adj[p_start + j] = q, qa
+                    adj[start + i] = qa + (c - q)
+                    found.append(
+                        ParseWarning(
+                            name,
+                            None,
+                            f"{p:g} on one page between {q:g} and {c:g} (the engine did not restart): "
+                            "that reading left out",
+                            "spike",
+                        )
+                    )
+                    continue
+                if self._held.pop((name, key), 0):
+                    adj[start + i] = prev.adj[p_start + j] + c  # lower again: that series restarted
+                    what = "lower again: read as a reset of that series"
+                else:
+                    self._held[(name, key)] = 1
+                    raw[start + i], adj[start + i] = p, prev.adj[p_start + j]
+                    what = "that reading left out"
+                found.append(
+                    ParseWarning(
+                        name,
+                        None,
+                        f"went down from {p:g} to {c:g} while the engine did not restart: {what}",
+                        "went_down",
+                    )
+                )
+            if touched:
+                for agg_key in [k for k in self._aggs if k[0] == name]:
+                    del self._aggs[agg_key]  # the earlier frame's reading may have changed
+
+    def _histograms(
+        self,
+        snap: Snapshot,
+        prev: _Frame | None,
+        continuity: bool = False,
+        found: list[ParseWarning] | None = None,
+    ) -> tuple[_HLayout, array[float]]:
+        """Merge each histogram family's reset-aware bucket increases into its running sum. With
+        ``continuity`` (the engine did not restart), a series whose counts go down is a bad
+        sample, handled as :meth:`_repair` handles counters (a spike taken back, a lower reading
+        held once)."""
         parts: list[tuple[str, tuple[float, ...], list[float]]] = []
         for name, fam in snap.families.items():
-            if fam.type not in ("histogram", "gaugehistogram"):
+            if fam.type not in ("histogram", "gaugehistogram") and not any(
+                isinstance(v, Histogram) for v in fam.series.values()
+            ):
                 continue
             last = self._hlast.setdefault(name, {})
             entry = self._hacc.get(name)
@@ -310,25 +446,96 @@ class Window:
                 counts.append(h.sum)
                 if entry is None:
                     entry = self._hacc[name] = (bounds, [0.0] * (len(bounds) + 2))
+                acc_bounds, acc = entry
                 p = last.get(key)
-                last[key] = (bounds, counts)
                 if p is None:
+                    last[key] = _HSeries(bounds, counts, None, None, self._seq + 1)
                     continue  # a series' first reading is its baseline
                 inc = counts
-                if bounds == p[0] and h.count >= p[1][-2]:
-                    inc = [c - pc for c, pc in zip(counts, p[1], strict=True)]
-                    if min(inc[:-1]) < 0:
+                if bounds == p.bounds and h.count >= p.counts[-2]:
+                    inc = [c - pc for c, pc in zip(counts, p.counts, strict=True)]
+                    if min(inc[:-1]) >= 0:
+                        p.held = False
+                    else:
                         inc = counts  # a bucket went down: a reset after all
-                acc_bounds, acc = entry
-                if bounds != acc_bounds:  # other bounds than the family's first series: a step function
-                    step = Histogram(tuple(zip(bounds, inc, strict=False)), 0.0, 0.0)
-                    inc = [step.cumulative(b) for b in acc_bounds] + inc[-2:]
-                acc[:] = [a + x for a, x in zip(acc, inc, strict=True)]
+                went_down = inc is counts
+                if went_down and continuity and bounds == p.bounds:
+                    applied = self._histogram_went_down(name, key, p, counts, entry, prev, found)
+                    if applied is not None:
+                        continue
+                applied_inc = _to_acc(bounds, inc, acc_bounds)
+                acc[:] = [a + x for a, x in zip(acc, applied_inc, strict=True)]
+                last[key] = _HSeries(bounds, counts, p.counts, applied_inc, self._seq + 1)
+            if len(last) > 2 * len(fam.series) + 64:  # series gone: forgotten (labels that change)
+                keep = set(fam.series)
+                self._hlast[name] = {k: v for k, v in last.items() if k in keep}
             if entry is not None:
                 parts.append((name, entry[0], entry[1]))
         sig = tuple((n, b) for n, b, _ in parts)
         hlayout = prev.hlayout if prev is not None and prev.hlayout.sig == sig else _HLayout(sig)
         return hlayout, array("d", [x for _, _, acc in parts for x in acc])
+
+    def _histogram_went_down(
+        self,
+        name: str,
+        key: LabelKey,
+        p: _HSeries,
+        counts: list[float],
+        entry: tuple[tuple[float, ...], list[float]],
+        prev: _Frame | None,
+        found: list[ParseWarning] | None,
+    ) -> bool | None:
+        """A histogram series whose counts went down while the engine kept running. Returns
+        True when handled (a spike taken back, or the reading held), None to count it as a
+        reset (lower a second time)."""
+        acc_bounds, acc = entry
+        before = p.before
+        note = found if found is not None else []
+        if (
+            before is not None
+            and p.applied is not None
+            and prev is not None
+            and p.seq == prev.seq  # read by the page just before: its frame holds the increase
+            and len(before) == len(counts)
+            and all(c >= b for c, b in zip(counts[:-1], before[:-1], strict=True))
+        ):
+            # the previous reading was a spike: take its increase back, here and in that frame
+            acc[:] = [a - x for a, x in zip(acc, p.applied, strict=True)]
+            if prev is not None and name in prev.hlayout.fams:
+                hb, off = prev.hlayout.fams[name]
+                if hb == acc_bounds:
+                    for i, x in enumerate(p.applied):
+                        prev.hist[off + i] -= x
+            inc = [c - b for c, b in zip(counts, before, strict=True)]
+            applied = _to_acc(p.bounds, inc, acc_bounds)
+            acc[:] = [a + x for a, x in zip(acc, applied, strict=True)]
+            self._hlast[name][key] = _HSeries(p.bounds, counts, before, applied, self._seq + 1)
+            note.append(
+                ParseWarning(
+                    name,
+                    None,
+                    "counts jumped on one page and came back (the engine did not restart): "
+                    "that reading left out",
+                    "spike",
+                )
+            )
+            self._memo.clear()
+            return True
+        if not p.held:
+            p.held = True  # held: the next reading is compared with the one before this
+            note.append(
+                ParseWarning(
+                    name,
+                    None,
+                    "counts went down while the engine did not restart: that reading left out",
+                    "went_down",
+                )
+            )
+            return True
+        note.append(
+            ParseWarning(name, None, "counts went down again: read as a reset of that series", "went_down")
+        )
+        return None
 
     def memo(self, key: tuple[object, ...], compute: Callable[[], object]) -> object:
         """``compute()``, remembered while no page is added and the clock stands still."""
@@ -351,8 +558,12 @@ class Window:
 
     def _expire(self) -> None:
         horizon = self.now() - self.max_age_s
-        while self._frames and (self._frames[0].t < horizon or len(self._frames) > self.max_snapshots):
-            self._frames.popleft()
+        while self._frames and (
+            self._frames[0].t < horizon
+            or len(self._frames) > self.max_snapshots
+            or (self._cells > MAX_CELLS and len(self._frames) > 2)
+        ):
+            self._cells -= self._frames.popleft().cost
         first = self._frames[0].t if self._frames else math.inf
         while self._restarts and self._restarts[0] <= first:
             self._restarts.popleft()
@@ -718,21 +929,78 @@ class Window:
         return [t for t in self._restarts if t > first]
 
 
+def _number(v: object) -> bool:
+    return isinstance(v, float | int) and not isinstance(v, bool)
+
+
+class _HSeries:
+    """The last reading of one histogram series: its bounds, counts (then count, sum), the
+    reading before it and the increase it added to the family's running sum (in the family's
+    bounds), and whether a lower reading is being held."""
+
+    __slots__ = ("applied", "before", "bounds", "counts", "held", "seq")
+
+    def __init__(
+        self,
+        bounds: tuple[float, ...],
+        counts: list[float],
+        before: list[float] | None,
+        applied: list[float] | None,
+        seq: int,
+    ) -> None:
+        self.bounds = bounds
+        self.counts = counts
+        self.before = before
+        self.applied = applied
+        self.held = False
+        self.seq = seq  # the frame that read it
+
+
+def _to_acc(bounds: tuple[float, ...], inc: list[float], acc_bounds: tuple[float, ...]) -> list[float]:
+    """An increase in a series' bounds -> in the family's (other bounds: a step function)."""
+    if bounds == acc_bounds:
+        return inc
+    step = Histogram(tuple(zip(bounds, inc, strict=False)), 0.0, 0.0)
+    return [step.cumulative(b) for b in acc_bounds] + inc[-2:]
+
+
 def _total(f: _Frame, name: str) -> float | None:
-    fam = f.layout.fams.get(name)
+    return _layout_total(f.layout, f.raw, name)
+
+
+def _layout_total(layout: _Layout, raw: array[float], name: str) -> float | None:
+    fam = layout.fams.get(name)
     if fam is None or not fam[2]:
         return None
     start = fam[1]
-    return sum(f.raw[start : start + len(fam[2])])
+    return sum(raw[start : start + len(fam[2])])
 
 
-def _restarted(prev: _Frame, cur: _Frame) -> bool:
-    a, b = _total(prev, START_TIME), _total(cur, START_TIME)
-    if a is not None and b is not None and abs(a - b) > 1.0:
-        return True
+def _restarted(prev: _Frame, layout: _Layout, raw: array[float]) -> bool:
+    """The engine restarted between ``prev`` and this page: its process start time moved, or
+    (where the page shows none) every request counter went down."""
+    a, b = _total(prev, START_TIME), _layout_total(layout, raw, START_TIME)
+    if a is not None and b is not None:
+        return abs(a - b) > 1.0
+    seen = down = 0
     for name in RESTART_COUNTERS:
-        a, b = _total(prev, name), _total(cur, name)
-        if a is not None and b is not None and b < a:
+        a, b = _total(prev, name), _layout_total(layout, raw, name)
+        if a is not None and b is not None:
+            seen += 1
+            down += b < a
+    return seen > 0 and down == seen
+
+
+def _continued(prev: _Frame, layout: _Layout, raw: array[float]) -> bool:
+    """Something says the engine kept running between ``prev`` and this page: the same process
+    start time, or a request counter that did not go down. Then a counter going down is a bad
+    sample, not a restart; with nothing to say either way, it counts from zero (PromQL)."""
+    a, b = _total(prev, START_TIME), _layout_total(layout, raw, START_TIME)
+    if a is not None and b is not None:
+        return abs(a - b) <= 1.0
+    for name in RESTART_COUNTERS:
+        a, b = _total(prev, name), _layout_total(layout, raw, name)
+        if a is not None and b is not None and b >= a:
             return True
     return False
 

@@ -18,6 +18,7 @@ from advisor.core.config import Config
 from advisor.core.engine_json import to_json
 from advisor.core.model import EngineInfo, Provenanced
 from advisor.core.units import fmt
+from advisor.derive import trust
 from advisor.derive.signals import CATALOG, Context, Values
 from advisor.derive.window import Window
 from advisor.diagnose import arbitration
@@ -260,6 +261,13 @@ def diagnose(
             now,
             values,
         )
+    # issue 23: an engine that stopped counting tokens while requests wait is stalled, a finding
+    # of its own that no knob answers (derive/trust.py); never advice, never healthy
+    stall = trust.stalled(window, cfg.window_s)
+    if stall is not None:
+        evaluator.reset()
+        fj = tuple(arbitration.finding_json(f) for f in findings)
+        return Diagnosis("inconclusive", stall.describe(), None, fj, eng, ctx, now, values)
     cands, stuck, fjson = arbitration.collect(findings, values, engine, cfg)
 
     def without_advice(status: str, reason: str) -> Diagnosis:
@@ -295,8 +303,14 @@ def diagnose(
             return without_advice(
                 "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
             )
+        # issue 23: readings of the window that could not be trusted (NaN, a duplicate series, a
+        # counter that went down without a restart) are not read as calm
+        untrusted = trust.unreadable(window, cfg.window_s)
         if breached:
-            return without_advice("inconclusive", NOT_ALL_CHECKED + _no_help(breached, held, model))
+            no_help = _no_help(breached, held, model) + (f"; {untrusted}" if untrusted else "")
+            return without_advice("inconclusive", NOT_ALL_CHECKED + no_help)
+        if untrusted is not None:
+            return without_advice("inconclusive", NOT_ALL_CHECKED + untrusted)
         # a rule whose symptom holds (its first condition, by the rules' convention: preemptions,
         # a queue, a CPU-bound API server) and no other condition is false, but some other input
         # is unknown (a recording without the device's memory, say), might fire: not healthy,

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from advisor.core import names
+from advisor.core import names, yamlsafe
 from advisor.core.knobs import KNOBS
 from advisor.core.names import SEVERITIES
 from advisor.core.units import parse_duration
@@ -94,8 +94,9 @@ def default_rules_dir() -> Path:
 
 
 # ------------------------------------------------------------------ loading
-class _LineLoader(yaml.SafeLoader):
-    """SafeLoader that remembers the line of every mapping key (``__lines__``)."""
+class _LineLoader(yamlsafe.SafeLoader):
+    """The bounded safe loader (core/yamlsafe.py) that remembers the line of every mapping
+    key (``__lines__``)."""
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
@@ -111,50 +112,14 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str,
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-MAX_RULE_NODES = 20_000  # a rule file is a few hundred nodes; aliases must not multiply them
-MAX_RULE_BYTES = 1024 * 1024
-
-
-def _expanded_nodes(node: yaml.Node, limit: int) -> int:
-    """How many nodes ``node`` stands for once its aliases are expanded (counting stops past
-    ``limit``): a "billion laughs" tree of aliases is a few lines and billions of nodes."""
-    memo: dict[int, int] = {}
-
-    def size(n: yaml.Node, depth: int) -> int:
-        if depth > 100:
-            raise yaml.YAMLError("nested more than 100 levels deep")
-        got = memo.get(id(n))
-        if got is not None:
-            return got
-        total = 1
-        if isinstance(n, yaml.SequenceNode):
-            children: list[yaml.Node] = list(n.value)
-        elif isinstance(n, yaml.MappingNode):
-            children = [c for pair in n.value for c in pair]
-        else:
-            children = []
-        for c in children:
-            total += size(c, depth + 1)
-            if total > limit:
-                break
-        memo[id(n)] = total
-        return total
-
-    return size(node, 0)
+MAX_RULE_NODES = yamlsafe.MAX_NODES  # a rule file is a few hundred nodes; aliases must not multiply them
+MAX_RULE_BYTES = yamlsafe.MAX_BYTES
 
 
 def _load_yaml(text: str) -> Any:
-    """The document with line numbers (_LineLoader), refusing alias bombs and deep nesting."""
-    loader = _LineLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_nodes(node, MAX_RULE_NODES) > MAX_RULE_NODES:
-            raise yaml.YAMLError(f"more than {MAX_RULE_NODES} values once aliases are expanded")
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
+    """The document with line numbers (_LineLoader), refusing alias bombs, deep nesting and
+    numbers beyond 64 bits (core/yamlsafe.py)."""
+    return yamlsafe.loads(text, _LineLoader, max_nodes=MAX_RULE_NODES)
 
 
 def _known(value: Any, names: Iterable[str]) -> bool:
@@ -210,21 +175,14 @@ def load_rules(
 def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) -> Rule | None:
     start = len(errors)
     try:
-        data = p.read_bytes()
-        if len(data) > MAX_RULE_BYTES:
-            errors.append(f"{p}:1: larger than {MAX_RULE_BYTES // 1024} KiB: not a rule file")
-            return None
-        raw = _load_yaml(data.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        errors.append(f"{p}:1: not UTF-8 text (byte {e.start})")
-        return None
-    except RecursionError:
-        errors.append(f"{p}:1: invalid YAML: nested too deeply")
-        return None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        errors.append(f"{p}:{line}: invalid YAML: {getattr(e, 'problem', None) or e}")
+        raw = yamlsafe.load_file(p, _LineLoader, MAX_RULE_BYTES, max_nodes=MAX_RULE_NODES)
+    except yamlsafe.YamlError as e:
+        what = (
+            e.problem
+            if e.problem.startswith(("not UTF-8", "larger than", "a binary"))
+            else f"invalid YAML: {e.problem}"
+        )
+        errors.append(f"{p}:{e.line or 1}: {what}")
         return None
     except OSError as e:
         errors.append(f"{p}:1: cannot read: {e}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from advisor.core import jsonout
 from advisor.core.config import Config
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
@@ -39,4 +40,4 @@ def capture(
         raise BaselineError(str(e)) from None
     if d is None:
         raise BaselineError("no /metrics page could be read")
-    return from_diagnosis(json.loads(json.dumps(d.to_json(), default=str)), source)
+    return from_diagnosis(json.loads(jsonout.dumps(d.to_json(), default=str)), source)

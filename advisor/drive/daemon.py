@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import json
 import os
 import signal
 import sys
@@ -27,6 +26,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from advisor.core import jsonout
 from advisor.core.config import Config, parse_listen
 from advisor.core.log import configure_logging
 from advisor.derive import identity
@@ -432,7 +432,7 @@ class Daemon:
             path = Path(self.cfg.state_dir)
             path.mkdir(parents=True, exist_ok=True)
             tmp = path / "diagnosis.json.tmp"
-            tmp.write_text(json.dumps(d.to_json(), default=str))
+            tmp.write_text(jsonout.dumps(d.to_json(), default=str))
             os.replace(tmp, path / "diagnosis.json")
         except OSError as e:
             if self.state_ok is not False:
@@ -486,8 +486,10 @@ class Daemon:
         try:
             for line in follower.lines():
                 self.log_source_up = True
-                with self._lock:
-                    self.advisor.on_log_line(line)
+                events = self.advisor.parse_log_line(line)  # outside the lock: parsing may take long
+                if events:
+                    with self._lock:
+                        self.advisor.apply_log_events(events)
         except follow.LogSourceError as e:
             return str(e)
         except Exception as e:

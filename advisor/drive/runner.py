@@ -29,7 +29,7 @@ from advisor.predict.intake import Intake
 from advisor.sources import engine, logs, logwrap
 from advisor.sources import engine_config as engine_config_src
 from advisor.sources import logfacts as logfacts_src
-from advisor.sources.metrics import MetricsError, parse_page
+from advisor.sources.metrics import MetricsError, checked, parse_page
 from advisor.verify import live_experiment as lx
 
 # Knobs whose change is an experiment (the engine restarted with a different value).
@@ -58,6 +58,8 @@ class Stats:
     last_scrape_duration_s: float | None = None
     last_error: str | None = None
     page_warnings: int = 0  # parts of pages skipped as unreadable (model.ParseWarning), all pages
+    bad_samples: dict[str, int] = field(default_factory=dict)  # ParseWarning.kind -> count, all pages
+    page_skipped: dict[str, int] = field(default_factory=dict)  # the last page: samples not kept, by why
 
 
 class Advisor:
@@ -110,19 +112,26 @@ class Advisor:
 
     def on_snapshot(self, snap: Snapshot, duration_s: float | None = None) -> bool:
         """A page already parsed (or rebuilt from a Prometheus's samples), taken at ``snap.t``."""
+        snap = checked(snap)  # what a parsed page's readings pass, a rebuilt one's must too
         t = snap.t
-        # a page read with parts skipped (a bad sample, a broken line) is a "bad_sample" scrape
-        self._count_scrape("bad_sample" if snap.warnings else "success")
-        self.last_page_warnings = snap.warnings
-        self.stats.page_warnings += len(snap.warnings)
+        # what the page showed that was not read (a broken line, NaN, a duplicate series), and
+        # what only the pages before it show (a counter that went down without a restart)
+        bad = (*snap.warnings, *self.window.add_snapshot(snap))
+        self.intake.add(snap)
+        if self.window.oldest_t is not None:
+            self.intake.expire_before(self.window.oldest_t)
+        # a page read with parts skipped is a "bad_sample" scrape
+        self._count_scrape("bad_sample" if bad else "success")
+        self.last_page_warnings = bad
+        self.stats.page_warnings += len(bad)
+        for w in bad:
+            self.stats.bad_samples[w.kind] = self.stats.bad_samples.get(w.kind, 0) + 1
+        for k, n in snap.skipped.items():
+            self.stats.page_skipped[k] = n  # the last page's
         self.up = True
         self.stats.last_scrape_t = t
         self.stats.last_scrape_duration_s = duration_s
         self.stats.last_error = None
-        self.window.add_snapshot(snap)
-        self.intake.add(snap)
-        if self.window.oldest_t is not None:
-            self.intake.expire_before(self.window.oldest_t)
         first = self._latest_good is None
         self._latest_good = snap
         restarts = [r for r in self.window.restart_times() if r not in self._seen_restarts]
@@ -141,15 +150,23 @@ class Advisor:
         self.window.add_outage(Outage(t, kind, str(err)))
 
     def on_log_line(self, line: str) -> None:
-        for joined in self.joiner.feed(line):
-            self._on_joined(joined)
+        self.apply_log_events(self.parse_log_line(line))
+
+    def parse_log_line(self, line: str) -> list[LogEvent]:
+        """The events of one raw log line (hard-wrapped lines joined first). It touches no state
+        but the line joiner, which only the one log reader feeds: the daemon calls it outside
+        its lock, so a line that takes long to parse never holds up a scrape cycle."""
+        return [logs.parse_line(joined, near=self.log_near) for joined in self.joiner.feed(line)]
 
     def flush_logs(self) -> None:
-        for joined in self.joiner.flush():
-            self._on_joined(joined)
+        self.apply_log_events([logs.parse_line(j, near=self.log_near) for j in self.joiner.flush()])
 
-    def _on_joined(self, line: str) -> None:
-        ev = logs.parse_line(line, near=self.log_near)
+    def apply_log_events(self, events: Iterable[LogEvent]) -> None:
+        """Parsed log events into the window and the engine's facts (under the daemon's lock)."""
+        for ev in events:
+            self._on_event(ev)
+
+    def _on_event(self, ev: LogEvent) -> None:
         self.stats.log_lines[ev.kind] = self.stats.log_lines.get(ev.kind, 0) + 1
         if ev.kind == "unknown":
             return
@@ -380,5 +397,7 @@ def export_state(
         last_scrape_duration_s=adv.stats.last_scrape_duration_s,
         knob_changes=len(adv.changes),
         experiment=diagnosis.experiment if diagnosis is not None else None,
+        bad_samples=dict(adv.stats.bad_samples),
+        page_skipped=dict(adv.stats.page_skipped),
         **extra,
     )

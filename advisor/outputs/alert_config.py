@@ -9,9 +9,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import yaml
-
-from advisor.core import names, selectors
+from advisor.core import names, selectors, yamlsafe
 
 # ---------------------------------------------------------------- conventions (one place)
 # Placeholders on purpose: `generate --config FILE` (or --runbook-base/--dashboard-base) sets yours.
@@ -90,14 +88,12 @@ def load_alert_config(path: str | None = None, **flags: Any) -> AlertConfig:
     values: dict[str, Any] = {}
     if path:
         try:
-            with open(path, encoding="utf-8") as fh:
-                raw = yaml.safe_load(fh)
+            raw = yamlsafe.load_file(path)
         except OSError as e:
             raise AlertConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else path
-            raise AlertConfigError(f"{where}: not YAML: {getattr(e, 'problem', e)}") from None
+        except yamlsafe.YamlError as e:
+            where = f"{path}:{e.line}" if e.line is not None else path
+            raise AlertConfigError(f"{where}: not YAML: {e.problem}") from None
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):

@@ -7,7 +7,6 @@ One structure in, three renderings out; nothing here decides anything. The same
 from __future__ import annotations
 
 import io
-import json
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from advisor.core import knobs
+from advisor.core import jsonout, knobs
 from advisor.core.units import fmt
 from advisor.derive.signals import CATALOG, help_for
 from advisor.diagnose.advise import Diagnosis, Evidence, Recommendation
@@ -291,7 +290,7 @@ def _findings(con: Console, d: Diagnosis) -> None:
 
 # ------------------------------------------------------------------ JSON
 def render_json(d: Diagnosis) -> str:
-    return json.dumps(d.to_json(), indent=2, sort_keys=False, default=str)
+    return jsonout.dumps(d.to_json(), indent=2, sort_keys=False, default=str)
 
 
 # ------------------------------------------------------------------ markdown

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import html
-import json
 import math
 import socket
 import sys
@@ -24,7 +23,7 @@ from prometheus_client import CollectorRegistry, PlatformCollector, ProcessColle
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from advisor.core import names
+from advisor.core import jsonout, names
 from advisor.derive.signals import CATALOG
 from advisor.diagnose.advise import STATUSES
 from advisor.outputs.explain import fmt_value
@@ -129,6 +128,25 @@ class AdvisorCollector(Collector):
         for result in sorted({"success", *st.scrapes}):
             c.add_metric([result], st.scrapes.get(result, 0))
         yield c
+        c = CounterMetricFamily(
+            p + "bad_samples",
+            "Readings of vLLM's pages not read, by reason: non_finite (NaN, an infinity), negative, "
+            "duplicate (a series twice), went_down or spike (a counter that went down or jumped while the "
+            "engine did not restart), label_churn, unreadable, cut_off, ... (docs/reliability.md).",
+            labels=["reason"],
+        )
+        for reason in sorted({"non_finite", "duplicate", "went_down", *st.bad_samples}):
+            c.add_metric([reason], st.bad_samples.get(reason, 0))
+        yield c
+        g = GaugeMetricFamily(
+            p + "page_samples_skipped",
+            "Samples of the last page not kept: not_read (families the advisor never reads, dropped "
+            "before their labels are parsed), over_limit (past the caps on series).",
+            labels=["reason"],
+        )
+        for reason in ("not_read", "over_limit"):
+            g.add_metric([reason], st.page_skipped.get(reason, 0))
+        yield g
         c = CounterMetricFamily(p + "log_lines", "vLLM log lines read, by kind of event.", labels=["kind"])
         for kind in sorted({"engine_stats", "startup", "error", "unknown", *st.log_lines}):
             c.add_metric([kind], st.log_lines.get(kind, 0))
@@ -421,7 +439,7 @@ def make_handler(
                             "recommendation": None,
                         }
                     )
-                    self._send(200, json.dumps(body, default=str).encode(), "application/json")
+                    self._send(200, jsonout.dumps(body, default=str).encode(), "application/json")
                 elif path == "/api/v1/replicas":
                     r = state().replicas
                     self._json(200, {"replicas": r.to_json() if r is not None else None})
@@ -441,7 +459,7 @@ def make_handler(
                         body["ledger_error"] = st.ledger_error
                     if st.state_write_ok is not None:
                         body["state_ok"] = st.state_write_ok
-                    self._send(200, json.dumps(body).encode(), "application/json")
+                    self._send(200, jsonout.dumps(body).encode(), "application/json")
                 elif path in ("/", "/index.html"):
                     self._send(200, landing_page(state()).encode(), "text/html; charset=utf-8")
                 else:
@@ -539,7 +557,7 @@ class QuietHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _json(self, code: int, body: Any) -> None:
-        self._send(code, json.dumps(body, default=str).encode(), "application/json")
+        self._send(code, jsonout.dumps(body, default=str).encode(), "application/json")
 
     def do_HEAD(self) -> None:
         self.do_GET()

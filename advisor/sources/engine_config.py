@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from advisor.core import knobs
+from advisor.core import knobs, yamlsafe
 from advisor.core.model import Provenanced
 from advisor.core.redact import REDACTED, redact_obj
 
@@ -72,14 +69,13 @@ FACT_ALIASES = {
 
 
 def read_yaml_mapping(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The engine config's mapping, read by the one bounded YAML reader (core/yamlsafe.py)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = yamlsafe.load_file(path)
     except OSError as e:
         raise EngineSourceError(f"cannot read engine config {path}: {e.strerror or e}") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise EngineSourceError(f"engine config {path} is not valid YAML: {e}") from e
+    except yamlsafe.YamlError as e:
+        raise EngineSourceError(f"engine config {path} is not valid YAML: {e}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -13,21 +13,32 @@ from typing import Any
 # --------------------------------------------------------------------------- scanners
 
 
+def _scanner(sep: str) -> re.Pattern[str]:
+    """The characters :func:`_scan` looks at: quotes, backslash, brackets and ``sep``."""
+    return re.compile("[" + re.escape("\\'\"()[]{}" + sep) + "]")
+
+
+_SCAN_RE = {sep: _scanner(sep) for sep in (",", ":", "")}
+
+
 def _scan(text: str, sep: str | None = None) -> tuple[list[int], int, str]:
     """Walk ``text`` quote- and bracket-aware: the positions of ``sep`` outside quotes and
-    ()[]{} nesting, the bracket depth at the end, and the quote still open at the end."""
+    ()[]{} nesting, the bracket depth at the end, and the quote still open at the end. Only
+    the characters that matter are visited (a regular expression skips the rest)."""
     cuts: list[int] = []
     depth = 0
     quote = ""
-    i = 0
-    n = len(text)
-    while i < n:
+    skip_to = -1
+    pattern = _SCAN_RE.get(sep or "") or _scanner(sep or "")
+    for m in pattern.finditer(text):
+        i = m.start()
+        if i < skip_to:
+            continue  # the character after a backslash inside quotes
         c = text[i]
         if quote:
             if c == "\\":
-                i += 2
-                continue
-            if c == quote:
+                skip_to = i + 2
+            elif c == quote:
                 quote = ""
         elif c in "'\"":
             quote = c
@@ -37,7 +48,6 @@ def _scan(text: str, sep: str | None = None) -> tuple[list[int], int, str]:
             depth = max(0, depth - 1)
         elif c == sep and depth == 0:
             cuts.append(i)
-        i += 1
     return cuts, depth, quote
 
 
@@ -61,12 +71,19 @@ def _literal(text: str) -> tuple[bool, Any]:
         return False, None
 
 
-def lenient_dict(text: str) -> tuple[dict[str, Any], list[str]]:
+# vLLM's start-up dicts nest 3 levels (compilation_config's pass_config); deeper nesting is
+# not read pair by pair. Each level reads its own text once more, so the whole line costs at
+# most this many passes: linear in its length (a 23 KB line of 2,000 levels took 5.5 s).
+MAX_DICT_DEPTH = 8
+
+
+def lenient_dict(text: str, _depth: int = 0) -> tuple[dict[str, Any], list[str]]:
     """Parse a Python dict repr, keeping every ``key: value`` pair that parses.
 
     Values that ``ast.literal_eval`` rejects (``<CompilationMode.NONE: 0>``, objects) are
     left out and their keys returned in the second list; nested dicts are parsed the same
-    way. A dict cut short (truncated line) keeps the complete pairs."""
+    way, to ``MAX_DICT_DEPTH`` levels (a dict nested deeper is left out and named). A dict
+    cut short (truncated line) keeps the complete pairs."""
     text = text.strip()
     ok, val = _literal(text)
     if ok and isinstance(val, dict):
@@ -91,8 +108,8 @@ def lenient_dict(text: str) -> tuple[dict[str, Any], list[str]]:
         ok, v = _literal(raw)
         if ok:
             out[key] = v
-        elif raw.startswith("{"):
-            sub, sub_unparsed = lenient_dict(raw)
+        elif raw.startswith("{") and _depth < MAX_DICT_DEPTH:
+            sub, sub_unparsed = lenient_dict(raw, _depth + 1)
             out[key] = sub
             unparsed.extend(f"{key}.{s}" for s in sub_unparsed)
         else:

@@ -26,6 +26,12 @@ DEFAULT_TIMEOUT_S = 5.0
 # stat-logger plugin's series (advisor/plugin, docs/plugin.md) are read when present.
 KEEP_PREFIXES = (names.VLLM_PREFIX, names.RAY_PREFIX, "process_", plugin_names.PREFIX)
 MAX_PAGE_BYTES = http.MAX_BYTES
+# The families read (canonical names) and every spelling of their samples: vLLM's
+# (``names.READ_FAMILIES``) and the plugin's.
+READ_FAMILIES = names.READ_FAMILIES | plugin_names.FAMILIES
+READ_SPELLINGS = names.READ_SPELLINGS | frozenset(
+    f + sfx for f in plugin_names.FAMILIES for sfx in ("", "_total", "_count", "_sum")
+)
 
 
 class MetricsError(http.SourceError):
@@ -73,8 +79,23 @@ def _refuse_non_text(text: str) -> None:
         raise MetricsError("not_prometheus", "not Prometheus text (looks like HTML/XML/JSON)")
 
 
+# the default of ``read``: the families the advisor reads, unless every family is asked for
+READ_DEFAULT: frozenset[str] = frozenset({"(default)"})
+
+
+def _read_names(read: frozenset[str] | None, keep: tuple[str, ...] | None) -> frozenset[str] | None:
+    if read is READ_DEFAULT:
+        return READ_SPELLINGS if keep is not None else None
+    return read
+
+
 def parse_page(
-    text: str, t: float, *, strict: bool = True, keep: tuple[str, ...] | None = KEEP_PREFIXES
+    text: str,
+    t: float,
+    *,
+    strict: bool = True,
+    keep: tuple[str, ...] | None = KEEP_PREFIXES,
+    read: frozenset[str] | None = READ_DEFAULT,
 ) -> Snapshot:
     """Parse Prometheus text into a :class:`Snapshot` with canonical family names (the fast
     path, :mod:`advisor.sources.promtext`).
@@ -84,41 +105,95 @@ def parse_page(
     counter), a histogram cut off before its ``+Inf`` bucket. Only what is not Prometheus
     text at all raises :class:`MetricsError`. ``strict`` (default): a last line without its
     newline may be cut mid-value and is skipped (with a warning); otherwise it is read.
-    ``keep``: name prefixes of the families to read (None: all).
+    ``keep``: name prefixes of the families to read (None: all). ``read``: the names of the
+    families kept (default: those the advisor reads, ``READ_SPELLINGS``, unless ``keep``
+    is None; None: every family): the others are dropped before their labels are parsed and
+    counted in ``Snapshot.skipped``. The values of the families the advisor reads are checked:
+    NaN, infinities, negative counters, duplicate series and more series than
+    ``promtext.MAX_SERIES_PER_FAMILY`` are bad samples (``ParseWarning.kind``).
     """
     _refuse_non_text(text)
     warnings: list[ParseWarning] = []
-    raws = promtext.tokenize(text, keep, warnings, drop_unterminated=strict)
-    families = promtext.assemble(raws, warnings)
-    return _snapshot(t, families, warnings, keep)
+    skipped: dict[str, int] = {}
+    read = _read_names(read, keep)
+    raws = promtext.tokenize(text, keep, warnings, drop_unterminated=strict, read=read, skipped=skipped)
+    families = _only_read(promtext.assemble(raws, warnings, skipped), read, skipped)
+    return _snapshot(t, families, warnings, keep, skipped)
 
 
-def parse_page_reference(text: str, t: float, *, keep: tuple[str, ...] | None = KEEP_PREFIXES) -> Snapshot:
+def _only_read(
+    families: dict[str, Family], read: frozenset[str] | None, skipped: dict[str, int]
+) -> dict[str, Family]:
+    """With ``read``, what is left of another family (a `_bucket` series that is no histogram)
+    is dropped too: the snapshot holds the families the advisor reads, nothing else."""
+    if read is None:
+        return families
+    out = {}
+    for name, fam in families.items():
+        if name in READ_FAMILIES:
+            out[name] = fam
+        else:
+            skipped["not_read"] = skipped.get("not_read", 0) + len(fam.series)
+    return out
+
+
+def parse_page_reference(
+    text: str,
+    t: float,
+    *,
+    keep: tuple[str, ...] | None = KEEP_PREFIXES,
+    read: frozenset[str] | None = READ_DEFAULT,
+) -> Snapshot:
     """The same page read by ``prometheus_client``'s parser (the reference the fast path is
     checked against, and the bare parse the benchmark compares with). Raises
     :class:`MetricsError` on the first line it cannot read."""
     _refuse_non_text(text)
     warnings: list[ParseWarning] = []
+    skipped: dict[str, int] = {}
     try:
-        raws = promtext.tokenize_reference(text, keep)
+        read = _read_names(read, keep)
+        raws = promtext.tokenize_reference(text, keep, read)
     except Exception as e:  # the parser raises ValueError and friends on bad lines
         raise MetricsError("not_prometheus", f"cannot parse as Prometheus text: {e}") from e
-    families = promtext.assemble(raws, warnings)
-    return _snapshot(t, families, warnings, keep)
+    families = _only_read(promtext.assemble(raws, warnings, skipped), read, skipped)
+    return _snapshot(t, families, warnings, keep, skipped)
 
 
 def _snapshot(
-    t: float, families: dict[str, Family], warnings: list[ParseWarning], keep: tuple[str, ...] | None
+    t: float,
+    families: dict[str, Family],
+    warnings: list[ParseWarning],
+    keep: tuple[str, ...] | None,
+    skipped: dict[str, int] | None = None,
 ) -> Snapshot:
     if not families:
         why = f" ({len(warnings)} unreadable lines, first: {warnings[0]})" if warnings else ""
         if keep is not None:
+            unread = (skipped or {}).get("not_read", 0)
+            if unread and not why:  # vLLM's page, or a piece of one, without what the advisor reads
+                raise MetricsError(
+                    "not_prometheus",
+                    f"none of the families the advisor reads is on the page ({unread} samples of "
+                    "families it does not read): is this the whole of vLLM's /metrics?",
+                )
             raise MetricsError(
                 "not_prometheus", f"no vLLM metrics on the page (is this vLLM's /metrics?){why}"
             )
         raise MetricsError("not_prometheus", f"no metric families on the page{why}")
     warnings.sort(key=lambda w: (w.line is None, w.line or 0))  # in page order
-    return Snapshot(t=t, families=families, warnings=tuple(warnings))
+    return Snapshot(t=t, families=families, warnings=tuple(warnings), skipped=dict(skipped or {}))
+
+
+def checked(snapshot: Snapshot) -> Snapshot:
+    """A snapshot not parsed here (rebuilt from Prometheus's samples) with its values checked as a
+    parsed page's are (``promtext.check_families``); a parsed page comes back unchanged."""
+    warnings: list[ParseWarning] = []
+    families = promtext.check_families(snapshot.families, warnings)
+    if not warnings:
+        return snapshot
+    return Snapshot(
+        t=snapshot.t, families=families, warnings=(*snapshot.warnings, *warnings), skipped=snapshot.skipped
+    )
 
 
 def describe_warning(w: ParseWarning, where: str = "") -> str:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import Any
 
 from prometheus_client.parser import _split_quoted, _unquote_unescape, text_string_to_metric_families
@@ -50,6 +51,12 @@ _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _HELP_ESCAPE_RE = re.compile(r"\\[\\n]")
 _INF_WORDS = frozenset({"inf", "infinity"})
 _MAX_CACHE = 20_000  # series heads remembered (a 16-engine vLLM page has ~6,000)
+# Caps on what one page may cost. A 16-engine vLLM page has ~5,700 samples and at most a few
+# hundred series in one family; past these, samples are skipped (a warning, and counted).
+MAX_SAMPLES_PER_PAGE = 100_000
+MAX_SERIES_PER_FAMILY = 2_048
+# No reading of a family the advisor reads comes near this (tokens in a century at 1e8/s: 3e17).
+MAX_VALUE = 1e18
 # "name{labels}" -> (sample name, label key, le); shared across pages (the series repeat)
 _HEAD_CACHE: dict[str, tuple[str, LabelKey, str | None]] = {}
 
@@ -133,10 +140,27 @@ def _bad_value(text: str, v: float) -> bool:
     return math.isinf(v) and text.lower().lstrip("+-") not in _INF_WORDS
 
 
+def _sample_name(line: str) -> str:
+    """The metric name a sample line starts with (up to ``{`` or a blank)."""
+    sp = line.find(" ")
+    b = line.find("{")
+    end = b if b > 0 and (sp < 0 or b < sp) else sp
+    return line[:end] if end > 0 else line
+
+
 def tokenize(
-    text: str, keep: tuple[str, ...] | None, warnings: list[ParseWarning], *, drop_unterminated: bool
+    text: str,
+    keep: tuple[str, ...] | None,
+    warnings: list[ParseWarning],
+    *,
+    drop_unterminated: bool,
+    read: frozenset[str] | None = None,
+    skipped: dict[str, int] | None = None,
 ) -> list[RawFamily]:
-    """The fast path: the families of ``text`` (only those whose names start with ``keep``)."""
+    """The fast path: the families of ``text`` (only those whose names start with ``keep``;
+    with ``read``, only the samples and families so named: the rest is dropped before its labels
+    are parsed and counted in ``skipped["not_read"]``). At most ``MAX_SAMPLES_PER_PAGE``
+    samples are kept."""
     out: list[RawFamily] = []
     name = ""
     doc = ""
@@ -147,12 +171,16 @@ def tokenize(
     cache = _HEAD_CACHE
     if len(cache) > _MAX_CACHE:
         cache.clear()
+    decided: dict[str, bool] = {}  # sample name -> read (this page)
+    not_read = kept = over = 0
     lines = text.split("\n")
     last = len(lines)
     if lines and lines[-1] == "":
         lines.pop()
     elif lines and lines[-1].strip():
-        warnings.append(ParseWarning(None, last, "the page does not end with a newline (cut off?)"))
+        warnings.append(
+            ParseWarning(None, last, "the page does not end with a newline (cut off?)", "cut_off")
+        )
         if drop_unterminated:
             lines.pop()
 
@@ -179,6 +207,11 @@ def tokenize(
             cand = ""
             if len(parts) > 2:
                 cand, quoted = _unquote(parts[2])
+                if read is not None and cand not in read:  # a family never read: samples dropped by name
+                    if cand != name:  # it ends the current family, as the reference reads it
+                        close()
+                        name, doc, typ, samples, allowed = "", "", "untyped", [], ()
+                    continue
                 if not quoted and _NAME_RE.fullmatch(cand) is None:
                     warnings.append(ParseWarning(cand, lineno, f"invalid metric name in # {parts[1]}"))
                     continue
@@ -200,6 +233,31 @@ def tokenize(
                     created = name.endswith("_created")
                 typ = parts[3]
                 allowed = tuple(name + sfx for sfx in _SUFFIXES.get(typ, ("",)))
+            continue
+        if read is not None:
+            sn = _sample_name(line)
+            ok = decided.get(sn)
+            if ok is None:
+                ok = decided[sn] = sn in read or not _NAME_RE.fullmatch(sn)  # odd names: decide later
+            if not ok:
+                not_read += 1
+                if (
+                    sn not in allowed
+                ):  # another family's sample ends the current one (as the reference reads it)
+                    close()
+                    name, doc, typ, samples, allowed = "", "", "untyped", [], ()
+                continue
+        if kept >= MAX_SAMPLES_PER_PAGE:
+            if not over:
+                warnings.append(
+                    ParseWarning(
+                        None,
+                        lineno,
+                        f"more than {MAX_SAMPLES_PER_PAGE} samples on the page: the rest skipped",
+                        "too_many_series",
+                    )
+                )
+            over += 1
             continue
         head, _, val = line.rpartition(" ")
         ent = cache.get(head)
@@ -226,8 +284,19 @@ def tokenize(
         else:
             sname, key, le = ent
             if v - v != 0.0 and _bad_value(val, v):  # only infinities (and NaN) get here
-                warnings.append(ParseWarning(sname, lineno, f"value {val[:20]!r} is out of range: skipped"))
+                warnings.append(
+                    ParseWarning(
+                        sname, lineno, f"value {val[:20]!r} is out of range: skipped", "out_of_range"
+                    )
+                )
                 continue
+        if read is not None and sname not in read:
+            not_read += 1  # an odd spelling of a name never read (read by the reference grammar)
+            if sname not in allowed:
+                close()
+                name, doc, typ, samples, allowed = "", "", "untyped", [], ()
+            continue
+        kept += 1
         if sname in allowed:
             if not created:  # creation timestamps are never read: not kept
                 samples.append((sname, key, le, v, lineno))
@@ -236,6 +305,9 @@ def tokenize(
             name, doc, typ, samples, allowed = "", "", "untyped", [], ()
             out.append(_build(sname, "", "untyped", [(sname, key, le, v, lineno)], warnings))
     close()
+    if skipped is not None:
+        skipped["not_read"] = skipped.get("not_read", 0) + not_read
+        skipped["over_limit"] = skipped.get("over_limit", 0) + over
     return out
 
 
@@ -258,8 +330,11 @@ def _build(
     return RawFamily(name, typ, doc, list(samples))
 
 
-def tokenize_reference(text: str, keep: tuple[str, ...] | None) -> list[RawFamily]:
-    """prometheus_client's parser on the whole page; raises on the first line it refuses."""
+def tokenize_reference(
+    text: str, keep: tuple[str, ...] | None, read: frozenset[str] | None = None
+) -> list[RawFamily]:
+    """prometheus_client's parser on the whole page; raises on the first line it refuses.
+    ``read``: only the families and samples so named (as :func:`tokenize`)."""
     if keep is not None:
         text = (
             "\n".join(
@@ -271,8 +346,12 @@ def tokenize_reference(text: str, keep: tuple[str, ...] | None) -> list[RawFamil
         )
     out = []
     for fam in text_string_to_metric_families(text):
+        if read is not None and fam.name not in read:
+            continue
         samples: list[Sample] = []
         for s in fam.samples:
+            if read is not None and s.name not in read:
+                continue
             key, le = key_of(s.labels.items())
             samples.append((s.name, key, le, float(s.value), None))
         out.append(RawFamily(fam.name, fam.type, fam.documentation, samples))
@@ -310,19 +389,124 @@ def _untyped_histograms(raws: list[RawFamily]) -> list[RawFamily]:
     return out
 
 
-def assemble(raws: list[RawFamily], warnings: list[ParseWarning]) -> dict[str, Family]:
+def _bad_reading(v: float, counter: bool) -> tuple[str, str] | None:
+    """Why a value of a read family is not a reading (kind, reason), or None when it is."""
+    if v - v != 0.0:  # NaN or an infinity
+        return "non_finite", f"{_show(v)} is not a reading"
+    if v > MAX_VALUE or v < -MAX_VALUE:
+        return "out_of_range", f"{v:.3g} is out of range"
+    if counter and v < 0:
+        return "negative", f"a counter below zero ({v:g})"
+    return None
+
+
+def _show(v: float) -> str:
+    return "NaN" if v != v else ("+Inf" if v > 0 else "-Inf")
+
+
+def _scalars(
+    raw: RawFamily, name: str, warnings: list[ParseWarning], skipped: dict[str, int] | None
+) -> dict[LabelKey, Any]:
+    """A scalar family's series. Those of a family the advisor reads are checked: a value that is
+    not a reading, one series twice with two values (which is true is unknown: left out), more
+    than ``MAX_SERIES_PER_FAMILY`` series."""
+    check = name in names.READ_FAMILIES
+    counter = raw.type == "counter" or name in names.COUNTERS
+    series: dict[LabelKey, Any] = {}
+    lines: dict[LabelKey, int | None] = {}
+    conflicted: set[LabelKey] = set()
+    over = 0
+    for sname, key, _le, v, ln in raw.samples:
+        if sname.endswith("_created"):
+            continue
+        if not check:
+            if v != v and raw.type == "counter":
+                warnings.append(ParseWarning(raw.name, ln, "NaN counter value: skipped", "non_finite"))
+                continue
+            series[key] = v
+            continue
+        bad = _bad_reading(v, counter)
+        if bad is not None:
+            warnings.append(ParseWarning(raw.name, ln, f"{bad[1]}: the series is left out", bad[0]))
+            continue
+        if key in series or key in conflicted:
+            if key in conflicted or series[key] == v:
+                warnings.append(
+                    ParseWarning(
+                        raw.name, ln, f"the same series twice (line {lines[key]}): read once", "duplicate"
+                    )
+                )
+                continue
+            warnings.append(
+                ParseWarning(
+                    raw.name,
+                    ln,
+                    f"the same series twice with two values (line {lines[key]}: {series[key]:g}, "
+                    f"here {v:g}): left out",
+                    "duplicate",
+                )
+            )
+            del series[key]
+            conflicted.add(key)
+            continue
+        if len(series) >= MAX_SERIES_PER_FAMILY:
+            if not over:
+                warnings.append(
+                    ParseWarning(
+                        raw.name,
+                        ln,
+                        f"more than {MAX_SERIES_PER_FAMILY} series: the rest skipped",
+                        "too_many_series",
+                    )
+                )
+            over += 1
+            continue
+        series[key] = v
+        lines[key] = ln
+    if over and skipped is not None:
+        skipped["over_limit"] = skipped.get("over_limit", 0) + over
+    return series
+
+
+def _is_histogram(typ: str) -> bool:
+    return typ in ("histogram", "gaugehistogram")
+
+
+def assemble(
+    raws: list[RawFamily], warnings: list[ParseWarning], skipped: dict[str, int] | None = None
+) -> dict[str, Family]:
     """Tokenized families -> canonical :class:`Family` values (series merged where an old
-    and a new spelling of one family are both on the page)."""
-    families: dict[str, Family] = {}
+    and a new spelling of one family are both on the page, or one family's samples come in
+    several blocks). The values of the families the advisor reads are checked
+    (``_bad_reading``, duplicates, ``MAX_SERIES_PER_FAMILY``); what is not a reading is left
+    out and named in ``warnings``."""
+    # canonical name -> (type, help, source name, series, the spelling each series came from)
+    acc: dict[str, tuple[str, str, str, dict[LabelKey, Any], dict[LabelKey, str]]] = {}
+    over: dict[str, int] = {}
     for raw in _untyped_histograms(raws):
         if raw.name.endswith("_created"):
             continue  # creation timestamps, never values
         name = names.canonical_family(raw.name, raw.type)
+        check = name in names.READ_FAMILIES
+        prev = acc.get(name)
+        if prev is not None and not raw.samples:
+            continue  # a declaration without samples (a `# HELP` line after them) adds nothing
+        if prev is not None and prev[3] and _is_histogram(prev[0]) != _is_histogram(raw.type):
+            line = raw.samples[0][4] if raw.samples else None
+            warnings.append(
+                ParseWarning(
+                    raw.name,
+                    line,
+                    f"declared again as {raw.type}, first as {prev[0]}: the first kept",
+                    "type_conflict",
+                )
+            )
+            continue
         series: dict[LabelKey, Any]
-        if raw.type in ("histogram", "gaugehistogram"):
+        if _is_histogram(raw.type):
             before = len(warnings)
-            series = dict(_histograms(raw, warnings))
-            if not series and len(warnings) > before:
+            series = dict(_histograms(raw, warnings, check, skipped))
+            if not series and len(warnings) > before and prev is None:
                 continue  # every series of it was unreadable: the family is unknown, not empty
         elif raw.type == "summary":
             before = len(warnings)
@@ -330,21 +514,90 @@ def assemble(raws: list[RawFamily], warnings: list[ParseWarning]) -> dict[str, F
             if not series and len(warnings) > before:
                 continue
         else:
-            series = {}
-            for sname, key, _le, v, _ln in raw.samples:
-                if sname.endswith("_created"):
-                    continue
-                if v != v and raw.type == "counter":
-                    warnings.append(ParseWarning(raw.name, _ln, "NaN counter value: skipped"))
-                    continue
-                series[key] = v
-        prev = families.get(name)
-        if prev is not None:
-            merged = dict(prev.series)
-            merged.update(series)
-            series = merged
-        families[name] = Family(name=name, type=raw.type, help=raw.help, series=series, source_name=raw.name)
-    return families
+            series = _scalars(raw, name, warnings, skipped)
+        if prev is None or not prev[3]:
+            acc[name] = (raw.type, raw.help, raw.name, series, dict.fromkeys(series, _spelling(raw.name)))
+            continue
+        _t, _h, _src, merged, spelled = prev
+        for key, v in series.items():
+            if check and spelled.get(key) == _spelling(raw.name):  # the same series again, in another block
+                old = merged.get(key)
+                same = old == v
+                warnings.append(
+                    ParseWarning(
+                        raw.name,
+                        _first_line(raw),
+                        "the same series twice" + (": read once" if same else " with two values: left out"),
+                        "duplicate",
+                    )
+                )
+                if not same:
+                    merged.pop(key, None)
+                    spelled[key] = ""  # conflicted: a third reading is left out too
+                continue
+            if spelled.get(key) == "":
+                continue
+            if check and key not in merged and len(merged) >= MAX_SERIES_PER_FAMILY:
+                over[name] = over.get(name, 0) + 1
+                continue
+            merged[key] = v  # another spelling of the family (V0/V1): the later one
+            spelled[key] = _spelling(raw.name)
+        acc[name] = (raw.type, raw.help or _h, _src, merged, spelled)
+    for name, n in over.items():
+        warnings.append(
+            ParseWarning(
+                name, None, f"more than {MAX_SERIES_PER_FAMILY} series: the rest skipped", "too_many_series"
+            )
+        )
+        if skipped is not None:
+            skipped["over_limit"] = skipped.get("over_limit", 0) + n
+    return {
+        name: Family(name=name, type=typ, help=doc, series=series, source_name=src)
+        for name, (typ, doc, src, series, _) in acc.items()
+    }
+
+
+def check_families(families: Mapping[str, Family], warnings: list[ParseWarning]) -> dict[str, Family]:
+    """The values of the read families of a snapshot built elsewhere (from Prometheus's samples)
+    checked as a parsed page's are: a series whose value is not a reading is left out and named."""
+    out: dict[str, Family] = {}
+    for name, fam in families.items():
+        if name not in names.READ_FAMILIES:
+            out[name] = fam
+            continue
+        counter = fam.type == "counter" or name in names.COUNTERS
+        series: dict[LabelKey, Any] = {}
+        for key, v in fam.series.items():
+            bad: tuple[str, str] | None
+            if isinstance(v, Histogram):
+                values = [c for _, c in v.buckets] + [v.count, v.sum]
+                bad = next(
+                    (b for b in (_bad_reading(x, counter=True) for x in values) if b is not None), None
+                )
+                if bad is None and any(b[1] < a[1] for a, b in pairwise(v.buckets)):
+                    bad = ("bad_bucket", "bucket counts go down with the bound")
+            elif isinstance(v, int | float) and not isinstance(v, bool):
+                bad = _bad_reading(float(v), counter)
+            else:
+                bad = ("unreadable", f"not a number ({type(v).__name__})")
+            if bad is not None:
+                warnings.append(
+                    ParseWarning(fam.source_name or name, None, f"{bad[1]}: the series is left out", bad[0])
+                )
+                continue
+            series[key] = v
+        out[name] = fam if len(series) == len(fam.series) else replace(fam, series=series)
+    return out
+
+
+def _spelling(name: str) -> str:
+    """A family's name as spelled on the page, a counter's ``_total`` aside (typed counters are
+    named without it, the same samples untyped with it)."""
+    return name.removesuffix("_total")
+
+
+def _first_line(raw: RawFamily) -> int | None:
+    return raw.samples[0][4] if raw.samples else None
 
 
 def _summaries(raw: RawFamily, warnings: list[ParseWarning]) -> dict[LabelKey, Summary]:
@@ -405,38 +658,95 @@ def _bound(le: str | None) -> float:
     return b
 
 
-def _histograms(raw: RawFamily, warnings: list[ParseWarning]) -> dict[LabelKey, Histogram]:
-    buckets: dict[LabelKey, list[tuple[float, float]]] = defaultdict(list)
+def _histograms(
+    raw: RawFamily, warnings: list[ParseWarning], check: bool = False, skipped: dict[str, int] | None = None
+) -> dict[LabelKey, Histogram]:
+    """A histogram family's series. With ``check`` (a family the advisor reads), a series with a
+    value that is not a reading (NaN, an infinity, a negative count), a sample twice with two
+    values, or counts that go down with the bound is left out whole: its buckets, count and sum
+    only mean something together. Otherwise a NaN sample alone is skipped."""
+    buckets: dict[LabelKey, dict[float, float]] = defaultdict(dict)
     counts: dict[LabelKey, float] = {}
     sums: dict[LabelKey, float] = {}
     last_line: dict[LabelKey, int | None] = {}
+    bad: dict[LabelKey, tuple[str, str, int | None]] = {}
     for sname, key, le, v, ln in raw.samples:
-        if v != v:
-            warnings.append(ParseWarning(raw.name, ln, f"NaN in {sname}: skipped"))
+        if key in bad:
+            continue
+        if check:
+            why = _bad_reading(v, counter=True)
+            if why is not None:
+                bad[key] = (why[0], f"{why[1]} in {sname}: the series is left out", ln)
+                continue
+        elif v != v:
+            warnings.append(ParseWarning(raw.name, ln, f"NaN in {sname}: skipped", "non_finite"))
             continue
         if sname.endswith("_bucket"):
             bound = _bound(le)
             if bound != bound:
                 warnings.append(
-                    ParseWarning(raw.name, ln, f"bucket bound le={le!r} is not a number: skipped")
+                    ParseWarning(
+                        raw.name, ln, f"bucket bound le={le!r} is not a number: skipped", "bad_bucket"
+                    )
                 )
                 continue
-            buckets[key].append((bound, v))
-            last_line[key] = ln
+            slot: dict[Any, float] = buckets[key]
+            what = f"bucket le={le}"
         elif sname.endswith("_count"):
-            counts[key] = v
+            slot, bound, what = counts, key, "_count"  # type: ignore[assignment]
         elif sname.endswith("_sum"):
-            sums[key] = v
+            slot, bound, what = sums, key, "_sum"  # type: ignore[assignment]
+        else:
+            continue
+        if check and bound in slot:
+            if slot[bound] != v:
+                bad[key] = ("duplicate", f"{what} twice with two values: the series is left out", ln)
+            else:
+                warnings.append(ParseWarning(raw.name, ln, f"{what} twice: read once", "duplicate"))
+            continue
+        slot[bound] = v
+        if sname.endswith("_bucket"):
+            last_line[key] = ln
     out: dict[LabelKey, Histogram] = {}
-    for key, bs in buckets.items():
-        bs.sort()
+    over = 0
+    for key, by_bound in buckets.items():
+        if key in bad:
+            continue
+        bs = sorted(by_bound.items())
+        if check and any(b[1] < a[1] for a, b in pairwise(bs)):
+            bad[key] = (
+                "bad_bucket",
+                "bucket counts go down with the bound: the series is left out",
+                last_line[key],
+            )
+            continue
         if not math.isinf(bs[-1][0]):
             if key not in counts:
                 warnings.append(
-                    ParseWarning(raw.name, last_line[key], "histogram cut off (no +Inf bucket): skipped")
+                    ParseWarning(
+                        raw.name, last_line[key], "histogram cut off (no +Inf bucket): skipped", "cut_off"
+                    )
                 )
                 continue
-            warnings.append(ParseWarning(raw.name, last_line[key], "no +Inf bucket: taken from _count"))
+            warnings.append(
+                ParseWarning(raw.name, last_line[key], "no +Inf bucket: taken from _count", "cut_off")
+            )
             bs.append((math.inf, counts[key]))
+        if check and len(out) >= MAX_SERIES_PER_FAMILY:
+            over += 1
+            continue
         out[key] = Histogram(buckets=tuple(bs), count=counts.get(key, bs[-1][1]), sum=sums.get(key, 0.0))
+    for kind, reason, ln in bad.values():
+        warnings.append(ParseWarning(raw.name, ln, reason, kind))
+    if over:
+        warnings.append(
+            ParseWarning(
+                raw.name,
+                None,
+                f"more than {MAX_SERIES_PER_FAMILY} series: the rest skipped",
+                "too_many_series",
+            )
+        )
+        if skipped is not None:
+            skipped["over_limit"] = skipped.get("over_limit", 0) + over
     return out

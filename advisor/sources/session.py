@@ -36,13 +36,14 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from advisor import __version__
-from advisor.core import engine_json
+from advisor.core import engine_json, jsonout
 from advisor.core.redact import redact_obj, redact_text, redact_url
 from advisor.sources import engine, logs
 from advisor.sources import host as host_src
 from advisor.sources import http as http_src
 from advisor.sources import metrics as mt
 from advisor.sources.host import host_facts
+from advisor.sources.logprefix import MAX_LINE_CHARS
 
 FORMAT_VERSION = 1
 METRICS_DIR = "metrics"
@@ -62,7 +63,7 @@ class SessionError(ValueError):
 
 def _dump_json(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.write_text(jsonout.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(path)
 
 
@@ -548,23 +549,42 @@ class ReplayItem(NamedTuple):
     text: str
 
 
-def _read_text(path: Path) -> str:
-    data = path.read_bytes()
+MAX_JSON_BYTES = 16 * 2**20  # meta.json and engine.json are a few KiB
+
+
+def _read_bounded(path: Path, limit: int) -> bytes:
+    """The file's bytes (decompressed when it ends in .gz), never more than ``limit``."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as e:
+        raise SessionError(f"{path}: cannot read: {e.strerror or e}") from e
     if path.name.endswith(".gz"):
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise SessionError(f"{path}: not a valid gzip file: {e}") from e
-    return data.decode("utf-8", errors="replace")
+            data = http_src.decompress_bounded(data, limit)
+        except ValueError as e:
+            if "larger" in str(e):
+                raise SessionError(f"{path}: {e}: not a recorded page") from None
+            raise SessionError(f"{path}: not a valid gzip file: {e}") from None
+    if len(data) > limit:
+        raise SessionError(f"{path}: larger than {limit // 2**20} MiB")
+    return data
+
+
+def _read_text(path: Path) -> str:
+    return _read_bounded(path, mt.MAX_PAGE_BYTES).decode("utf-8", errors="replace")
 
 
 def _load_json_object(path: Path, what: str) -> dict[str, Any]:
+    raw = _read_bounded(path, MAX_JSON_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
         raise SessionError(f"{path}: cannot read {what}: {e}") from e
     except json.JSONDecodeError as e:
         raise SessionError(f"{path}: {what} is not valid JSON: {e}") from e
+    except RecursionError:
+        raise SessionError(f"{path}: {what} is not valid: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise SessionError(f"{path}: {what} must be a JSON object, got {type(data).__name__}")
     return data
@@ -655,10 +675,16 @@ class Session:
         if p is None:
             return
         if p.name.endswith(".gz"):
-            yield from _read_text(p).splitlines()
+            yield from (line[:MAX_LINE_CHARS] for line in _read_text(p).splitlines())
             return
         with open(p, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
+            while True:  # a line is cut at MAX_LINE_CHARS: its rest is skipped, never held
+                line = fh.readline(MAX_LINE_CHARS)
+                if not line:
+                    return
+                if not line.endswith("\n"):
+                    while (rest := fh.readline(MAX_LINE_CHARS)) and not rest.endswith("\n"):
+                        pass
                 yield line.rstrip("\r\n")
 
     def bench(self) -> dict[str, Any] | None:

@@ -3,12 +3,12 @@ summary of how it performs over a window, as one JSON document to compare agains
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from advisor import __version__
+from advisor.core import jsonout
 
 SUMMARY_SIGNALS = (
     "window_seconds",
@@ -67,4 +67,4 @@ def from_diagnosis(d: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def write(doc: dict[str, Any], path: str) -> None:
-    Path(path).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    Path(path).write_text(jsonout.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")

@@ -237,15 +237,35 @@ def _read_json(p: Path, what: str) -> Any:
         raise ExperimentError(f"{what} {p} is not a bench result: JSON nested too deeply") from None
 
 
-def _num(v: Any, key: str, src: str) -> float | None:
+# No count, length, time or throughput of a benchmark comes near this (ms: 31,000 years); a
+# number beyond it (a 400-digit integer, 1e308) is refused where it is read, before arithmetic
+# on it overflows (a standard error squared, an int that no float holds).
+MAX_VALUE = 1e15
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 24 else f"{text[:12]}...({len(text)} characters)"
+
+
+def _num(v: Any, key: str, src: str, allow_inf: bool = False) -> float | None:
+    """A number of the file, or None; out of range (or infinite, unless ``allow_inf``: the
+    unlimited request rate vLLM writes as "inf") is an ExperimentError naming the field."""
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise ExperimentError(f"{src}: {key} is not a number: {v!r}")
+        raise ExperimentError(f"{src}: {key} is not a number: {_short(v)}")
     try:
-        return float(v)
+        f = float(v)
+    except OverflowError:
+        f = math.inf
     except ValueError:
-        raise ExperimentError(f"{src}: {key} is not a number: {v!r}") from None
+        raise ExperimentError(f"{src}: {key} is not a number: {_short(v)}") from None
+    if math.isnan(f):
+        return None  # unknown
+    if abs(f) > MAX_VALUE and not (allow_inf and math.isinf(f) and str(v).strip().lower() in ("inf", "+inf")):
+        raise ExperimentError(f"{src}: {key} is out of range: {_short(v)} (no benchmark value exceeds 1e15)")
+    return f
 
 
 def _int(v: Any, key: str, src: str) -> int | None:
@@ -311,11 +331,12 @@ def parse_bench(data: Mapping[str, Any], source: str = "", itls_ms: Any = None) 
             )
         )
     rate = data.get("request_rate")
-    aggregates = {
-        k: float(v)
-        for k, v in data.items()
-        if k.endswith("_ms") and isinstance(v, int | float) and not isinstance(v, bool)
-    }
+    aggregates: dict[str, float] = {}
+    for k, v in data.items():
+        if k.endswith("_ms") and isinstance(v, int | float) and not isinstance(v, bool):
+            f = _num(v, k, src)
+            if f is not None:
+                aggregates[k] = f
     return BenchRun(
         source=src,
         rows=tuple(rows),
@@ -325,7 +346,7 @@ def parse_bench(data: Mapping[str, Any], source: str = "", itls_ms: Any = None) 
         output_throughput=_num(data.get("output_throughput"), "output_throughput", src),
         request_throughput=_num(data.get("request_throughput"), "request_throughput", src),
         max_concurrency=_int(data.get("max_concurrency"), "max_concurrency", src),
-        request_rate=_num(rate, "request_rate", src),
+        request_rate=_num(rate, "request_rate", src, allow_inf=True),
         num_prompts=_int(data.get("num_prompts"), "num_prompts", src),
         burstiness=_num(data.get("burstiness"), "burstiness", src),
         total_input_tokens=_int(data.get("total_input_tokens"), "total_input_tokens", src),

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from advisor.core import jsonout
 from advisor.core.redact import redact_obj
 
 SCHEMA_VERSION = 2
@@ -161,7 +162,7 @@ class Ledger:
         row = {k: redact(v) for k, v in row.items()}
         for col in _JSON_COLUMNS:
             try:
-                row[col] = json.dumps(row[col], sort_keys=True, allow_nan=False)
+                row[col] = jsonout.dumps(row[col], sort_keys=True)  # unknown (NaN) as null
             except (TypeError, ValueError) as e:
                 raise InvalidRecord(f"{col} is not JSON-serialisable: {e}") from None
         cols = list(row)

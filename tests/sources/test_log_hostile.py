@@ -4,12 +4,19 @@ long log lines do not pile up in memory."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
+import pytest
+
+from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.runner import MAX_KEPT_LINE_CHARS, Advisor
-from advisor.sources import follow
+from advisor.sources import follow, logs
+from tests.daemon_helpers import Clock, make
+from tests.vllm_standin import StandIn, serve, session_pages
 
 
 def test_two_rotations_within_one_poll_lose_no_file(tmp_path: Path) -> None:
@@ -65,3 +72,83 @@ def test_long_log_lines_do_not_pile_up_in_the_window() -> None:
     assert all(len(e.line) <= MAX_KEPT_LINE_CHARS for e in events)
     assert sum(len(e.line) for e in events) <= 300 * MAX_KEPT_LINE_CHARS
     assert events[-1].fields.get("running") == 3
+
+
+# ------------------------------------------------------------------ issue 23: nested start-up dicts
+def _nested(shape: str, n: int) -> str:
+    if shape == "dicts":
+        return "{'a': " * n + "1" + "}" * n
+    if shape == "dicts-unreadable":  # values ast cannot read, at every level
+        return "{'a': <X>, 'b': " * n + "<Y>" + "}" * n
+    if shape == "cut":  # the line cut short, nothing closed
+        return "{'a': " * n
+    if shape == "lists":
+        return "{'a': " + "[" * n + "]" * n + ", 'max_num_seqs': 8}"
+    return "{'a': {'b': (" * (n // 2) + ")}" * (n // 2)
+
+
+@pytest.mark.parametrize("shape", ["dicts", "dicts-unreadable", "cut", "lists", "tuples"])
+def test_a_23kb_line_of_nested_braces_is_read_in_linear_time(shape: str) -> None:
+    """Issue 23: a 23 KB line of nested braces after `non-default args:` took 5.5 s (each of
+    ~1,000 nesting levels rescanned the rest of the line, and it held the advisor's lock).
+    Nesting deeper than vLLM ever prints is kept as text; the line is still a start-up fact.
+    (A generous bound: a hang check, not a speed target.)"""
+    prefix = "(APIServer pid=1) INFO 11-30 10:00:00 [utils.py:1] non-default args: "
+    body = _nested(shape, 100)
+    body = _nested(shape, 100 * 23_000 // len(body))
+    line = prefix + body
+    assert 20_000 < len(line) < 40_000
+    t0 = time.process_time()
+    ev = logs.parse_line(line)
+    took = time.process_time() - t0
+    assert took < 1.0, f"{took:.2f}s for {len(line)} bytes"
+    assert ev.kind == "startup" and ev.fields["fact"] == "non_default_args"
+    if shape == "lists":
+        assert ev.fields["value"]["max_num_seqs"] == 8
+
+
+def test_the_daemon_parses_log_lines_outside_the_advisor_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23: a log line that takes long to parse must not hold the lock the scrape cycle
+    needs (`up` fell while it parsed). The parse is made to block until released; a cycle run
+    meanwhile completes. Uses the vLLM stand-in (tests/vllm_standin.py, recorded pages): a real
+    vLLM cannot be made to print a line on cue while a cycle runs."""
+    started, release = threading.Event(), threading.Event()
+    real = logs.parse_line
+
+    def slow(line: str, *a: object, **kw: object) -> object:
+        if "SLOW" in line:
+            started.set()
+            release.wait(10)
+        return real(line, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(logs, "parse_line", slow)
+    logf = tmp_path / "vllm.log"
+    logf.write_text("")
+    clock = Clock()
+    with serve(StandIn(session_pages(DEMO_SESSION))) as url:
+        d = make(url, tmp_path, clock, log_file=str(logf))
+        d.serve()
+        d._start_logs()
+        try:
+            with logf.open("a") as fh:
+                fh.write("INFO 11-30 10:00:00 [x.py:1] SLOW line\n")
+            assert started.wait(10), "the follower never read the line"
+            done = threading.Event()
+
+            def cycle() -> None:
+                clock.t += 2.0
+                d.cycle()
+                done.set()
+
+            th = threading.Thread(target=cycle, daemon=True)
+            th.start()
+            finished = done.wait(5)
+            release.set()
+            th.join(10)
+            assert finished, "the cycle waited for a log line's parse"
+            assert d.state().up
+        finally:
+            release.set()
+            d.stop()
