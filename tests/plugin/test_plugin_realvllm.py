@@ -24,7 +24,10 @@ _sum. DDSketch returns the value at rank k = floor(q*(n-1)) within a relative ac
   lower: at most j = floor(n*m/t) requests have d_i > t, so
          plugin_q >= (client_(k-j) - t) * (1 - a), with t = 50 ms;
 plus 1 ms for the two clocks (time.time() in vLLM, perf_counter in the client). And m itself
-must lie within [0, 50 ms]: the stamps are a loopback HTTP exchange and a tokenization apart.
+must lie within [0, 150 ms]: the stamps are a loopback HTTP exchange and a tokenization apart,
+which take a few ms on an idle machine but up to ~80 ms were measured on a two-core one running
+the rest of the suite beside the server (its event loop waits for a core); the quantile bounds
+hold for any m (the lower one widens with it).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ pytestmark = pytest.mark.realvllm
 ALPHA = 0.01  # the plugin's default DDSketch relative accuracy
 TAIL_T = 0.05  # seconds: the offset split used in the lower bound
 CLOCK_S = 0.001
-MAX_MEAN_OFFSET_S = 0.05
+MAX_MEAN_OFFSET_S = 0.15
 SHORT, LONG = "0-512", "513-2048"  # the plugin's default prompt buckets
 N_SHORT, N_LONG = 24, 8
 OUTPUT_LEN = 8
