@@ -217,7 +217,7 @@ class Scored:
 
     candidate: Candidate
     refined: scoring.Refined | None
-    held_back: str | None = None  # the rule's condition that held it back (a breach's candidates)
+    held_back: str | None = None  # what held the rule back: a condition, or its for: (a breach's candidates)
 
     @property
     def withdrawn(self) -> str | None:
@@ -303,8 +303,9 @@ def score(
 def decide(firing: Sequence[Scored], held: Sequence[Scored], cfg: Config) -> Decision:
     """Exactly one change: the best predicted goodput among those predicted to raise it
     (``Scored.raises_goodput``: the firing rules', and under a breach the held-back ones'),
-    near-ties (within 1% of the throughput) to the better ranked rule; without such a prediction
-    the firing rules' order decides. A held-back change is only ever chosen by prediction."""
+    near-ties (within 1% of the throughput) to a rule whose conditions all hold, then to the
+    better ranked rule; without such a prediction the firing rules' order decides. A held-back
+    change is only ever chosen by prediction."""
     flat = scoring.FLAT
     pool = list(firing)
     pair = contradiction([s.candidate for s in firing])
@@ -354,7 +355,7 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
                 f"{knobs.format_value(r.value)}, {fmt(r.refined.goodput if r.refined else None, 'tok/s')})"
             )
         if chosen.held_back:
-            text += f"; {rule}'s condition {chosen.held_back} held it back, the prediction decides"
+            text += f"; {rule} did not fire ({chosen.held_back} held it back), the prediction decides"
         return text + "."
     unscored = [s for s in (chosen, *others) if s.improvement is None]
     if chosen.improvement is None:
@@ -363,18 +364,19 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
         )
     scored = [s for s in (chosen, *others) if s.improvement is not None and s.refined is not None]
     best = max(scored, key=lambda s: s.improvement or 0.0)
-    thr = (
-        best.refined.prediction.measured.get("output_tokens_per_second")
-        if best.refined and best.refined.prediction
-        else None
+    ref = best.refined
+    assert ref is not None  # scored above
+    thr = ref.prediction.measured.get("output_tokens_per_second") if ref.prediction else None
+    what = (
+        f"best: {best.candidate.choice.name} {knobs.format_value(best.value)}, goodput "
+        f"{fmt(ref.goodput, 'tok/s')}, now {fmt(ref.goodput_now, 'tok/s')}, of {fmt(thr, 'tok/s')}"
     )
-    return (
-        f"Chosen by the rules' order: no change is predicted to raise goodput by more than {scoring.FLAT:.0%} "
-        f"where at least {scoring.MEASURABLE:.0%} of the output meets the targets (best: {best.candidate.choice.name} "
-        f"{knobs.format_value(best.value)}, goodput {fmt(best.refined.goodput if best.refined else None, 'tok/s')}, "
-        f"now {fmt(best.refined.goodput_now if best.refined else None, 'tok/s')}, of {fmt(thr, 'tok/s')}): "
-        "too few requests meet the targets for goodput to tell the changes apart."
-    )
+    if max(ref.goodput or 0.0, ref.goodput_now or 0.0) < scoring.MEASURABLE * (thr or 0.0):
+        return (
+            f"Chosen by the rules' order: under {scoring.MEASURABLE:.0%} of the output meets the targets, "
+            f"now or predicted ({what}): too few requests for goodput to tell the changes apart."
+        )
+    return f"Chosen by the rules' order: no change is predicted to raise goodput by more than {scoring.FLAT:.0%} ({what})."
 
 
 def held_back(

@@ -127,7 +127,7 @@ def test_where_no_request_meets_the_targets_a_change_is_still_advised() -> None:
     assert rec is not None, d.reason
     assert {"queue-seqs-cap-binds", "itl-stutter-prefill-chunks"} <= firing(d)
     if rec.chosen_by == "priority":
-        assert "too few requests meet the targets" in (rec.note or ""), rec.note
+        assert "too few requests for goodput to tell" in (rec.note or ""), rec.note
     assert rec.leaves  # the breaches the change leaves standing are named
     assert len(rec.considered) >= 1
 
