@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import http.server
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.sources.session import Session
+from tests.http_standin import serving
 
 
 @dataclass
@@ -58,11 +58,6 @@ def session_replay(path: Path, speed: float = 1.0, start: float | None = None, l
     )
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 256
-
-
 @contextmanager
 def serve(replays: dict[str, Replay]) -> Iterator[str]:
     """Serve ``replays`` (name -> Replay); yields the base URL (``base/s/<name>/metrics``)."""
@@ -94,14 +89,8 @@ def serve(replays: dict[str, Replay]) -> Iterator[str]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-    srv = _Server(("127.0.0.1", 0), Handler)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(Handler) as base:
+        yield base
 
 
 def scrape_config(

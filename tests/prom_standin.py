@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.sources.session import Session
+from tests.http_standin import serving
 
 Sample = tuple[dict[str, str], list[tuple[float, float]]]
 
@@ -57,10 +57,6 @@ class Behaviour:
     warnings: tuple[str, ...] = ("partial response",)
     n_series: int = 100_000
     requests: list[str] = field(default_factory=list)
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
 
 
 @contextmanager
@@ -142,14 +138,8 @@ def serve(samples: list[Sample], metadata: dict[str, Any], behaviour: Behaviour)
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-    srv = _Server(("127.0.0.1", 0), Handler)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(Handler) as base:
+        yield base
 
 
 def _matches(labels: dict[str, str], expr: str) -> bool:

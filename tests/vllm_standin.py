@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from advisor.sources.session import Session
+from tests.http_standin import serving
 
 
 class StandIn:
@@ -115,12 +116,5 @@ def serve(standin: StandIn) -> Iterator[str]:
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(Handler) as base:
+        yield base

@@ -364,7 +364,7 @@ def _compare_summaries(
         # no per-request values, no spread (or a mean): no interval, no bootstrap; a change
         # counts when it is beyond the metric's run-to-run noise floor (and the minimum effect)
         floor = max(settings.noise_floor.get(spec.name, settings.summary_floor), settings.min_effect)
-        beyond = change is not None and change > -1 and abs(math.log1p(change)) >= math.log1p(floor)
+        beyond = _beyond(change, floor)
         return MetricDelta(
             spec,
             pa,
@@ -459,13 +459,18 @@ def sketch_estimate(s: SketchSample, q: float) -> tuple[float, float] | None:
     return est, se
 
 
+def _beyond(change: float | None, floor: float) -> bool:
+    """A relative change at least ``floor`` either way, on the log scale (x2 and /2 alike)."""
+    return change is not None and change > -1 and abs(math.log1p(change)) >= math.log1p(floor)
+
+
 def _compare_sketches(spec: MetricSpec, a: SketchSample, b: SketchSample, settings: Settings) -> MetricDelta:
     q = spec.q if spec.q is not None else 0.5
     if q == MEAN_Q:
         pa, pb = a.mean, b.mean
         change = _rel(pa, pb)
         floor = max(settings.summary_floor, settings.min_effect)
-        beyond = change is not None and change > -1 and abs(math.log1p(change)) >= math.log1p(floor)
+        beyond = _beyond(change, floor)
         return MetricDelta(
             spec,
             pa,

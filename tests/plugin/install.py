@@ -19,7 +19,8 @@ import sys
 from importlib.metadata import distribution
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.paths import REPO
+
 SKETCH_DISTS = ("ddsketch", "six")
 
 
