@@ -27,6 +27,16 @@ def free_port() -> int:
     return port
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a server process; kill it if it has not ended within 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
 def wait_until(
     what: str,
     fn: Callable[[], Any],
@@ -96,12 +106,7 @@ def alertmanager(tmp: Path, config: dict[str, Any]) -> Iterator[tuple[str, subpr
         )
         yield f"127.0.0.1:{port}", proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop(proc)
         log.close()
 
 
@@ -140,12 +145,7 @@ def prometheus(
         wait_until("prometheus ready", lambda: requests.get(f"{base}/-/ready", timeout=1).ok, 30, [proc])
         yield base, proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop(proc)
         log.close()
 
 
