@@ -706,18 +706,21 @@ class Window:
         frames = [f for f in islice(self._frames, i, None) if name in f.hlayout.fams]
         if len(frames) < 2:
             return None
-        first, last = frames[0], frames[-1]
-        bounds, s1 = last.hlayout.fams[name]
-        b0, s0 = first.hlayout.fams[name]
-        n = len(bounds)
-        h1 = last.hist[s1 : s1 + n + 2]
-        h0 = first.hist[s0 : s0 + len(b0) + 2]
-        if b0 == bounds:
-            counts = [h1[k] - h0[k] for k in range(n)]
-        else:
-            start = Histogram(tuple(zip(b0, h0[: len(b0)], strict=True)), 0.0, 0.0)
-            counts = [h1[k] - start.cumulative(b) for k, b in enumerate(bounds)]
-        return Histogram(tuple(zip(bounds, counts, strict=True)), h1[n] - h0[-2], h1[n + 1] - h0[-1])
+        return _hist_diff(frames[0], frames[-1], name)
+
+    def histogram_between(self, name: str, t0: float, t1: float) -> Histogram | None:
+        """Bucket increases from the last page at or before ``t0`` to the last page at or before
+        ``t1`` that hold the family (all series merged, reset-aware); None when there are not
+        two such pages. Two bisections, not a scan: a chart asks it once per point."""
+        i1 = bisect_right(self._frames, t1, key=lambda f: f.t) - 1
+        while i1 >= 0 and name not in self._frames[i1].hlayout.fams:
+            i1 -= 1
+        i0 = min(bisect_right(self._frames, t0, key=lambda f: f.t) - 1, i1 - 1)
+        while i0 >= 0 and name not in self._frames[i0].hlayout.fams:
+            i0 -= 1
+        if i0 < 0:
+            return None
+        return _hist_diff(self._frames[i0], self._frames[i1], name)
 
     def quantile(self, name: str, q: float, seconds: float | None = None) -> float | None:
         h = self.histogram_delta(name, seconds)
@@ -927,6 +930,21 @@ class Window:
             return []
         first = self._frames[i].t
         return [t for t in self._restarts if t > first]
+
+
+def _hist_diff(first: _Frame, last: _Frame, name: str) -> Histogram:
+    """A histogram family's bucket increases from frame ``first`` to frame ``last`` (both hold it)."""
+    bounds, s1 = last.hlayout.fams[name]
+    b0, s0 = first.hlayout.fams[name]
+    n = len(bounds)
+    h1 = last.hist[s1 : s1 + n + 2]
+    h0 = first.hist[s0 : s0 + len(b0) + 2]
+    if b0 == bounds:
+        counts = [h1[k] - h0[k] for k in range(n)]
+    else:
+        start = Histogram(tuple(zip(b0, h0[: len(b0)], strict=True)), 0.0, 0.0)
+        counts = [h1[k] - start.cumulative(b) for k, b in enumerate(bounds)]
+    return Histogram(tuple(zip(bounds, counts, strict=True)), h1[n] - h0[-2], h1[n + 1] - h0[-1])
 
 
 def _number(v: object) -> bool:
