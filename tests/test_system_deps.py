@@ -29,7 +29,9 @@ def _stub_path(tmp: Path, binaries: bool) -> tuple[dict[str, str], Path]:
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     calls = tmp / "calls"
-    names = list(TOOLS) + (["prometheus", "promtool", "prometheus-alertmanager", "chromium"] if binaries else [])
+    names = list(TOOLS) + (
+        ["prometheus", "promtool", "prometheus-alertmanager", "chromium"] if binaries else []
+    )
     for name in names:
         f = bin_dir / name
         f.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\nexit 0\n')

@@ -78,8 +78,10 @@ def figure(
 ) -> str:
     """The chart as HTML: a ``<figure data-chart=KEY>`` with the SVG and a legend. ``levels``
     are drawn with the chart's own; ``predicted`` maps a prediction's metric to its value
-    after the change (the lines naming that metric get a level right of "now")."""
+    after the change (the lines naming that metric get a level right of "now", in a zone drawn
+    on every chart of a page with a prediction, none without)."""
     predicted = dict(predicted or {})
+    after = AFTER if predicted else 0
     fmtv = lambda v: fmt_value(chart.signal, v)  # noqa: E731
     all_levels = [*chart.levels, *levels]
     pred = [(i, ln, predicted[ln.predicted]) for i, ln in enumerate(chart.lines) if ln.predicted in predicted]
@@ -91,7 +93,7 @@ def figure(
         top = chart.fixed_max  # KV use: 0 to 100%
     ticks = nice_ticks(top)
     ymax = ticks[-1]
-    pw, ph = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    pw, ph = WIDTH - LEFT - RIGHT - after + AFTER, HEIGHT - TOP - BOTTOM
     span = max(t1 - t0, 1e-9)
 
     def x(t: float) -> float:
@@ -105,9 +107,12 @@ def figure(
         f'xmlns="http://www.w3.org/2000/svg" aria-label="{e(chart.title)}">',
         f"<title>{e(chart.title)}</title>",
         f'<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#fff" stroke="#ced4da"/>',
-        f'<rect class="after-zone" x="{LEFT + pw}" y="{TOP}" width="{AFTER}" height="{ph}" fill="#f8f9fa" '
-        f'stroke="#ced4da"><title>{e(predicted_label)}</title></rect>',
     ]
+    if after:
+        out.append(
+            f'<rect class="after-zone" x="{LEFT + pw}" y="{TOP}" width="{AFTER}" height="{ph}" '
+            f'fill="#f8f9fa" stroke="#ced4da"><title>{e(predicted_label)}</title></rect>'
+        )
     if pred:
         out.append(
             f'<text x="{LEFT + pw + AFTER / 2:.1f}" y="{TOP - 5}" font-size="10" text-anchor="middle" '

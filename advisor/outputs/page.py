@@ -40,10 +40,10 @@ SECURITY_HEADERS = (
     ("Cache-Control", "no-store"),
 )
 STATUS_WORDS = {
-    "advice": "advice",
-    "healthy": "healthy",
-    "inconclusive": "inconclusive",
-    "insufficient-data": "insufficient data",
+    "advice": "ADVICE",
+    "healthy": "HEALTHY",
+    "inconclusive": "INCONCLUSIVE",
+    "insufficient-data": "INSUFFICIENT DATA",
 }
 
 
@@ -238,9 +238,12 @@ def _charts(w: Charts, st: ExportState, v: DiagnosisView | None) -> str:
             charts_out.figure(c, w.t0, w.t1, marks=marks, outages=w.outages, levels=mine, predicted=predicted)
         )
     span = _duration(w.t1 - w.t0)
+    right = (
+        " Right of each chart: the level predicted after the advised change (same load)." if predicted else ""
+    )
     return (
         f'<h2>The window</h2><p class="muted">The last {e(span)} up to {e(when(w.t1))}; shaded: vLLM could '
-        "not be read. Right of each chart: the level predicted after the advised change (same load).</p>"
+        f"not be read.{e(right)}</p>"
         f'<div class="charts">{"".join(figs)}</div>'
     )
 
