@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Debian's prometheus (with promtool) and prometheus-alertmanager, for the integration tests, and
-# chromium, for the browser test of the daemon's page (tests/outputs/test_page_browser.py, headless).
-# The tests start these binaries themselves (tests/promstack.py: their own ports, configs and
-# data dirs; tests/browser.py: a fresh profile) and need nothing else of the packages. A host that already has them keeps them as
-# they are, services included (people who run this project often run them). Only a package this
-# script installs has its service kept from starting (policy-rc.d, while it installs) and
-# disabled after, so that nothing new is left enabled or running.
+# chromium, for the browser test of the daemon's page (tests/outputs/test_page_browser.py: headless).
+# The tests start these binaries themselves (tests/promstack.py: their own ports, configs and data
+# dirs; tests/browser.py: a fresh profile) and need nothing else of the packages. A host that
+# already has them keeps them as they are, services included (people who run this project often
+# run them). Only a package this script installs has its service kept from starting (policy-rc.d,
+# while it installs) and disabled after, so that nothing new is left enabled or running.
 # Usage: scripts/install-system-deps.sh
 set -euo pipefail
 PKGS=(prometheus prometheus-alertmanager chromium)

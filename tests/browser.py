@@ -97,11 +97,16 @@ def open_page(ctx: Any, url: str) -> Loaded:
     return seen
 
 
-def screenshot(page: Page, name: str) -> Path:
-    """A full-page PNG under test-artifacts/ (git-ignored); returns its path."""
-    ARTIFACTS.mkdir(exist_ok=True)
-    path = ARTIFACTS / name
-    page.screenshot(path=str(path), full_page=True)
+def screenshot(page: Page, name: str, folder: Path = ARTIFACTS, height: int | None = None) -> Path:
+    """A full-page PNG (or its top ``height`` pixels) under ``folder`` (by default test-artifacts/,
+    git-ignored); returns its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    clip = None
+    if height is not None:
+        full = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+        clip = {"x": 0, "y": 0, "width": full[0], "height": min(height, full[1])}
+    page.screenshot(path=str(path), full_page=True, clip=clip)
     return path
 
 

@@ -176,8 +176,8 @@ def figure(
             f'<line class="mark {e(m.kind)}" x1="{xx:.1f}" x2="{xx:.1f}" y1="{TOP}" y2="{TOP + ph}" '
             f'stroke="{colour}" stroke-width="1.5"><title>{e(m.label)}</title></line>'
         )
-        out.append(
-            f'<text x="{xx + dx:.1f}" y="{TOP + 11}" font-size="10" text-anchor="{anchor}" '
+        out.append(  # above the plot, clear of the levels' labels
+            f'<text x="{xx + dx:.1f}" y="{TOP - 5}" font-size="10" text-anchor="{anchor}" '
             f'fill="{colour}" class="halo">{e(m.label)}</text>'
         )
     gap = 2.5 * _median_gap([t for ln in chart.lines for t, _ in ln.points])

@@ -241,9 +241,9 @@ def _charts(w: Charts, st: ExportState, v: DiagnosisView | None) -> str:
     right = (
         " Right of each chart: the level predicted after the advised change (same load)." if predicted else ""
     )
+    shaded = "; shaded: vLLM could not be read" if w.outages else ""
     return (
-        f'<h2>The window</h2><p class="muted">The last {e(span)} up to {e(when(w.t1))}; shaded: vLLM could '
-        f"not be read.{e(right)}</p>"
+        f'<h2>The window</h2><p class="muted">The last {e(span)} up to {e(when(w.t1))}{e(shaded)}.{e(right)}</p>'
         f'<div class="charts">{"".join(figs)}</div>'
     )
 
