@@ -15,8 +15,8 @@ draw a rule's thresholds and the predicted level beside the measured line.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Mapping
+from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from statistics import median
@@ -106,31 +106,25 @@ def charts(
         vals = dict(window.gauge_series(name, seconds, agg=agg))
         return tuple((ts[i], vals[ts[i]]) for i in pick if ts[i] in vals)
 
-    def trailing(fn: Callable[[float, float], float | None]) -> tuple[tuple[float, float], ...]:
-        out = []
-        for i in pick:
-            j = bisect_left(ts, ts[i] - span)
-            if j >= i:
-                continue
-            v = fn(ts[j], ts[i])
-            if v is not None:
-                out.append((ts[i], v))
-        return tuple(out)
+    picked = {ts[i] for i in pick}
 
     def rate(name: str) -> tuple[tuple[float, float], ...]:
-        def fn(a: float, b: float) -> float | None:
-            d = window.counter_between(name, a, b)
-            return None if d is None else d / (b - a)
+        return tuple(window.trailing_rates(name, span, picked, seconds))
 
-        return trailing(fn)
+    def quantiles(name: str, qs: tuple[float, ...]) -> list[tuple[tuple[float, float], ...]]:
+        """The quantiles ``qs`` from one set of bucket increases per point."""
+        out: list[list[tuple[float, float]]] = [[] for _ in qs]
+        for t, h in window.trailing_histograms(name, span, picked, seconds):
+            if h.count <= 0:
+                continue  # no request finished in the span: unknown, a gap
+            for k, q in enumerate(qs):
+                v = h.quantile(q)
+                if v is not None:
+                    out[k].append((t, v))
+        return [tuple(x) for x in out]
 
-    def quantile(name: str, q: float) -> tuple[tuple[float, float], ...]:
-        def fn(a: float, b: float) -> float | None:
-            h = window.histogram_between(name, a, b)
-            return h.quantile(q) if h is not None and h.count > 0 else None
-
-        return trailing(fn)
-
+    ttft50, ttft95 = quantiles(n.TTFT, (0.5, 0.95))
+    itl50, itl95 = quantiles(n.ITL, (0.5, 0.95))
     per_span = f"over the {span:.0f} s before each page"
     cap_levels: tuple[Level, ...] = ()
     cap = engine.get("max_num_seqs") if engine is not None else None
@@ -204,8 +198,8 @@ def charts(
             "Time to first token",
             "ttft_seconds_p95",
             (
-                Line("TTFT p50", quantile(n.TTFT, 0.5), "ttft_seconds_p50", "ttft_seconds_p50"),
-                Line("TTFT p95", quantile(n.TTFT, 0.95), "ttft_seconds_p95", "ttft_seconds_p95"),
+                Line("TTFT p50", ttft50, "ttft_seconds_p50", "ttft_seconds_p50"),
+                Line("TTFT p95", ttft95, "ttft_seconds_p95", "ttft_seconds_p95"),
             ),
             target("ttft_p95_seconds", "TTFT p95 target"),
             note=f"quantiles of vLLM's histogram buckets {per_span}",
@@ -215,8 +209,8 @@ def charts(
             "Inter-token latency",
             "itl_seconds_p95",
             (
-                Line("ITL p50", quantile(n.ITL, 0.5), "itl_seconds_p50"),
-                Line("ITL p95", quantile(n.ITL, 0.95), "itl_seconds_p95", "itl_seconds_p95"),
+                Line("ITL p50", itl50, "itl_seconds_p50"),
+                Line("ITL p95", itl95, "itl_seconds_p95", "itl_seconds_p95"),
             ),
             target("itl_p95_seconds", "ITL p95 target"),
             note=f"quantiles of vLLM's histogram buckets {per_span}",

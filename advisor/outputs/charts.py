@@ -216,9 +216,9 @@ def figure(
     legend = []
     for i, ln in enumerate(chart.lines):
         latest = f"latest {fmtv(ln.points[-1][1])}" if ln.points else "no data in the window"
-        after = f" · {predicted_label}: {fmtv(predicted[ln.predicted])}" if ln.predicted in predicted else ""
+        then = f" · {predicted_label}: {fmtv(predicted[ln.predicted])}" if ln.predicted in predicted else ""
         legend.append(
-            f'<li><span class="sw c{i % len(COLOURS)}"></span>{e(ln.label)}: {e(latest)}{e(after)}</li>'
+            f'<li><span class="sw c{i % len(COLOURS)}"></span>{e(ln.label)}: {e(latest)}{e(then)}</li>'
         )
     note = f' <span class="note">({e(chart.note)})</span>' if chart.note else ""
     return (
