@@ -260,9 +260,8 @@ class Daemon:
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
         """The state to publish with ``diagnosis`` (under the lock); the advice history follows it."""
         replicas = None
-        if diagnosis is not None:
-            self.advice.observe(diagnosis)
         if diagnosis is not None:  # the server this sidecar watches, as the only replica of its load
+            self.advice.observe(diagnosis)
             sizing = None
             if not self.servers.several:
                 sizing = self.sizer(self.advisor, diagnosis, 1, upto=self.replica_hold.upto)
@@ -530,6 +529,14 @@ class Daemon:
         with self._lock:
             advice = self.advice.newest_first()
             advice_error = self.advice.error
+        d = self.state().diagnosis  # withdrawn at reading time when the cycle stalls: say so here too
+        if (
+            advice
+            and advice[0].ended is None
+            and (d is None or d.recommendation is None or d.status != "advice")
+        ):
+            why = f"{d.status}: {d.reason}" if d is not None else "no diagnosis"
+            advice = (dc_replace(advice[0], ended=self.clock(), end_reason=why), *advice[1:])
         with self._ledger_lock:
             queued = [asdict(r) for r in self.ledger.queue] if self.ledger is not None else []
             judged = [asdict(r) for r in self.judged]

@@ -183,3 +183,16 @@ def test_an_experiment_the_daemon_judged_is_on_its_history_page(tmp_path: Path) 
     assert row["id"] == 1  # written to the ledger, read back from it
     assert "--max-num-seqs 6 -&gt; 4" in text and 'class="badge keep"' in text
     assert "predicted /" in text and "measured" in text  # the prediction next to what happened
+
+
+def test_advice_withdrawn_because_the_cycle_stalled_is_not_shown_as_still_advised(tmp_path: Path) -> None:
+    clock = Clock()
+    standin = StandIn(session_pages(DEMO_SESSION))
+    with serve(standin) as url:
+        d = make(url, tmp_path, clock)
+        run_cycles(d, clock, len(standin.pages) - 4)
+    assert d.history().advice[0].ended is None  # still advised
+    clock.t += 60.0  # no cycle ran since: the exporter withdraws the advice when it is read
+    (span,) = d.history().advice
+    assert span.ended == clock.t
+    assert span.end_reason.startswith("insufficient-data: no scrape of vLLM has completed")
