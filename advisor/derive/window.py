@@ -708,20 +708,6 @@ class Window:
             return None
         return _hist_diff(frames[0], frames[-1], name)
 
-    def histogram_between(self, name: str, t0: float, t1: float) -> Histogram | None:
-        """Bucket increases from the last page at or before ``t0`` to the last page at or before
-        ``t1`` that hold the family (all series merged, reset-aware); None when there are not
-        two such pages. Two bisections, not a scan: a chart asks it once per point."""
-        i1 = bisect_right(self._frames, t1, key=lambda f: f.t) - 1
-        while i1 >= 0 and name not in self._frames[i1].hlayout.fams:
-            i1 -= 1
-        i0 = min(bisect_right(self._frames, t0, key=lambda f: f.t) - 1, i1 - 1)
-        while i0 >= 0 and name not in self._frames[i0].hlayout.fams:
-            i0 -= 1
-        if i0 < 0:
-            return None
-        return _hist_diff(self._frames[i0], self._frames[i1], name)
-
     def trailing_histograms(
         self, name: str, span_s: float, at: set[float] | None = None, seconds: float | None = None
     ) -> list[tuple[float, Histogram]]:

@@ -112,15 +112,21 @@ def test_quantiles_come_from_bucket_increases_and_gaps_stay_unknown(
     assert all(a[0] == b[0] for a, b in zip(p50.points, p95.points, strict=True))
 
 
-def test_histogram_between_agrees_with_a_slice_of_the_window() -> None:
+def test_trailing_histograms_and_rates_agree_with_slices_of_the_window() -> None:
     adv, _ = from_session(DEMO_SESSION, CFG, load_rules())
     w = adv.window
     ts = w.times()
-    for i, j in ((0, 5), (10, 25), (3, len(ts) - 1)):
-        h = w.histogram_between("vllm:inter_token_latency_seconds", ts[i], ts[j])
-        want = w.slice(ts[i], ts[j]).histogram_delta("vllm:inter_token_latency_seconds")
-        assert h == want
-    assert w.histogram_between("vllm:inter_token_latency_seconds", ts[0] - 10, ts[0]) is None
+    name = "vllm:inter_token_latency_seconds"
+    hs = dict(w.trailing_histograms(name, 30.0))
+    rates = dict(w.trailing_rates("vllm:generation_tokens", 30.0))
+    assert ts[0] not in hs and set(hs) == set(ts[1:]) == set(rates)
+    for t in ts[1:]:
+        j = bisect_left(ts, t - 30.0)
+        part = w.slice(ts[j], t)
+        assert hs[t] == part.histogram_delta(name)
+        assert rates[t] == pytest.approx(part.rate("vllm:generation_tokens"))
+    picked = {ts[5], ts[20]}
+    assert [t for t, _ in w.trailing_histograms(name, 30.0, at=picked)] == sorted(picked)
 
 
 def test_the_cap_is_max_num_seqs_times_the_engines(
