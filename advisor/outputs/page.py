@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 from advisor.core import knobs
+from advisor.core.units import fmt
 from advisor.derive.timeseries import Charts, Level
 from advisor.outputs import charts as charts_out
 from advisor.outputs import prediction as prediction_out
@@ -160,7 +161,7 @@ def server_page(
         v = view(d, st.replicas)
         parts.append(_headline(v))
     if window is not None:
-        parts.append(_charts(window, st, v))
+        parts.append(_charts(window, st))
     if v is not None:
         parts.append(_details(v))
     nav = [("this page", links.home), ("history", links.history), ("diagnosis JSON", links.diagnosis)]
@@ -203,7 +204,7 @@ def _headline(v: DiagnosisView) -> str:
     return "\n".join(out)
 
 
-def _charts(w: Charts, st: ExportState, v: DiagnosisView | None) -> str:
+def _charts(w: Charts, st: ExportState) -> str:
     d = st.diagnosis
     marks: list[charts_out.Mark] = [charts_out.Mark("engine restart", t, "restart") for t in w.restarts]
     levels: list[tuple[str, Level]] = []  # (the signal it bounds, the level)
@@ -347,8 +348,8 @@ def _advice_row(a: AdviceSpan) -> str:
     pred = ""
     if a.predicted:
         pred = "; ".join(
-            f"{prediction_out.LABELS[m][0]} {prediction_out.fmt(v[0], prediction_out.LABELS[m][1])} -> "
-            f"{prediction_out.fmt(v[1], prediction_out.LABELS[m][1])}"
+            f"{prediction_out.LABELS[m][0]} {fmt(v[0], prediction_out.LABELS[m][1])} -> "
+            f"{fmt(v[1], prediction_out.LABELS[m][1])}"
             for m, v in a.predicted.items()
             if m in prediction_out.LABELS and isinstance(v, list | tuple) and len(v) == 2
         )
