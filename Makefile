@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint typecheck system-deps vllm-cpu generate record bench clean image image-deps image-test
+.PHONY: demo test venv lint typecheck system-deps vllm-cpu generate record bench clean image image-deps image-test screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,11 +15,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-## demo: diagnose the bundled session recorded from a real vLLM server, then serve the exporter
+## demo: diagnose the bundled session recorded from a real vLLM server, then serve its page (the
+## URL is printed) and the exporter until Ctrl-C
 demo: $(STAMP)
 	$(VENV)/bin/vllm-advisor demo
 
-## system-deps: Debian's prometheus, promtool and alertmanager for the integration tests
+## system-deps: Debian's prometheus, promtool and alertmanager for the integration tests, chromium
+## for the page's browser test
 ## (binaries only: what it installs is kept from starting and disabled; a host's own services are left alone)
 system-deps:
 	bash scripts/install-system-deps.sh
@@ -59,6 +61,11 @@ generate: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench.py
+
+## screenshots: docs/images/*.png (the daemon's page: advice, healthy, vLLM down; the fleet's) in
+## headless chromium (~2 min)
+screenshots: $(STAMP) system-deps
+	$(PY) scripts/screenshots.py
 
 ## record: re-record the CPU sessions in tests/fixtures/sessions from real vLLM servers (~10 min)
 record: $(STAMP) vllm-cpu

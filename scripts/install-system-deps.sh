@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Debian's prometheus (with promtool) and prometheus-alertmanager, for the integration tests.
-# The tests start these binaries themselves (tests/promstack.py: their own ports, configs and
-# data dirs) and need nothing else of the packages. A host that already has them keeps them as
-# they are, services included (people who run this project often run them). Only a package this
-# script installs has its service kept from starting (policy-rc.d, while it installs) and
-# disabled after, so that nothing new is left enabled or running.
+# Debian's prometheus (with promtool) and prometheus-alertmanager, for the integration tests, and
+# chromium, for the browser test of the daemon's page (tests/outputs/test_page_browser.py: headless).
+# The tests start these binaries themselves (tests/promstack.py: their own ports, configs and data
+# dirs; tests/browser.py: a fresh profile) and need nothing else of the packages. A host that
+# already has them keeps them as they are, services included (people who run this project often
+# run them). Only a package this script installs has its service kept from starting (policy-rc.d,
+# while it installs) and disabled after, so that nothing new is left enabled or running.
 # Usage: scripts/install-system-deps.sh
 set -euo pipefail
-PKGS=(prometheus prometheus-alertmanager)
+PKGS=(prometheus prometheus-alertmanager chromium)
 
-have_all() { command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v prometheus-alertmanager >/dev/null; }
+have_all() {
+  command -v prometheus >/dev/null && command -v promtool >/dev/null \
+    && command -v prometheus-alertmanager >/dev/null && command -v chromium >/dev/null
+}
 
 if have_all; then
   echo "system deps: present ($(prometheus --version 2>&1 | head -1)); the host's services are left as they are"
@@ -53,4 +57,4 @@ for s in "${missing[@]}"; do
   fi
 done
 have_all
-echo "system deps: $(prometheus --version 2>&1 | head -1); alertmanager and promtool present; services of what was installed (${missing[*]:-none}) disabled"
+echo "system deps: $(prometheus --version 2>&1 | head -1); alertmanager, promtool and chromium present; services of what was installed (${missing[*]:-none}) disabled"

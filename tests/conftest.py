@@ -1,7 +1,8 @@
 """Shared fixtures: real vLLM servers (tests/realvllm.py) and their wall times.
 
 Each real-vLLM part (server start, load) records its wall time; the terminal summary
-prints one line per part, so slow parts show up in every CI log without ``-s``.
+prints one line per part, so slow parts show up in every CI log without ``-s``; likewise the
+paths of the screenshots the browser tests keep (test-artifacts/).
 """
 
 from __future__ import annotations
@@ -87,13 +88,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         _reported = len(realvllm.TIMINGS)
 
 
+_screenshots: list[str] = []  # what the browser tests saved (record_property("screenshot", path))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     for name, value in report.user_properties:
         if name == "realvllm_timing":
             _timings.append((str(value[0]), float(value[1])))
+        elif name == "screenshot" and report.when == "call" and str(value) not in _screenshots:
+            _screenshots.append(str(value))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _screenshots:
+        terminalreporter.section("screenshots (tests/browser.py)")
+        for path in _screenshots:
+            terminalreporter.write_line(path)
     if not _timings:
         return
     terminalreporter.section("real vLLM wall times")

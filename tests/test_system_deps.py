@@ -1,5 +1,5 @@
-"""`make test` installs Debian's prometheus and prometheus-alertmanager for their binaries only
-(scripts/install-system-deps.sh). A host that already runs those packages' services (people who
+"""`make test` installs Debian's prometheus, prometheus-alertmanager and chromium for their binaries
+only (scripts/install-system-deps.sh; chromium for the browser test of the daemon's page). A host that already runs those packages' services (people who
 run this project often do) keeps them: the script stops and disables only what its own install
 brought, and the tests run beside the host's services (tests/test_host_services.py).
 
@@ -20,16 +20,18 @@ TOOLS = ("systemctl", "pkill", "deb-systemd-helper", "update-rc.d", "apt-get")
 
 
 def test_the_binaries_the_tests_need_are_installed() -> None:
-    for exe in ("prometheus", "promtool", "prometheus-alertmanager", "amtool"):
+    for exe in ("prometheus", "promtool", "prometheus-alertmanager", "amtool", "chromium"):
         assert shutil.which(exe), f"{exe} missing: run `make system-deps`"
 
 
 def _stub_path(tmp: Path, binaries: bool) -> tuple[dict[str, str], Path]:
-    """A PATH of recording stand-ins (and, with ``binaries``, the three binaries present)."""
+    """A PATH of recording stand-ins (and, with ``binaries``, the four binaries present)."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     calls = tmp / "calls"
-    names = list(TOOLS) + (["prometheus", "promtool", "prometheus-alertmanager"] if binaries else [])
+    names = list(TOOLS) + (
+        ["prometheus", "promtool", "prometheus-alertmanager", "chromium"] if binaries else []
+    )
     for name in names:
         f = bin_dir / name
         f.write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\nexit 0\n')

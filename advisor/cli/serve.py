@@ -19,7 +19,7 @@ from advisor.cli.common import (
     use_color,
 )
 from advisor.core import config as config_mod
-from advisor.drive import daemon, fleet, inputs
+from advisor.drive import daemon, fleet, history, inputs
 from advisor.outputs import explain as out
 from advisor.sources import session
 from advisor.sources.prometheus import PrometheusError
@@ -221,13 +221,15 @@ def run(
     help="Stop serving after this many seconds (default: until Ctrl-C).",
 )
 def demo(session_dir: str, listen: str | None, serve_seconds: float | None) -> None:
-    """Diagnose a bundled session recorded from a real vLLM server, then serve the exporter on it."""
+    """Diagnose a bundled session recorded from a real vLLM server, then serve its page and the
+    exporter until Ctrl-C (the page's URL is printed)."""
 
     cfg = load_config(None, listen=listen)
     rs = checked_rules(None)
 
+    advice = history.AdviceHistory()  # the advice given as the session plays, for /history
     try:
-        adv, d = inputs.from_session(session_dir, cfg, rs)
+        adv, d = inputs.from_session(session_dir, cfg, rs, on_diagnosis=advice.on_diagnosis)
     except (inputs.InputError, SessionError) as e:
         fail(str(e))
         return
@@ -237,4 +239,4 @@ def demo(session_dir: str, listen: str | None, serve_seconds: float | None) -> N
     config_mod.parse_listen(cfg.listen)
     click.echo(f"Replayed {session_dir} (recorded from a real vLLM server):\n")
     click.echo(out.render(d, "text", use_color()))
-    sys.exit(daemon.serve_static(adv, d, cfg, serve_seconds))
+    sys.exit(daemon.serve_static(adv, d, cfg, serve_seconds, advice))

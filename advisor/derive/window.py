@@ -706,18 +706,50 @@ class Window:
         frames = [f for f in islice(self._frames, i, None) if name in f.hlayout.fams]
         if len(frames) < 2:
             return None
-        first, last = frames[0], frames[-1]
-        bounds, s1 = last.hlayout.fams[name]
-        b0, s0 = first.hlayout.fams[name]
-        n = len(bounds)
-        h1 = last.hist[s1 : s1 + n + 2]
-        h0 = first.hist[s0 : s0 + len(b0) + 2]
-        if b0 == bounds:
-            counts = [h1[k] - h0[k] for k in range(n)]
-        else:
-            start = Histogram(tuple(zip(b0, h0[: len(b0)], strict=True)), 0.0, 0.0)
-            counts = [h1[k] - start.cumulative(b) for k, b in enumerate(bounds)]
-        return Histogram(tuple(zip(bounds, counts, strict=True)), h1[n] - h0[-2], h1[n + 1] - h0[-1])
+        return _hist_diff(frames[0], frames[-1], name)
+
+    def trailing_histograms(
+        self, name: str, span_s: float, at: set[float] | None = None, seconds: float | None = None
+    ) -> list[tuple[float, Histogram]]:
+        """(t, bucket increases over the ``span_s`` before t) at each page of the last ``seconds``
+        holding the family (``at``: only at these page times): from the first such page at or
+        after ``t - span_s``; none where that is the page itself. One pass over the pages."""
+        frames = [f for f in self._in(seconds) if name in f.hlayout.fams]
+        out: list[tuple[float, Histogram]] = []
+        j = 0
+        for i, f in enumerate(frames):
+            while frames[j].t < f.t - span_s:
+                j += 1
+            if j < i and (at is None or f.t in at):
+                out.append((f.t, _hist_diff(frames[j], f, name)))
+        return out
+
+    def trailing_rates(
+        self, name: str, span_s: float, at: set[float] | None = None, seconds: float | None = None
+    ) -> list[tuple[float, float]]:
+        """(t, a counter's rate over the ``span_s`` before t, summed over its series) at each page
+        of the last ``seconds`` holding it (``at``: only at these page times), as
+        :meth:`counter_between` counts it. One pass over the pages."""
+        frames = [f for f in self._in(seconds) if name in f.layout.fams]
+
+        def total(f: _Frame) -> float:
+            return sum(f.adj[k] for k in self._indices(f.layout, name, None))
+
+        out: list[tuple[float, float]] = []
+        j = 0
+        for i, f in enumerate(frames):
+            while frames[j].t < f.t - span_s:
+                j += 1
+            if j >= i or (at is not None and f.t not in at):
+                continue
+            f0 = frames[j]
+            if f0.layout is f.layout:
+                inc: float | None = total(f) - total(f0)
+            else:  # the series changed within the span
+                inc = self.counter_between(name, f0.t, f.t)
+            if inc is not None:
+                out.append((f.t, inc / (f.t - f0.t)))
+        return out
 
     def quantile(self, name: str, q: float, seconds: float | None = None) -> float | None:
         h = self.histogram_delta(name, seconds)
@@ -927,6 +959,21 @@ class Window:
             return []
         first = self._frames[i].t
         return [t for t in self._restarts if t > first]
+
+
+def _hist_diff(first: _Frame, last: _Frame, name: str) -> Histogram:
+    """A histogram family's bucket increases from frame ``first`` to frame ``last`` (both hold it)."""
+    bounds, s1 = last.hlayout.fams[name]
+    b0, s0 = first.hlayout.fams[name]
+    n = len(bounds)
+    h1 = last.hist[s1 : s1 + n + 2]
+    h0 = first.hist[s0 : s0 + len(b0) + 2]
+    if b0 == bounds:
+        counts = [h1[k] - h0[k] for k in range(n)]
+    else:
+        start = Histogram(tuple(zip(b0, h0[: len(b0)], strict=True)), 0.0, 0.0)
+        counts = [h1[k] - start.cumulative(b) for k, b in enumerate(bounds)]
+    return Histogram(tuple(zip(bounds, counts, strict=True)), h1[n] - h0[-2], h1[n + 1] - h0[-1])
 
 
 def _number(v: object) -> bool:

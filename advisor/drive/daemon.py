@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from dataclasses import replace as dc_replace
@@ -29,14 +30,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from advisor.core import jsonout
 from advisor.core.config import Config, parse_listen
 from advisor.core.log import configure_logging
-from advisor.derive import identity
+from advisor.derive import identity, timeseries
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
 from advisor.drive import scaling
+from advisor.drive.history import FILE as ADVICE_FILE
+from advisor.drive.history import AdviceHistory, experiment_record
 from advisor.drive.inputs import advisor_for_session
 from advisor.drive.runner import Advisor, export_state
-from advisor.outputs.exporter import make_server
-from advisor.outputs.state import ExportState
+from advisor.outputs.exporter import PageSources, make_server
+from advisor.outputs.state import ExportState, History
 from advisor.predict import replicas as rp
 from advisor.sources import cmdline as cmdline_src
 from advisor.sources import engine, follow
@@ -44,9 +47,11 @@ from advisor.sources import host as host_src
 from advisor.sources import http as http_src
 from advisor.sources import metrics as metrics_src
 from advisor.sources.session import Session, SessionError
-from advisor.verify.ledger import DurableLedger, ExperimentRecord
+from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger, LedgerError
 
 log = structlog.get_logger("vllm-advisor")
+HISTORY_ROWS = 50  # experiments /history shows
+PAGE_WAIT_S = 2.0  # a page waits this long for a cycle to let go of the window
 
 
 def metrics_url(url: str) -> str:
@@ -121,6 +126,16 @@ class Daemon:
                 hint="it is not written into: judged experiments wait in memory until it is restored or moved aside",
             )
         self.state_ok: bool | None = None  # None: nothing written yet
+        # the advice given before (/history): in the state dir when the daemon persists there
+        self.advice = AdviceHistory(
+            Path(cfg.state_dir) / ADVICE_FILE if persist else None,
+            merge_gap_s=max(3 * cfg.interval_s, 15.0),
+        )
+        if persist:
+            self.advice.load()
+            if self.advice.error:
+                log.warning("cannot read the advice history", error=self.advice.error)
+        self.judged: deque[ExperimentRecord] = deque(maxlen=HISTORY_ROWS)  # this process's, for /history
 
     @property
     def scrape_timeout_s(self) -> float:
@@ -180,45 +195,32 @@ class Daemon:
         """Queue judged experiments for the ledger (SQLite under the state dir) and write what
         is queued; a write that fails is retried at the next cycle (``DurableLedger``), and
         said once per failure episode. ``take``: take the advisor's newly judged experiments
-        (not while a switch between servers may be a load balancer)."""
-        if self.ledger is None:
-            return
+        (not while a switch between servers may be a load balancer). Without a ledger (a
+        replay, the demo) they are kept in memory only, for ``/history``."""
         done: list[Any] = []
         if take:
             with self._lock:
                 done, self.advisor.finished_experiments = self.advisor.finished_experiments, []
+        if self.ledger is None and not done:
+            return
         eng = self.advisor.engine
         with self._ledger_lock:
             for exp in done:
-                j = exp.to_json()
-                comp = j.get("comparison") or {}
-                rec = ExperimentRecord(
-                    started_at=exp.after_start,
-                    ended_at=exp.ended_at,
-                    verdict=exp.verdict or "inconclusive",
-                    source="daemon",
-                    knob=j["knob"],
-                    flag=j["flag"],
-                    old_value=j["old"],
-                    new_value=j["new"],
-                    model=eng.get("served_model_name") or eng.get("model"),
-                    vllm_version=eng.get("vllm_version"),
-                    gpus=str(eng.get("gpu_count") or eng.get("device") or ""),
-                    load_profile=exp.load,
-                    buckets=list(comp.get("buckets", [])),
-                    reasons=list(exp.reasons),
-                    prediction=exp.prediction,
-                )
+                rec = experiment_record(exp, eng)
                 log.info(
                     "experiment judged",
-                    knob=j["knob"],
-                    old=j["old"],
-                    new=j["new"],
+                    knob=rec.knob,
+                    old=rec.old_value,
+                    new=rec.new_value,
                     verdict=exp.verdict,
-                    ledger=self.ledger_path,
+                    ledger=self.ledger_path if self.ledger is not None else None,
                     reasons=list(exp.reasons),
                 )
-                self.ledger.add(rec, flush=False)
+                self.judged.append(rec)
+                if self.ledger is not None:
+                    self.ledger.add(rec, flush=False)
+            if self.ledger is None:
+                return
             self.ledger.flush()
             self._ledger_episode()
 
@@ -256,8 +258,10 @@ class Daemon:
                 )
 
     def _build_state(self, diagnosis: Diagnosis | None = None) -> ExportState:
+        """The state to publish with ``diagnosis`` (under the lock); the advice history follows it."""
         replicas = None
         if diagnosis is not None:  # the server this sidecar watches, as the only replica of its load
+            self.advice.observe(diagnosis)
             sizing = None
             if not self.servers.several:
                 sizing = self.sizer(self.advisor, diagnosis, 1, upto=self.replica_hold.upto)
@@ -434,6 +438,8 @@ class Daemon:
             tmp = path / "diagnosis.json.tmp"
             tmp.write_text(jsonout.dumps(d.to_json(), default=str))
             os.replace(tmp, path / "diagnosis.json")
+            with self._lock:
+                self.advice.save(d.at)
         except OSError as e:
             if self.state_ok is not False:
                 log.warning("cannot write state", error=str(e), state_dir=self.cfg.state_dir)
@@ -506,10 +512,67 @@ class Daemon:
         th.start()
         self._threads.append(th)
 
+    # ---------------------------------------------------------------- the pages
+    def charts(self) -> timeseries.Charts | None:
+        """The window's key series for the page (read under the lock; None when a cycle holds
+        it for longer than a page should wait)."""
+        if not self._lock.acquire(timeout=PAGE_WAIT_S):
+            return None
+        try:
+            return timeseries.charts(self.advisor.window, self.advisor.engine, self.cfg.targets)
+        finally:
+            self._lock.release()
+
+    def history(self) -> History:
+        """``/history``: the ledger's experiments (with those judged but not yet written) and the
+        advice given before, newest first, each saying where it is kept."""
+        with self._lock:
+            advice = self.advice.newest_first()
+            advice_error = self.advice.error
+        d = self.state().diagnosis  # withdrawn at reading time when the cycle stalls: say so here too
+        if (
+            advice
+            and advice[0].ended is None
+            and (d is None or d.recommendation is None or d.status != "advice")
+        ):
+            why = f"{d.status}: {d.reason}" if d is not None else "no diagnosis"
+            advice = (dc_replace(advice[0], ended=self.clock(), end_reason=why), *advice[1:])
+        with self._ledger_lock:
+            queued = [asdict(r) for r in self.ledger.queue] if self.ledger is not None else []
+            judged = [asdict(r) for r in self.judged]
+        error = None
+        if self.ledger is None:
+            rows = list(reversed(judged))
+            kept = "Judged by this process and kept in memory: a replay or the demo writes no ledger."
+        else:
+            rows = list(reversed(queued))
+            kept = (
+                f"The ledger {self.ledger_path} (vllm-advisor history prints it), newest first"
+                + (f"; {len(queued)} judged, not yet written (retried every cycle)" if queued else "")
+                + "."
+            )
+            if self.ledger.damage:
+                error = f"The ledger is damaged ({self.ledger.damage[0]}): it is not read or written."
+            elif Path(self.ledger_path).exists():
+                try:
+                    rows += Ledger(self.ledger_path, timeout_s=1.0).list(HISTORY_ROWS)
+                except LedgerError as e:
+                    error = str(e)
+        if self.advice.path is not None:
+            advice_kept = f"Kept in {self.advice.path} (the last {self.advice.limit}), newest first."
+        else:
+            advice_kept = f"Kept in memory by this process (the last {self.advice.limit}), newest first."
+        if advice_error:
+            error = (error + " " if error else "") + advice_error
+        return History(tuple(rows[:HISTORY_ROWS]), advice, kept, advice_kept, error)
+
+    def pages(self) -> PageSources:
+        return PageSources(self.charts, self.history, self.cfg.interval_s)
+
     # ---------------------------------------------------------------- lifecycle
     def serve(self) -> tuple[str, int]:
         host, port = parse_listen(self.cfg.listen)
-        self.server = make_server(host, port, self.state)
+        self.server = make_server(host, port, self.state, self.pages())
         th = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
         th.start()
         self._threads.append(th)
@@ -556,7 +619,21 @@ class Daemon:
         for th in self._threads:
             th.join(timeout=max(0.0, deadline - time.monotonic()))
         self._flush_ledger_at_exit()
+        self._close_advice()
         log.info("stopped")
+
+    def _close_advice(self) -> None:
+        """The advice standing when the daemon stops ends then (and is written, if kept)."""
+        if not self._lock.acquire(timeout=1.0):
+            return
+        try:
+            self.advice.close(self.clock(), "the daemon stopped")
+            if self.persist:
+                self.advice.save(self.clock())
+        except OSError as e:
+            log.warning("cannot write the advice history", error=str(e), state_dir=self.cfg.state_dir)
+        finally:
+            self._lock.release()
 
     def wait(self, seconds: float | None = None) -> None:
         """Block until SIGINT/SIGTERM (or ``seconds``)."""
@@ -682,7 +759,9 @@ def run_replay(
         return 1
 
     adv, clock = advisor_for_session(s, cfg, rules)
-    daemon = Daemon(cfg, rules, advisor=adv, clock=clock)
+    # a replay writes nothing into the state dir (a live daemon's may be there): its ledger and
+    # advice history stay in memory
+    daemon = Daemon(cfg, rules, advisor=adv, clock=clock, persist=False)
     try:
         host, port = daemon.serve()
     except OSError as e:
@@ -707,6 +786,7 @@ def run_replay(
                     daemon._log_status(d)
                 else:
                     adv.on_log_line(item.text)
+            daemon._record_experiments()
         log.info("replay finished; holding the final state")
         daemon._stop.wait(run_seconds)
     finally:
@@ -714,18 +794,27 @@ def run_replay(
     return 0
 
 
-def serve_static(adv: Advisor, d: Diagnosis, cfg: Config, seconds: float | None) -> int:
-    """Serve one fixed diagnosis (the demo) until Ctrl-C or ``seconds``; 1 if it cannot listen."""
-    daemon = Daemon(cfg, adv.evaluator.rules, advisor=adv, clock=lambda: d.at)
+def serve_static(
+    adv: Advisor, d: Diagnosis, cfg: Config, seconds: float | None, advice: AdviceHistory | None = None
+) -> int:
+    """Serve one fixed diagnosis (the demo) until Ctrl-C or ``seconds``; 1 if it cannot listen.
+    ``advice``: the advice given while the session was replayed (``/history``; in memory, like
+    the experiments judged in it: the demo writes nothing into the state dir)."""
+    daemon = Daemon(cfg, adv.evaluator.rules, advisor=adv, clock=lambda: d.at, persist=False)
+    if advice is not None:
+        daemon.advice = advice
     daemon._state = daemon._build_state(d)
+    daemon._record_experiments()
     try:
         host, port = daemon.serve()
     except OSError as e:
         print(f"error: cannot serve the exporter on {cfg.listen}: {e}", file=sys.stderr)
         return 1
     print(
-        f"\nExporter: http://{host}:{port}/metrics  ·  page: http://{host}:{port}/  ·  "
-        f"JSON: http://{host}:{port}/api/v1/diagnosis  (Ctrl-C to stop)",
+        f"\nPage: http://{host}:{port}/  (the diagnosis beside charts of the window; "
+        f"/history: the advice given)\n"
+        f"Exporter: http://{host}:{port}/metrics  ·  JSON: http://{host}:{port}/api/v1/diagnosis\n"
+        "Serving until Ctrl-C.",
         flush=True,
     )
     _install_signals(daemon._stop)

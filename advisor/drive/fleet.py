@@ -22,20 +22,22 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import structlog
 
 from advisor.core.config import Config, parse_listen
 from advisor.core.model import Provenanced, Snapshot
+from advisor.derive import timeseries
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
 from advisor.drive import scaling
+from advisor.drive.history import AdviceHistory, experiment_record
 from advisor.drive.inputs import partial_answer
 from advisor.drive.runner import Advisor, export_state
-from advisor.outputs.fleet import make_server
-from advisor.outputs.state import Deployment, ExportState, FleetState, Member, Server
+from advisor.outputs.fleet import FleetPages, make_server
+from advisor.outputs.state import Deployment, ExportState, FleetState, History, Member, Server
 from advisor.predict import replicas as rp
 from advisor.sources import prometheus as prom
 from advisor.sources.metrics import MetricsError
@@ -51,6 +53,8 @@ MAX_INSTANCES = 1000
 # A cycle's requests share one deadline: long enough for a large fleet's first cycle, short
 # enough that a stalled Prometheus ends the cycle (the state says so earlier: see state()).
 MIN_CYCLE_BUDGET_S = 30.0
+PAGE_WAIT_S = 2.0  # a server's page waits this long for the cycle to let go of the windows
+HISTORY_ROWS = 50  # experiments a server's /history shows
 
 
 def family_groups(metric_names: Sequence[str]) -> list[list[str]]:
@@ -103,6 +107,54 @@ class Fleet:
         self._last_ok: float | None = None  # clock time of the last cycle that read Prometheus
         self._last_error: str | None = None  # the kind of failure logged (once per episode)
         self._partial_said = False
+        self.advice: dict[str, AdviceHistory] = {}  # per instance, in memory (no state dir)
+
+    # ---------------------------------------------------------------- the pages
+    def charts(self, instance: str) -> timeseries.Charts | None:
+        """One server's window as charts; None when it is not followed, or when the cycle (which
+        holds every window while it reads Prometheus) does not let go within PAGE_WAIT_S."""
+        if not self._lock.acquire(timeout=PAGE_WAIT_S):
+            return None
+        try:
+            adv = self.advisors.get(instance)
+            return None if adv is None else timeseries.charts(adv.window, adv.engine, self.cfg.targets)
+        finally:
+            self._lock.release()
+
+    def history(self, instance: str) -> History | None:
+        """One server's experiments and advice, as this fleet daemon saw them (in memory)."""
+        if not self._lock.acquire(timeout=PAGE_WAIT_S):
+            return History(error="The fleet's cycle is running: refresh in a moment.")
+        try:
+            adv = self.advisors.get(instance)
+            hist = self.advice.get(instance)
+            rows: list[dict[str, Any]] = []
+            if adv is not None:
+                done = adv.finished_experiments[-HISTORY_ROWS:]
+                rows = [asdict(experiment_record(x, adv.engine)) for x in reversed(done)]
+            return History(
+                tuple(rows),
+                hist.newest_first() if hist is not None else (),
+                "Judged by this fleet daemon since it started, kept in memory (it keeps no ledger).",
+                f"Kept in memory by this fleet daemon (the last {hist.limit if hist else 0}), newest first.",
+            )
+        finally:
+            self._lock.release()
+
+    def pages(self) -> FleetPages:
+        return FleetPages(self.charts, self.history, self.cfg.interval_s)
+
+    def _observe(self, st: FleetState) -> None:
+        """Every server's published diagnosis into its advice history (under the lock)."""
+        for m in st.members:
+            if m.state.diagnosis is None:
+                continue
+            hist = self.advice.get(m.server.instance)
+            if hist is None:
+                hist = self.advice[m.server.instance] = AdviceHistory(
+                    merge_gap_s=max(3 * self.cfg.interval_s, 15.0)
+                )
+            hist.observe(m.state.diagnosis)
 
     # ---------------------------------------------------------------- state
     def fresh_for_s(self) -> float:
@@ -213,6 +265,8 @@ class Fleet:
                 self._last_error = e.kind
             st = self._unreadable(now, str(e), time.monotonic() - t0, self.client.calls - calls0)
         self.cycles += 1
+        with self._lock:
+            self._observe(st)
         self._state = st
         return st
 
@@ -372,6 +426,7 @@ class Fleet:
 
     def _forget(self, inst: str) -> None:
         self.advisors.pop(inst, None)
+        self.advice.pop(inst, None)
         self.sizers.pop(inst, None)
         self.servers.pop(inst, None)
         self.last_t.pop(inst, None)
@@ -424,7 +479,7 @@ class Runner:
     def start(self) -> tuple[str, int]:
 
         host, port = parse_listen(self.listen)
-        self.server = make_server(host, port, self.fleet.state)
+        self.server = make_server(host, port, self.fleet.state, self.fleet.pages())
         th = threading.Thread(target=self.server.serve_forever, daemon=True, name="http")
         th.start()
         loop = threading.Thread(target=self._loop, daemon=True, name="fleet-cycle")

@@ -139,23 +139,33 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
         con.print()
     for title, body in (("What", rec.what), ("Why", rec.why), ("What should move", rec.expect)):
         con.print(Text(f"{title}: ", style="bold"), Text(body))
-    con.print(Text("Verify: ", style="bold"), Text(", ".join(rec.verify) + " (same load, before vs after)"))
+    con.print(Text("Verify: ", style="bold"), Text(verify_text(rec)))
     con.print(Text("Roll back: ", style="bold"), Text(rec.rollback))
     con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
     _findings(con, d)
     return _tidy(buf.getvalue())
 
 
+def verify_text(rec: Recommendation) -> str:
+    """What to check after the change, as the text and the page say it."""
+    return ", ".join(rec.verify) + " (same load, before vs after)"
+
+
 def _after_lines(rec: Recommendation) -> list[str]:
     """The breaches the change is predicted to leave, and the other changes weighed."""
     out = []
     if rec.leaves:
-        out.append("Left standing after the change: " + "; ".join(rec.leaves) + ".")
+        out.append(leaves_line(rec))
     if rec.considered:
         out.append("Also considered:")
         for c in rec.considered:
             out.append(f"  - {considered_line(c)}")
     return out
+
+
+def leaves_line(rec: Recommendation) -> str:
+    """The target breaches the change is predicted to leave standing, as one sentence."""
+    return "Left standing after the change: " + "; ".join(rec.leaves) + "."
 
 
 def considered_line(c: Mapping[str, Any]) -> str:
@@ -270,22 +280,28 @@ def _findings(con: Console, d: Diagnosis) -> None:
     line = experiment_line(d.experiment)
     if line:
         con.print(Text(line, style="bold magenta"))
-    chosen = d.recommendation.rule if d.recommendation is not None else None
-    interesting = [
-        f
-        for f in d.findings
-        if (f.get("state") in ("firing", "pending", "gated") or f.get("blocked")) and f["rule"] != chosen
-    ]
-    if not interesting:
+    lines = finding_lines(d)
+    if not lines:
         return
     con.print(Text("Other findings:", style="bold"))
-    for f in interesting:
+    for text in lines:
+        con.print(f"  - {text}", markup=False)  # "[firing]" is not markup
+
+
+def finding_lines(d: Diagnosis) -> list[str]:
+    """The rules other than the chosen one that hold, wait or cannot move, one line each."""
+    chosen = d.recommendation.rule if d.recommendation is not None else None
+    out = []
+    for f in d.findings:
+        if not (f.get("state") in ("firing", "pending", "gated") or f.get("blocked")) or f["rule"] == chosen:
+            continue
         extra = ""
         if f.get("suppressed"):
             extra = f" (suppressed: {f['suppressed']})"
         elif f.get("blocked"):
             extra = f" (no knob can move: {'; '.join(f['blocked'])})"
-        con.print(f"  - {f['rule']} [{f['state']}]{extra}", markup=False)  # "[firing]" is not markup
+        out.append(f"{f['rule']} [{f['state']}]{extra}")
+    return out
 
 
 # ------------------------------------------------------------------ JSON
@@ -493,6 +509,14 @@ def prediction_table(pred: Mapping[str, Any]) -> Table:
     table.add_column("measured", justify="right")
     table.add_column("predicted", justify="right")
     table.add_column("change", justify="right", style="dim")
+    for row in prediction_rows(pred):
+        table.add_row(*row)
+    return table
+
+
+def prediction_rows(pred: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(metric, measured, predicted, change) per metric of a prediction, as its table shows them."""
+    rows = []
     meas, after = pred.get("measured") or {}, pred.get("predicted") or {}
     for metric, (label, unit) in prediction_out.LABELS.items():
         a, b = meas.get(metric), after.get(metric)
@@ -501,8 +525,8 @@ def prediction_table(pred: Mapping[str, Any]) -> Table:
             if isinstance(a, int | float) and isinstance(b, int | float) and a
             else ""
         )
-        table.add_row(label, fmt(a, unit), fmt(b, unit), ch)
-    return table
+        rows.append((label, fmt(a, unit), fmt(b, unit), ch))
+    return rows
 
 
 def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:

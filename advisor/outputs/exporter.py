@@ -1,5 +1,6 @@
 """The exporter: a prometheus_client Collector over the latest immutable state, on its
-own registry, plus the JSON endpoint, the health check and a small landing page.
+own registry, plus the JSON endpoint, the health check, the page (``/``: the diagnosis with
+charts of the window, drawn by outputs/page.py) and ``/history``.
 
 Nothing here decides anything; it renders :class:`ExportState`.
 """
@@ -8,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import html
 import math
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -25,9 +26,10 @@ from prometheus_client.registry import Collector
 
 from advisor.core import jsonout, names
 from advisor.derive.signals import CATALOG
+from advisor.derive.timeseries import Charts
 from advisor.diagnose.advise import STATUSES
-from advisor.outputs.explain import fmt_value
-from advisor.outputs.state import ExportState
+from advisor.outputs import page
+from advisor.outputs.state import ExportState, History
 from advisor.predict.replicas import Desired
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -379,47 +381,41 @@ def make_registry(state: Callable[[], ExportState]) -> CollectorRegistry:
 
 
 # ------------------------------------------------------------------ HTTP
-def landing_page(st: ExportState) -> str:
-    d = st.diagnosis
-    e = html.escape
-    rows = ""
-    head = "<p>No diagnosis yet.</p>"
-    if d is not None:
-        head = f"<p class='status {e(d.status)}'><b>{e(d.status.upper())}</b>: {e(d.reason)}</p>"
-        rec = d.recommendation
-        if rec is not None:
-            head += f"<h2>Change: <code>{e(rec.change)}</code></h2><p>{e(rec.summary)}</p>"
-            rows = "".join(
-                f"<tr><td><code>{e(ev.signal)}</code></td><td>{e(fmt_value(ev.signal, ev.value, ev.unit))}</td>"
-                f"<td>{e(ev.help)}</td></tr>"
-                for ev in rec.evidence
-            )
-            rows = (
-                f"<table><tr><th>signal</th><th>value</th><th>meaning</th></tr>{rows}</table>"
-                f"<p><b>What should move:</b> {e(rec.expect)}</p><p><b>Verify:</b> {e(', '.join(rec.verify))}</p>"
-                f"<p><b>Roll back:</b> {e(rec.rollback)}</p>"
-            )
-    up = "up" if st.up else "DOWN"
-    return html_page("vllm-advisor", "60em", f"<p>vLLM is <b>{up}</b>.</p>{head}{rows}")
+@dataclass(frozen=True)
+class PageSources:
+    """What the pages need beyond the state, asked for when a page is asked for (the drive
+    layer's callables: they read the window under its lock): the window's charts, the history,
+    and the refresh interval (the scrape interval)."""
+
+    charts: Callable[[], Charts | None] | None = None
+    history: Callable[[], History] | None = None
+    refresh_s: float | None = None
 
 
-def html_page(title: str, width: str, body: str) -> str:
-    """The landing pages' shell (the sidecar's and the fleet's): ``title`` as heading, ``body``
-    (already escaped), the links to the machine-readable pages."""
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;max-width:{width};margin:2em auto;padding:0 1em}}
-table{{border-collapse:collapse}}td,th{{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}}
-.advice{{color:#b35c00}}.healthy{{color:#2a7a2a}}</style></head>
-<body><h1>{title}</h1>{body}
-<p><a href="/metrics">/metrics</a> · <a href="/api/v1/diagnosis">/api/v1/diagnosis</a> · <a href="/healthz">/healthz</a></p>
-</body></html>
-"""
+def landing_page(st: ExportState, window: Charts | None = None, refresh_s: float | None = None) -> str:
+    """The sidecar's ``/``: the whole diagnosis beside the charts of the window (outputs/page.py)."""
+    return page.server_page(st, window, refresh_s=refresh_s)
+
+
+def charts_or_none(get: Callable[[], Charts | None] | None) -> Charts | None:
+    """The charts, or None (said once in the log) when they cannot be had: a page without charts
+    is better than no page."""
+    if get is None:
+        return None
+    try:
+        return get()
+    except Exception as exc:  # a bug drawing the window must not take the page down
+        structlog.get_logger("vllm-advisor").warning(
+            "cannot chart the window", error=f"{type(exc).__name__}: {exc}"
+        )
+        return None
 
 
 def make_handler(
-    state: Callable[[], ExportState], registry: CollectorRegistry
+    state: Callable[[], ExportState], registry: CollectorRegistry, pages: PageSources | None = None
 ) -> type[BaseHTTPRequestHandler]:
+    src = pages or PageSources()
+
     class Handler(QuietHandler):
         server_version = "vllm-advisor"
 
@@ -461,7 +457,18 @@ def make_handler(
                         body["state_ok"] = st.state_write_ok
                     self._send(200, jsonout.dumps(body).encode(), "application/json")
                 elif path in ("/", "/index.html"):
-                    self._send(200, landing_page(state()).encode(), "text/html; charset=utf-8")
+                    st = state()
+                    self._html(200, landing_page(st, charts_or_none(src.charts), src.refresh_s))
+                elif path == "/history":
+                    h = (
+                        src.history()
+                        if src.history is not None
+                        else History(
+                            experiments_kept="This exporter keeps no ledger.",
+                            advice_kept="This exporter keeps no advice.",
+                        )
+                    )
+                    self._html(200, page.history_page(h, refresh_s=src.refresh_s))
                 else:
                     self._send(404, b"not found\n", "text/plain")
             except (BrokenPipeError, ConnectionResetError, TimeoutError):
@@ -556,6 +563,18 @@ class QuietHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _html(self, code: int, text: str) -> None:
+        """A page, with the headers that keep a browser from running or loading anything else."""
+        body = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", page.HTML)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in page.SECURITY_HEADERS:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
     def _json(self, code: int, body: Any) -> None:
         self._send(code, jsonout.dumps(body, default=str).encode(), "application/json")
 
@@ -566,6 +585,8 @@ class QuietHandler(BaseHTTPRequestHandler):
         self._send(404, b"not found\n", "text/plain")
 
 
-def make_server(host: str, port: int, state: Callable[[], ExportState]) -> ThreadingHTTPServer:
+def make_server(
+    host: str, port: int, state: Callable[[], ExportState], pages: PageSources | None = None
+) -> ThreadingHTTPServer:
     registry = make_registry(state)
-    return BoundedHTTPServer((host, port), make_handler(state, registry))
+    return BoundedHTTPServer((host, port), make_handler(state, registry, pages))

@@ -1,6 +1,7 @@
 """What the fleet daemon shows: the sidecar's ``vllm_advisor_*`` series for every server, with
 its ``instance`` (and ``model_name``) label; the fleet's own series; ``/api/v1/diagnosis``
-(the fleet worst first, or one server with ``?instance=``) and a landing page listing the fleet.
+(the fleet worst first, or one server with ``?instance=``), a page listing the fleet (``/``) and
+each server's own page and history (``/server?instance=``, ``/history?instance=``).
 
 The per-server families come from the sidecar's own collector
 (:class:`~advisor.outputs.exporter.AdvisorCollector`), relabelled: one set of series names and
@@ -10,8 +11,8 @@ meanings for a sidecar and for the fleet. Prometheus must scrape the fleet daemo
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
@@ -21,15 +22,17 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from advisor.core import names
+from advisor.derive.timeseries import Charts
+from advisor.outputs import page
 from advisor.outputs.exporter import (
     CONTENT_TYPE,
     AdvisorCollector,
     BoundedHTTPServer,
     QuietHandler,
-    html_page,
+    charts_or_none,
     replicas_families,
 )
-from advisor.outputs.state import Deployment, FleetState, Member
+from advisor.outputs.state import Deployment, FleetState, History, Member
 
 INSTANCE = "instance"
 MODEL = names.MODEL_LABEL
@@ -135,47 +138,26 @@ def fleet_json(st: FleetState) -> dict[str, Any]:
     }
 
 
-def landing_page(st: FleetState) -> str:
-    e = html.escape
-    rows = []
-    for m in st.worst_first():
-        s = summary(m)
-        rec = m.state.diagnosis.recommendation if m.state.diagnosis is not None else None
-        change = f"<code>{e(rec.change)}</code> ({e(rec.rule)})" if rec is not None else ""
-        link = f"/api/v1/diagnosis?instance={e(m.server.instance)}"
-        rows.append(
-            f"<tr class='{e(s['status'])}'><td><a href='{link}'>{e(m.server.instance)}</a></td>"
-            f"<td>{e(', '.join(m.server.models))}</td><td>{e(s['status'])}</td><td>{change}</td>"
-            f"<td>{e(s['reason'])}</td></tr>"
-        )
-    prom = "" if st.prometheus_up else f"<p><b>Prometheus cannot be read</b>: {e(st.last_error or '')}</p>"
-    table = "<tr><th>instance</th><th>model</th><th>status</th><th>change</th><th>why</th></tr>" + "".join(
-        rows
-    )
-    deps = []
-    for d in st.deployments:
-        r = d.replicas
-        where = ", ".join(f"{k}={v}" for k, v in d.labels().items() if v and k != "model_name")
-        deps.append(
-            f"<tr><td>{e(d.model)}</td><td>{e(where)}</td><td>{d.up}</td>"
-            f"<td>{'unknown' if r is None else r.desired}</td><td>{e(r.sizing.reason if r else '')}</td></tr>"
-        )
-    replicas = ""
-    if deps:
-        replicas = (
-            "<h2>Replicas</h2><table><tr><th>model</th><th>deployment</th><th>up</th><th>desired</th>"
-            f"<th>why</th></tr>{''.join(deps)}</table>"
-        )
-    return html_page(
-        "vllm-advisor fleet",
-        "80em",
-        f"{prom}<p>{len(st.members)} servers, worst first.</p><table>{table}</table>{replicas}",
-    )
+@dataclass(frozen=True)
+class FleetPages:
+    """What the fleet's pages need beyond the state, per server (the drive layer's callables):
+    the charts of one server's window, its history; the refresh interval."""
+
+    charts: Callable[[str], Charts | None] | None = None
+    history: Callable[[str], History | None] | None = None
+    refresh_s: float | None = None
+
+
+def landing_page(st: FleetState, refresh_s: float | None = None) -> str:
+    """The fleet's ``/``: every server with its status, advice and desired replicas (outputs/page.py)."""
+    return page.fleet_page(st, refresh_s=refresh_s)
 
 
 def make_handler(
-    state: Callable[[], FleetState], registry: CollectorRegistry
+    state: Callable[[], FleetState], registry: CollectorRegistry, pages: FleetPages | None = None
 ) -> type[BaseHTTPRequestHandler]:
+    src = pages or FleetPages()
+
     class Handler(QuietHandler):
         server_version = "vllm-advisor-fleet"
 
@@ -213,17 +195,46 @@ def make_handler(
                         200, {"ok": True, "prometheus_up": st.prometheus_up, "instances": len(st.members)}
                     )
                 elif path in ("/", "/index.html"):
-                    self._send(200, landing_page(state()).encode(), "text/html; charset=utf-8")
+                    self._html(200, landing_page(state(), src.refresh_s))
+                elif path in ("/server", "/history"):
+                    self._server_page(path, parse_qs(query).get("instance"))
                 else:
                     self._send(404, b"not found\n", "text/plain")
             except BrokenPipeError:
                 pass
 
+        def _server_page(self, path: str, asked: list[str] | None) -> None:
+            """One server's page (``/server``) or history (``/history``), ``?instance=`` it."""
+            instance = asked[0] if asked else None
+            m = state().member(instance) if instance is not None else None
+            if m is None:
+                what = f"no server {instance!r} in the fleet" if instance else "give ?instance="
+                self._html(
+                    404, page.shell("vllm-advisor fleet", f"<p>{page.e(what)}</p>", None, [("fleet", "/")])
+                )
+                return
+            links = page.Links.for_instance(m.server.instance)
+            title = f"vllm-advisor: {m.server.instance}"
+            if path == "/server":
+                chart = src.charts
+                get = (lambda: chart(m.server.instance)) if chart is not None else None
+                body = page.server_page(
+                    m.state, charts_or_none(get), refresh_s=src.refresh_s, links=links, title=title
+                )
+            else:
+                h = src.history(m.server.instance) if src.history is not None else None
+                body = page.history_page(
+                    h or History(), refresh_s=src.refresh_s, links=links, title=f"{title} history"
+                )
+            self._html(200, body)
+
     return Handler
 
 
-def make_server(host: str, port: int, state: Callable[[], FleetState]) -> ThreadingHTTPServer:
+def make_server(
+    host: str, port: int, state: Callable[[], FleetState], pages: FleetPages | None = None
+) -> ThreadingHTTPServer:
     # the sidecar's server: bounded connections, timed-out reads, no spinning on EMFILE
-    srv = BoundedHTTPServer((host, port), make_handler(state, make_registry(state)))
+    srv = BoundedHTTPServer((host, port), make_handler(state, make_registry(state), pages))
     srv.daemon_threads = True
     return srv

@@ -47,6 +47,82 @@ class ExportState:
 
 
 @dataclass(frozen=True)
+class AdviceSpan:
+    """One piece of advice as it was given: from the cycle it first appeared to the one it was
+    withdrawn or replaced (``ended`` None: still advised). The same advice is the same rule
+    moving the same knob the same way from the same value; its proposed value may move with
+    the window (``first_change`` keeps the first)."""
+
+    began: float
+    rule: str
+    severity: str
+    knob: str
+    direction: str
+    current: Any
+    change: str
+    ended: float | None = None
+    end_reason: str = ""
+    first_change: str = ""
+    predicted: dict[str, Any] | None = None  # metric -> [measured, predicted] when advised
+    withdrawn: int = 0  # times it was withdrawn for a moment and came back (one span)
+    last_seen: float | None = None  # the last diagnosis that gave it
+
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.rule, self.knob, self.direction, repr(self.current))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "began": self.began,
+            "ended": self.ended,
+            "rule": self.rule,
+            "severity": self.severity,
+            "knob": self.knob,
+            "direction": self.direction,
+            "current": self.current,
+            "change": self.change,
+            "first_change": self.first_change,
+            "end_reason": self.end_reason,
+            "predicted": self.predicted,
+            "withdrawn": self.withdrawn,
+            "last_seen": self.last_seen,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> AdviceSpan:
+        """Raises KeyError, TypeError or ValueError on a record that is not one."""
+        ended, seen = d.get("ended"), d.get("last_seen")
+        pred = d.get("predicted")
+        return cls(
+            began=float(d["began"]),
+            rule=str(d["rule"]),
+            severity=str(d.get("severity", "")),
+            knob=str(d["knob"]),
+            direction=str(d.get("direction", "")),
+            current=d.get("current"),
+            change=str(d["change"]),
+            ended=None if ended is None else float(ended),
+            end_reason=str(d.get("end_reason", "")),
+            first_change=str(d.get("first_change", "")),
+            predicted=dict(pred) if isinstance(pred, dict) else None,
+            withdrawn=int(d.get("withdrawn", 0)),
+            last_seen=None if seen is None else float(seen),
+        )
+
+
+@dataclass(frozen=True)
+class History:
+    """What ``/history`` shows: the judged experiments (ledger rows, newest first, as
+    ``Ledger.list`` returns them) and the advice given before (newest first), each with where
+    it is kept."""
+
+    experiments: tuple[dict[str, Any], ...] = ()
+    advice: tuple[AdviceSpan, ...] = ()
+    experiments_kept: str = ""
+    advice_kept: str = ""
+    error: str | None = None  # the ledger could not be read
+
+
+@dataclass(frozen=True)
 class Server:
     """One advised server as discovered: its instance, job, models and engines."""
 

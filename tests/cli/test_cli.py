@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
 import pytest
+import requests
 from click.testing import CliRunner
 
 from advisor.cli import main
@@ -33,6 +37,34 @@ def test_demo_prints_the_diagnosis_and_serves_the_exporter() -> None:
     assert p.returncode == 0, p.stderr
     assert "CHANGE  --kv-cache-memory-bytes 6442450944 -> 9663676416" in p.stdout
     assert "Exporter: http://127.0.0.1:" in p.stdout
+
+
+def test_demo_prints_the_pages_url_and_serves_it_until_ctrl_c() -> None:
+    p = subprocess.Popen(
+        [EXE, "demo", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert p.stdout is not None
+        url = None
+        for line in p.stdout:  # the diagnosis, then the page's URL
+            m = re.match(r"Page: (http://127\.0\.0\.1:\d+/) ", line)
+            if m:
+                url = m.group(1)
+                break
+        assert url is not None, p.stderr.read() if p.stderr else ""
+        for _ in range(2):  # still there a while later: it serves until Ctrl-C
+            page = requests.get(url, timeout=10)
+            assert (
+                page.status_code == 200 and "--kv-cache-memory-bytes 6442450944 -&gt; 9663676416" in page.text
+            )
+            assert page.text.count('<figure class="chart"') == 6
+            time.sleep(1.0)
+        history = requests.get(url + "history", timeout=10).text
+        assert "still advised" in history  # the advice given while the session played
+    finally:
+        p.send_signal(signal.SIGINT)  # Ctrl-C
+        p.wait(timeout=20)
+    assert p.returncode == 0
 
 
 @pytest.mark.parametrize(

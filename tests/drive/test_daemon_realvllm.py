@@ -5,14 +5,18 @@ Forced preemption where max_num_seqs binds (KV 3,072 tokens, max_num_seqs 10,
 is fixed in bytes) shows up in Prometheus as ``vllm_advisor_recommendation_info`` with knob
 kv_cache_memory_bytes; stopping vLLM makes
 ``vllm_advisor_up`` 0 and withdraws it; restarting vLLM with the recommended value is
-noticed (the new knob value with its source, a knob change counted).
+noticed (the new knob value with its source, a knob change counted). The daemon's page says
+the same at each step (the change beside charts of the window; vLLM down with the outage shaded;
+the restart marked), and its history the advice as given, then withdrawn.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import requests
 
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
@@ -21,6 +25,11 @@ from tests import realvllm
 from tests.promstack import prometheus, query, wait_until
 
 KV_BYTES = 25165824  # 3,072 tokens = 24 blocks of 128: 8 requests of 384 tokens fit
+
+
+def _points(page: str) -> list[int]:
+    """The points of every line the page's charts draw."""
+    return [int(x) for x in re.findall(r'<path class="series" [^>]*data-points="(\d+)"', page)]
 
 
 @pytest.mark.realvllm
@@ -60,6 +69,9 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             assert labels["direction"] == "increase" and labels["current"] == str(KV_BYTES)
             proposed = int(labels["proposed"])
             assert proposed == KV_BYTES * 3 // 2
+            page = requests.get(f"http://{host}:{port}/", timeout=10).text
+            assert f"--kv-cache-memory-bytes {KV_BYTES} -&gt; {proposed}" in page  # the page says it too
+            assert _points(page) and min(_points(page)) >= 2 and len(_points(page)) >= 6
             load.wait(check=False)
 
             server.stop()
@@ -72,6 +84,8 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             )
             status = query(prom, 'vllm_advisor_status{status="insufficient-data"} == 1')
             assert status, "a down server must not look healthy or advised"
+            page = requests.get(f"http://{host}:{port}/", timeout=10).text
+            assert "vLLM is <b>DOWN</b>" in page and 'class="outage"' in page and 'id="change"' not in page
 
             server.restart(kv_cache_memory_bytes=proposed)
             wait_until("vllm_advisor_up == 1 again", lambda: query(prom, "vllm_advisor_up == 1"), 60, [proc])
@@ -93,6 +107,14 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             assert changes
         change = daemon.advisor.changes[-1]
         assert (change.knob, change.old, change.new) == ("kv_cache_memory_bytes", KV_BYTES, proposed)
+        page = requests.get(f"http://{host}:{port}/", timeout=10).text
+        assert 'class="mark restart"' in page  # the restart with the new value, on the charts
+        kv = [
+            a
+            for a in daemon.history().advice
+            if a.change.startswith(f"--kv-cache-memory-bytes {KV_BYTES} -> {proposed}")
+        ]
+        assert kv and all(a.ended is not None and a.end_reason for a in kv), kv  # given, then withdrawn
     finally:
         if daemon is not None:
             daemon.stop()

@@ -36,7 +36,7 @@ from advisor.outputs import alert_config, exporter
 from advisor.outputs import fleet as fleet_out
 from advisor.outputs.state import ExportState, FleetState, Member, Server
 from advisor.sources import prometheus as prom
-from tests import fleet_standin, promstack
+from tests import browser, fleet_standin, promstack
 from tests.paths import FIXTURES, REPO
 from tests.promstack import free_port, prometheus, query, wait_until
 
@@ -202,6 +202,33 @@ def _rules_for_test(tmp: Path) -> Path:
     return path
 
 
+def _each_server_has_its_own_page(base: str, tmp: Path) -> None:
+    """The fleet's page in Debian's chromium (tests/browser.py): every server side by side, each
+    linking to its own page (the diagnosis beside the charts of its window) and history."""
+    with browser.chromium() as ctx:
+        fleet_page = browser.open_page(ctx, base + "/")
+        browser.screenshot(fleet_page.page, "fleet.png")
+        assert fleet_page.problems() == [] and fleet_page.elsewhere(base) == []
+        rows = fleet_page.page.inner_text("table#servers")
+        for inst in ("a.fleet:8000", "b.fleet:8000", "c.fleet:8000"):
+            assert inst in rows
+        assert "ADVICE" in rows and "HEALTHY" in rows
+        fleet_page.page.click("text=b.fleet:8000")
+        fleet_page.page.wait_for_load_state("load")
+        one = fleet_page.page
+        assert one.url == base + "/server?instance=b.fleet%3A8000"
+        assert "Change: --" in one.inner_text("#change")
+        points = one.evaluate(
+            "[...document.querySelectorAll('figure.chart path.series')].map(p => +p.dataset.points)"
+        )
+        assert len(one.query_selector_all("figure.chart")) == 6 and points and min(points) >= 2
+        assert fleet_page.problems() == [] and fleet_page.elsewhere(base) == []
+        history = browser.open_page(ctx, base + "/history?instance=b.fleet%3A8000")
+        assert "still advised" in history.page.inner_text("table#advice")
+        missing = requests.get(base + "/server", params={"instance": "x:1"}, timeout=5)
+        assert missing.status_code == 404
+
+
 @pytest.mark.prometheus
 def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
     tmp_path: Path, alertmanager: str, webhook: tuple[int, list[dict[str, Any]]]
@@ -211,7 +238,8 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
     kv-preemption-seqs-bind), C is healthy. The fleet daemon reads them from Prometheus, exports
     the advisor's series per instance, Prometheus scrapes the fleet daemon (honor_labels) and
     evaluates the generated alert rules: both symptoms alert at Alertmanager at once, each with
-    its server's instance; C does not."""
+    its server's instance; C does not. The fleet's page, in chromium, lists the three and links
+    each to its own page."""
     speed = 2.0
     start = time.time()
     replays = {
@@ -318,6 +346,7 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 assert one["instance"] == "b.fleet:8000"
                 page = requests.get(f"http://127.0.0.1:{fleet_port}/", timeout=5).text
                 assert page.index("b.fleet:8000") < page.index("c.fleet:8000")
+                _each_server_has_its_own_page(f"http://127.0.0.1:{fleet_port}", tmp_path)
                 missing = requests.get(
                     f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis", params={"instance": "x:1"}, timeout=5
                 )
