@@ -11,8 +11,9 @@ of ~850, in one shuffled stream, one request at a time):
   the same requests, and steps are timed by the front-end clock;
 - run B, ``--max-num-batched-tokens 2048`` and ``--enable-logging-iteration-details``: the
   same agreement, steps timed by the engine with exact prefill and decode tokens; and the
-  budget change moved the long prompts' median TTFT (~28 chunked steps -> one) far more than
-  the short prompts' (one step either way), in the plugin's series as in the client's.
+  budget change took the long prompts' prefill from ~27 chunked steps to one, counted in the
+  plugin's engine steps (exactly; the TTFT moves are printed beside them, not asserted: they
+  are within a busy two-core machine's noise between two runs).
 
 The agreement tolerance. The plugin's TTFT and e2e latency are vLLM's own: from the arrival
 stamp (taken after the HTTP request is parsed) to the front-end's stamp on the first or last
@@ -257,21 +258,34 @@ def test_plugin_loaded_by_real_vllm_agrees_with_the_client_per_bucket(
     fit = step_fit(b)
     assert fit["per_prefill_token_s"] > 0, fit
 
-    # the budget change, per bucket: the long prompts' median TTFT falls (~28 chunked steps
-    # become one), the short ones' stays (one step either way); the client sees the same
+    # the budget change, counted in engine steps: a prompt of L tokens prefills in ceil(L/budget)
+    # steps (a long one ~27 at the small budget, one at the large; a short one one either way),
+    # then decodes OUTPUT_LEN - 1 tokens, one step each at concurrency 1. Run B's engine records
+    # count exactly its working steps; the plugin's step counter (every step whose stats reach it,
+    # one idle step per request included, in both runs alike) differs between the runs by the
+    # chunks the budget saved, less any the prefix cache saved in run A.
+    # Counted, not timed: the seconds it saves (~27 steps' fixed cost, ~0.1-0.3 s a long prompt
+    # on this CPU) are within what a busy two-core machine moves between two runs minutes apart
+    # (seen on CI: the short prompts' TTFT p50 doubled from run A to run B with nothing changed
+    # for them), so the TTFT moves are printed, and the agreement above is what is asserted.
+    assert fit["steps"] == len(bench_b["input_lens"]) * OUTPUT_LEN, fit
+    steps_a, steps_b = get(a, n.STEPS + "_total"), get(b, n.STEPS + "_total")
+    assert steps_a is not None and steps_b is not None
+    cached_a = get(a, n.REQUEST_CACHED_TOKENS + "_total", **all_labels) or 0.0
+    saved_hi = sum(math.ceil(p / SMALL_BUDGET) - math.ceil(p / LARGE_BUDGET) for p in bench_a["input_lens"])
+    saved_lo = saved_hi - math.ceil(cached_a / SMALL_BUDGET) - N_LONG  # prefix hits, rounding
+    assert saved_lo <= steps_a - steps_b <= saved_hi, (steps_a, steps_b, saved_lo, saved_hi)
+    report.append(
+        f"engine steps: budget {SMALL_BUDGET}: {steps_a:g}, {LARGE_BUDGET}: {steps_b:g} "
+        f"(saved {steps_a - steps_b:g}, expected {saved_lo}-{saved_hi})"
+    )
     report.append(f"step fit (engine): {fit}")
-    moves: dict[str, dict[str, float]] = {"plugin": {}, "client": {}}
     for bucket in (SHORT, LONG):
-        moves["plugin"][bucket] = bucket_p50(b, bucket) - bucket_p50(a, bucket)
-        moves["client"][bucket] = client_p50(bench_b, bucket) - client_p50(bench_a, bucket)
         report.append(
             f"TTFT p50 {bucket}: budget {SMALL_BUDGET} -> {LARGE_BUDGET}: {bucket_p50(a, bucket):.3f} -> "
             f"{bucket_p50(b, bucket):.3f} s (client {client_p50(bench_a, bucket):.3f} -> {client_p50(bench_b, bucket):.3f})"
         )
     print("\n".join(report))
-    for who, move in moves.items():
-        assert move[LONG] < -0.1, (who, report)
-        assert abs(move[SHORT]) < abs(move[LONG]) / 3, (who, report)
 
 
 def check_reader(url: str, text: str, samples: Samples) -> list[str]:
