@@ -136,3 +136,13 @@ def test_goodput_counts_requests_meeting_every_target() -> None:
     first_only = wl.goodput(res.done, {"ttft_p95_seconds": res.done[0].ttft * 1.01})
     assert first_only is not None and 0 < first_only < 1
     assert wl.goodput([], {}) is None
+
+
+def test_data_parallel_copies_split_the_load() -> None:
+    arr = wl.Arrivals("closed", 5, None, 1.0, "test")
+    reqs = [Request(16 + i, 4) for i in range(7)]
+    parts = wl.split(reqs, arr, 2)
+    assert [c for _, c in parts] == [3, 2]
+    assert [len(r) for r, _ in parts] == [4, 3]
+    with pytest.raises(ValueError):
+        wl.split(reqs, arr, 0)
