@@ -1,0 +1,301 @@
+"""A step-by-step model of vLLM V1's scheduler (as in 0.25-0.33): continuous batching, one
+engine step at a time, for the requests a workload sends.
+
+Pure: no I/O, no clock, no randomness of its own (the workload brings its arrivals and lengths).
+
+The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` apply them:
+
+- Each step has a token budget (``max_num_batched_tokens``). The **running** requests are
+  scheduled first, in their order: a decode takes one token, a prefill that is still going
+  (chunked prefill) takes what is left of its prompt, capped by ``long_prefill_token_threshold``
+  (when set) and by what is left of the budget.
+- Each scheduled request needs its KV in whole blocks of ``block_size``
+  (``cdiv(computed + new, block_size)`` blocks held). When the pool lacks a block, the **newest
+  running request is preempted** (recompute: its blocks are freed, its progress forgotten, and it
+  goes back to the front of the waiting queue); that repeats until the request fits or is itself
+  the one preempted. A step that preempted admits nothing new.
+- Then the **waiting** requests are admitted first come first served while the running ones are
+  fewer than ``max_num_seqs`` and budget is left: each takes its prompt (less the prefix-cache
+  hit, in whole blocks) up to the budget left; the first one whose blocks do not fit stops the
+  admission.
+- After the step, a request whose prompt is fully computed emits a token (its first: TTFT); a
+  request that has all its output tokens finishes and frees its blocks.
+- **Step time** is the existing performance model's fitted per-step cost
+  (:class:`advisor.predict.perfmodel.StepTime`: ``a + k * x + c * p``, ``x`` the KV tokens the
+  decodes read or the decode tokens, ``p`` the prefill tokens of the step); no second cost model.
+- **Data parallelism** is copies: the caller splits the load (see :mod:`advisor.predict.workload`).
+
+It returns per-request TTFT, TPOT, ITL and E2E and the step trace (batch, tokens, KV use,
+preemptions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from advisor.predict.perfmodel import StepTime
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's scheduling knobs and KV capacity."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_blocks: int  # usable blocks (V1's null block already taken out)
+    block_size: int = 16
+    long_prefill_token_threshold: int = 0  # 0: no cap on one request's prefill chunk
+    prefix_hit_rate: float = 0.0  # share of each prompt found in the prefix cache
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if not 0.0 <= self.prefix_hit_rate < 1.0:
+            raise ValueError(f"prefix_hit_rate must be in [0, 1) (got {self.prefix_hit_rate})")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one request asks: its prompt and output lengths in tokens, and when it arrives
+    (None: a closed-loop client sends it when its previous one finishes)."""
+
+    prompt: int
+    output: int
+    arrival: float | None = None
+
+
+@dataclass
+class _Live:
+    idx: int
+    prompt: int
+    output: int
+    arrival: float
+    computed: int = 0  # tokens whose KV is computed (prompt, then fed-back outputs)
+    generated: int = 0
+    blocks: int = 0
+    first: float | None = None
+    last: float | None = None
+    itl: list[float] = field(default_factory=list)
+    preempted: int = 0
+    client: int | None = None
+
+    def need(self) -> int:
+        """Tokens still to compute before the next output: what is left of the prompt (plus
+        the outputs to recompute after a preemption), or one decode token."""
+        return max(_target(self) - self.computed, 1)
+
+
+@dataclass(frozen=True)
+class Done:
+    """One finished request's latencies (seconds)."""
+
+    idx: int
+    arrival: float
+    ttft: float
+    e2e: float
+    tpot: float | None  # None for a one-token output
+    itl: tuple[float, ...]
+    preempted: int
+    prompt: int
+    output: int
+
+
+@dataclass(frozen=True)
+class Step:
+    t: float  # when the step ends
+    dt: float
+    running: int
+    waiting: int
+    decode: int
+    prefill: int
+    kv_used: float  # share of the blocks held
+    preempted: int
+
+
+@dataclass(frozen=True)
+class Result:
+    done: tuple[Done, ...]
+    steps: tuple[Step, ...]
+    end: float
+    truncated: bool  # stopped at max_steps with requests unfinished
+
+    @property
+    def preemptions(self) -> int:
+        return sum(s.preempted for s in self.steps)
+
+    def output_tokens_per_second(self, warmup: float = 0.0) -> float:
+        """Output tokens over the time they took (after ``warmup`` of the run's span)."""
+        t0 = self.end * warmup
+        toks = sum(d.output for d in self.done if d.arrival >= t0)
+        span = self.end - min((d.arrival for d in self.done if d.arrival >= t0), default=0.0)
+        return toks / span if span > 0 else 0.0
+
+
+def _step_cost(fit: StepTime) -> Callable[[int, int, int], float]:
+    def cost(decodes: int, kv_read: int, prefill: int) -> float:
+        x = kv_read if fit.feature == "kv" else decodes if fit.feature == "decode" else 0
+        return max(fit.at(float(x), float(prefill)), 1e-6)
+
+    return cost
+
+
+def simulate(
+    engine: Engine,
+    fit: StepTime,
+    requests: Sequence[Request],
+    clients: int | None = None,
+    max_steps: int = 200_000,
+) -> Result:
+    """Run ``requests`` through one engine. With ``clients`` (a closed loop), that many clients
+    each send the next request of the list as soon as their previous one finishes (arrival times
+    are ignored); otherwise each request arrives at its ``arrival``. Stops after ``max_steps``
+    steps (``truncated`` says so)."""
+    if clients is not None and clients < 1:
+        raise ValueError("a closed loop needs at least one client")
+    if clients is None and any(r.arrival is None for r in requests):
+        raise ValueError("open arrivals need every request's arrival time")
+    cost = _step_cost(fit)
+    bs = engine.block_size
+    pending = deque(sorted(range(len(requests)), key=lambda i: requests[i].arrival or 0.0))
+    waiting: deque[_Live] = deque()
+    running: list[_Live] = []
+    free = engine.kv_blocks
+    done: list[Done] = []
+    trace: list[Step] = []
+    t = 0.0
+    nxt = 0  # next request index for the closed loop
+
+    def arrive(idx: int, at: float, client: int | None) -> None:
+        r = requests[idx]
+        if r.prompt < 1 or r.output < 1:
+            raise ValueError(f"request {idx}: prompt and output need at least one token")
+        waiting.append(_Live(idx, r.prompt, r.output, at, client=client))
+
+    if clients is not None:
+        for c in range(min(clients, len(requests))):
+            arrive(c, 0.0, c)
+        nxt = min(clients, len(requests))
+
+    def release(r: _Live) -> None:
+        nonlocal free
+        free += r.blocks
+        r.blocks = 0
+
+    def grow(r: _Live, new: int) -> bool:
+        nonlocal free
+        want = math.ceil((r.computed + new) / bs) - r.blocks
+        if want <= free:
+            free -= max(want, 0)
+            r.blocks += max(want, 0)
+            return True
+        return False
+
+    for _ in range(max_steps):
+        if clients is None:
+            while pending and (requests[pending[0]].arrival or 0.0) <= t:
+                i = pending.popleft()
+                arrive(i, requests[i].arrival or 0.0, None)
+        if not running and not waiting:
+            if clients is None and pending:
+                t = requests[pending[0]].arrival or 0.0
+                continue
+            break
+        budget = engine.max_num_batched_tokens
+        sched: list[tuple[_Live, int]] = []
+        preempted = 0
+        # 1. running requests, in order
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            new = r.need()
+            if engine.long_prefill_token_threshold > 0:
+                new = min(new, engine.long_prefill_token_threshold)
+            new = min(new, budget)
+            while not grow(r, new):
+                victim = running.pop()  # the newest running request
+                release(victim)
+                victim.computed, victim.preempted = 0, victim.preempted + 1
+                waiting.appendleft(victim)
+                preempted += 1
+                if victim is r:
+                    break
+            else:
+                sched.append((r, new))
+                budget -= new
+                i += 1
+                continue
+            break
+        # 2. waiting requests, first come first served (none after a preemption)
+        if not preempted:
+            while waiting and budget > 0 and len(running) < engine.max_num_seqs:
+                r = waiting[0]
+                if r.computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
+                    hit = int(r.prompt * engine.prefix_hit_rate) // bs * bs
+                    r.computed = min(hit, r.prompt - 1)
+                new = r.need()
+                if engine.long_prefill_token_threshold > 0:
+                    new = min(new, engine.long_prefill_token_threshold)
+                new = min(new, budget)
+                if not grow(r, new):
+                    break
+                waiting.popleft()
+                running.append(r)
+                sched.append((r, new))
+                budget -= new
+        if not sched:
+            # nothing fits even alone (a prompt larger than the cache): refuse it, as vLLM does
+            r = waiting.popleft()
+            raise ValueError(f"request {r.idx} needs more KV blocks than the cache has ({engine.kv_blocks})")
+        decodes = sum(1 for r, new in sched if r.generated and new == 1)
+        prefill = sum(new for r, new in sched if not (r.generated and new == 1))
+        kv_read = sum(r.computed for r, new in sched if r.generated and new == 1)
+        dt = cost(decodes, kv_read, prefill)
+        t += dt
+        finished: list[_Live] = []
+        for r, new in sched:
+            r.computed += new
+            if r.computed >= _target(r):
+                r.generated += 1
+                if r.first is None:
+                    r.first = t
+                elif r.last is not None:
+                    r.itl.append(t - r.last)
+                r.last = t
+                if r.generated >= r.output:
+                    finished.append(r)
+        for r in finished:
+            running.remove(r)
+            release(r)
+            assert r.first is not None
+            tpot = (t - r.first) / (r.output - 1) if r.output > 1 else None
+            done.append(
+                Done(
+                    r.idx,
+                    r.arrival,
+                    r.first - r.arrival,
+                    t - r.arrival,
+                    tpot,
+                    tuple(r.itl),
+                    r.preempted,
+                    r.prompt,
+                    r.output,
+                )
+            )
+            if clients is not None and nxt < len(requests):
+                arrive(nxt, t, r.client)
+                nxt += 1
+        used = 1.0 - free / engine.kv_blocks
+        trace.append(Step(t, dt, len(running), len(waiting), decodes, prefill, used, preempted))
+    else:
+        return Result(tuple(done), tuple(trace), t, True)
+    return Result(tuple(done), tuple(trace), t, False)
+
+
+def _target(r: _Live) -> int:
+    """Tokens computed when the next output token comes out: the prompt for the first, then
+    each output fed back (after a preemption, all of them again)."""
+    return r.prompt + r.generated

@@ -1,0 +1,172 @@
+"""The workload the simulator replays, fitted from the window, and goodput per request.
+
+Pure: it reads the intake's busy intervals (:class:`advisor.predict.intake.Row`) and the
+fitted model's length statistics; it returns values. Nothing here does I/O.
+
+- **Arrivals**, per interval: ``finished + the change of (waiting + running)``. When the
+  requests in the system (waiting + running) hold steady while busy (coefficient of variation
+  under ``CLOSED_CV``), the load is taken as a **closed loop** of that many clients (what
+  ``vllm bench serve --max-concurrency C`` sends); otherwise as **open arrivals** at the mean
+  rate, with their burstiness: the per-interval arrival counts' variance over their mean (1 for
+  Poisson) gives the gamma shape of the gaps (``1 / dispersion``), as ``vllm bench serve
+  --burstiness`` draws them. :class:`Arrivals` says which was inferred and from what.
+- **Lengths**: prompt and output lengths drawn lognormal with the mean and p95 of vLLM's token
+  histograms (a constant where p95 is not above the mean).
+- The same seed gives the same requests for every candidate (common random numbers): a
+  difference between two simulated candidates is the knob's, not the sampling's.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from advisor.predict.intake import Row
+from advisor.predict.simulator import Done, Request
+
+CLOSED_CV = 0.15  # waiting + running varying less than this while busy: a closed loop
+Z95 = 1.6448536269514722
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    kind: str  # closed | open
+    clients: int | None  # closed loop: the clients
+    rate: float | None  # open: requests per second
+    shape: float  # open: gamma shape of the gaps (1: Poisson; below 1: burstier)
+    why: str  # what it was inferred from
+
+
+def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
+    """The arrival process from the busy intervals (running > 0). ValueError with fewer than
+    two of them."""
+    busy = [r for r in rows if r.running > 0 and r.dt > 0]
+    if len(busy) < 2:
+        raise ValueError("fewer than two busy intervals: the arrivals cannot be fitted")
+    load = [r.in_system for r in busy]
+    mean_load = statistics.fmean(load)
+    cv = statistics.pstdev(load) / mean_load if mean_load > 0 else math.inf
+    counts = [
+        max(0.0, (b.finished + b.in_system - a.in_system) * b.engines) for a, b in itertools.pairwise(busy)
+    ]
+    span = sum(b.dt for b in busy[1:])
+    rate = sum(counts) / span if span > 0 else 0.0
+    if cv < CLOSED_CV:
+        n = max(1, round(statistics.median(load) * busy[0].engines))
+        return Arrivals(
+            "closed",
+            n,
+            None,
+            1.0,
+            f"waiting + running held at ~{mean_load:.0f} per engine (variation {cv:.0%} < {CLOSED_CV:.0%}) over {len(busy)} busy intervals",
+        )
+    m = statistics.fmean(counts) if counts else 0.0
+    disp = statistics.pvariance(counts) / m if m > 0 and len(counts) > 1 else 1.0
+    shape = 1.0 / max(disp, 1e-3) if disp > 0 else 1.0
+    return Arrivals(
+        "open",
+        None,
+        rate,
+        min(shape, 100.0),
+        f"waiting + running varied {cv:.0%} (>= {CLOSED_CV:.0%}): open arrivals of finished + change of "
+        f"waiting + running, {rate:.2f}/s, dispersion {disp:.2f} over {len(counts)} intervals",
+    )
+
+
+def lognormal(mean: float, p95: float | None) -> tuple[float, float]:
+    """(mu, sigma) of the lognormal with this mean and p95 (sigma 0 where p95 <= mean)."""
+    if mean <= 0:
+        raise ValueError("a length's mean must be positive")
+    if p95 is None or p95 <= mean:
+        return math.log(mean), 0.0
+    # ln p95 - ln mean = Z95 * s - s^2 / 2: the smaller root
+    d = math.log(p95 / mean)
+    disc = Z95 * Z95 - 2 * d
+    s = Z95 - math.sqrt(disc) if disc > 0 else Z95
+    return math.log(mean) - s * s / 2, s
+
+
+def requests(
+    n: int,
+    prompt: tuple[float, float | None],
+    output: tuple[float, float | None],
+    arrivals: Arrivals,
+    seed: int = 0,
+    max_len: int | None = None,
+) -> list[Request]:
+    """``n`` requests: lengths lognormal with the (mean, p95) given, arrivals by ``arrivals``
+    (none for a closed loop). The same seed, the same requests."""
+    rng = random.Random(seed)
+    pm, ps = lognormal(*prompt)
+    om, osd = lognormal(*output)
+    out: list[Request] = []
+    t = 0.0
+    for _ in range(n):
+        p = max(1, round(rng.lognormvariate(pm, ps)))
+        g = max(1, round(rng.lognormvariate(om, osd)))
+        if max_len is not None:
+            p = min(p, max_len - 1)
+            g = max(1, min(g, max_len - p))
+        at = None
+        if arrivals.kind == "open":
+            if not arrivals.rate or arrivals.rate <= 0:
+                raise ValueError("open arrivals need a positive rate")
+            t += rng.gammavariate(arrivals.shape, 1.0 / (arrivals.shape * arrivals.rate))
+            at = t
+        out.append(Request(p, g, at))
+    return out
+
+
+def split(
+    reqs: Sequence[Request], arrivals: Arrivals, engines: int
+) -> list[tuple[list[Request], int | None]]:
+    """The load over ``engines`` data-parallel copies (round robin): each copy's requests and
+    its clients (closed loop) -- the DP coordinator's balancing taken as even."""
+    if engines < 1:
+        raise ValueError("at least one engine")
+    out = []
+    for e in range(engines):
+        share = list(reqs[e::engines])
+        clients = None
+        if arrivals.kind == "closed":
+            assert arrivals.clients is not None
+            clients = max(1, arrivals.clients // engines + (1 if e < arrivals.clients % engines else 0))
+        out.append((share, clients))
+    return out
+
+
+def goodput(done: Sequence[Done], targets: Mapping[str, float]) -> float | None:
+    """The share of requests meeting every target (``vllm bench serve --goodput``'s count):
+    ``ttft_p95_seconds`` against each request's TTFT, ``itl_p95_seconds`` against its TPOT
+    (bench's per-request inter-token mean), ``e2e_seconds`` against its E2E. None without
+    requests."""
+    if not done:
+        return None
+    ttft = targets.get("ttft_p95_seconds")
+    itl = targets.get("itl_p95_seconds")
+    e2e = targets.get("e2e_seconds")
+    ok = 0
+    for d in done:
+        if ttft is not None and d.ttft > ttft:
+            continue
+        if itl is not None and d.tpot is not None and d.tpot > itl:
+            continue
+        if e2e is not None and d.e2e > e2e:
+            continue
+        ok += 1
+    return ok / len(done)
+
+
+def quantile(xs: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (linear between order statistics), None when empty."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
