@@ -630,3 +630,14 @@ def test_json_round_trip_is_stable_and_safe() -> None:
 def test_from_json_rejects_malformed(bad: object) -> None:
     with pytest.raises(engine_json.EngineJsonError):
         engine_json.from_json(bad)  # type: ignore[arg-type]
+
+
+def test_from_cmdline_device_memory_utilization_is_the_gpu_fraction() -> None:
+    """vLLM 0.31+ takes --device-memory-utilization as the same option (dest
+    gpu_memory_utilization); a launch command spelling it that way is read as that knob."""
+    got = cmdline_src.from_cmdline(
+        ["vllm", "serve", "m", "--device-memory-utilization", "0.85", "--watermark", "0.02"]
+    )
+    assert got["gpu_memory_utilization"].value == 0.85
+    assert got["gpu_memory_utilization"].detail == "--device-memory-utilization"
+    assert got["watermark"].value == 0.02
