@@ -255,6 +255,16 @@ STATIC_DEFAULTS: dict[str, Any] = {
     "media_loading_thread_count": 8,  # vllm/envs.py VLLM_MEDIA_LOADING_THREAD_COUNT
     "mm_encoder_tp_mode": "weights",  # vllm/config/multimodal.py MultiModalConfig
     "swap_space": 4.0,
+    # vllm/config/{scheduler,model}.py of 0.32.0
+    "long_prefill_token_threshold": 0,
+    "long_prefill_token_threshold_adaptive": False,
+    "max_num_active_seqs": None,
+    "watermark": 0.0,
+    "max_num_queued_reqs": None,
+    "max_num_queued_tokens": None,
+    "enforce_eager": False,
+    "max_cudagraph_capture_size": None,  # min(2 x max_num_seqs, 512), resolved at start-up
+    "num_speculative_tokens": None,  # no speculative decoding
     "cpu_offload_gb": 0.0,
     "max_model_len": None,  # derived from the model's config at load time
     "replicas": 1,

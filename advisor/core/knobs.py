@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from advisor.core.defaults import Hardware, default_for
+from advisor.core.defaults import Hardware, default_for, parse_version
 from advisor.core.model import Provenanced
 
 # --------------------------------------------------------------------------------------
@@ -37,6 +37,16 @@ class Knob:
     gpu_only: bool = False
     env: str | None = None  # set through this environment variable of `vllm serve` (no flag)
     since: str | None = None  # the first vLLM release with this flag/variable, where known
+    until: str | None = None  # the first vLLM release without it (removed), where known
+
+    def exists_in(self, version: str | None) -> bool:
+        """Whether vLLM ``version`` has this knob's flag (or variable). An unknown version is
+        read as the newest: a removed knob does not exist there, a new one does."""
+        v = parse_version(version)
+        if v is None:
+            return self.until is None
+        since, until = parse_version(self.since), parse_version(self.until)
+        return (since is None or v >= since) and (until is None or v < until)
 
     def default(self, version: str | None = None, hardware: Hardware | None = None) -> Provenanced:
         return default_for(self.name, version, hardware)
@@ -81,6 +91,10 @@ KNOBS: dict[str, Knob] = {
             float,
             "Fraction of GPU memory vLLM may use (weights, activations, KV cache).",
             unit="ratio",
+            # --device-memory-utilization is the same argparse option (dest
+            # gpu_memory_utilization) since 0.31.0: absent from arg_utils.py of the 0.30.0
+            # wheel, present in 0.31.0-0.34.0 (checked in each release's wheel).
+            aliases=("--device-memory-utilization",),
             min=0.05,
             max=0.95,
             gpu_only=True,
@@ -129,7 +143,9 @@ KNOBS: dict[str, Knob] = {
             "kv_cache_dtype",
             str,
             "Data type of the KV cache (fp8 halves its size).",
-            choices=("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"),
+            # --kv-cache-dtype in every release checked (0.11.0 on); 0.32.0's CacheDType also
+            # has float16 and model-specific kinds (fp8_ds_mla, nvfp4_ds_mla, turboquant_*).
+            choices=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"),
         ),
         _k(
             "num_gpu_blocks_override",
@@ -211,6 +227,104 @@ KNOBS: dict[str, Knob] = {
             unit="GiB",
             min=0,
             max=1024,
+            # --swap-space is in arg_utils.py of the 0.11.0, 0.14.0 and 0.17.0 wheels and gone
+            # from 0.18.0 on (checked 0.18.0-0.34.0): never advised there.
+            until="0.18.0",
+        ),
+        # The scheduler and engine levers of issue 31. Every flag below was checked in
+        # vllm/engine/arg_utils.py of the released wheels 0.11.0, 0.12.0, 0.13.0, 0.14.0,
+        # 0.17.0-0.25.0 (0.18/0.19/0.20/0.21/0.22/0.23/0.24/0.25), 0.28.0-0.34.0, the defaults
+        # in vllm/config/{scheduler,model,compilation}.py of 0.32.0.
+        _k(
+            "long_prefill_token_threshold",
+            int,
+            "Most prompt tokens one request may prefill in a step (0 = no limit): a long "
+            "prompt is chunked so short ones beside it start sooner.",
+            unit="tokens",
+            min=0,
+            max=1048576,
+            # in every release checked (0.11.0 on); default 0 (SchedulerConfig).
+        ),
+        _k(
+            "long_prefill_token_threshold_adaptive",
+            bool,
+            "Let the scheduler set the long-prefill threshold from the load.",
+            # first in 0.31.0 (absent from the 0.30.0 wheel); default False.
+            since="0.31.0",
+        ),
+        _k(
+            "max_num_active_seqs",
+            int,
+            "Most requests admitted into the running batch at once (below max_num_seqs it "
+            "stops the same requests being preempted again and again).",
+            unit="sequences",
+            min=1,
+            max=4096,
+            # first in 0.31.0 (absent from the 0.30.0 wheel); default None (no limit).
+            since="0.31.0",
+        ),
+        _k(
+            "watermark",
+            float,
+            "Fraction of KV cache blocks kept free when admitting requests (0 = none): fewer "
+            "preemptions, at the cost of a smaller batch.",
+            unit="ratio",
+            min=0,
+            max=0.5,
+            # first in 0.24.0 (absent from 0.23.0; issue 31 said 0.29, the wheels say 0.24);
+            # SchedulerConfig: default 0.0, 0 <= watermark < 1.
+            since="0.24.0",
+        ),
+        _k(
+            "max_num_queued_reqs",
+            int,
+            "Most requests waiting in the queue; more are refused (HTTP 503).",
+            unit="requests",
+            min=0,
+            # first in 0.29.0 (absent from 0.28.0); default None (no limit).
+            since="0.29.0",
+        ),
+        _k(
+            "max_num_queued_tokens",
+            int,
+            "Most prompt tokens waiting in the queue; more are refused (HTTP 503).",
+            unit="tokens",
+            min=0,
+            # first in 0.29.0 (absent from 0.28.0); default None (no limit).
+            since="0.29.0",
+        ),
+        _k(
+            "enforce_eager",
+            bool,
+            "Run the model eagerly, without CUDA graphs (slower decode; less memory).",
+            gpu_only=True,
+            # in every release checked (0.11.0 on); default False (ModelConfig).
+        ),
+        _k(
+            "max_cudagraph_capture_size",
+            int,
+            "Largest batch captured as a CUDA graph (default min(2 x max_num_seqs, 512)); "
+            "larger batches run eagerly. --cudagraph-capture-sizes lists them one by one.",
+            unit="sequences",
+            min=1,
+            max=4096,
+            gpu_only=True,
+            # --max-cudagraph-capture-size and --cudagraph-capture-sizes are first in 0.12.0
+            # (absent from 0.11.0, where only --compilation-config set them).
+            since="0.12.0",
+        ),
+        _k(
+            "num_speculative_tokens",
+            int,
+            "Tokens the draft proposes per step in speculative decoding.",
+            unit="tokens",
+            flag="--spec-tokens",
+            min=1,
+            max=16,
+            # the flag is --spec-tokens (EngineArgs.spec_tokens, mapped to
+            # SpeculativeConfig.num_speculative_tokens), first in 0.22.0 (absent from 0.21.0;
+            # before it only --speculative-config's JSON set it).
+            since="0.22.0",
         ),
         _k(
             "cpu_offload_gb",

@@ -261,6 +261,11 @@ def applicable(
     k = KNOBS.get(knob_name)
     if k is None:
         return False, f"unknown knob {knob_name!r}"
+    version = engine.get("vllm_version")
+    if not k.exists_in(None if version is None else str(version)):
+        have = f"vLLM {version}" if version is not None else "the newest vLLM (version unknown)"
+        when = f"removed in {k.until}" if k.until else f"added in {k.since}"
+        return False, f"{have} has no {k.flag or k.env or k.name} ({when})"
     device = str(engine.get("device") or "").lower()
     if device == "cpu" and k.gpu_only:
         return False, f"{k.name} has no effect on a CPU server"

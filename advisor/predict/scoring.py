@@ -338,12 +338,18 @@ def refine_with(
             cands = [v for v in cands if float(v) <= float(proposed)]
             notes.append("the device's free memory is unknown: no more than the rule's step")
         else:
-            fits = [v for v in cands if float(v) - float(current) <= room]
+            # a modest step (the rule's), cut to what fits in the device's free memory
+            fits = [v for v in cands if float(v) <= float(proposed) and float(v) - float(current) <= room]
             if not fits:
                 return Refined(
                     withdrawn=f"more KV memory does not fit: the device has {knobs.format_bytes(room)} free"
                 )
             cands = fits
+            notes.append(
+                f"the device has {knobs.format_bytes(room)} free after start-up: the rule's step fits in it"
+                if float(proposed) - float(current) <= room
+                else f"the device has {knobs.format_bytes(room)} free after start-up: the step is cut to fit"
+            )
     choice = choose(model, knob, cands, values, targets, prefer=proposed)
     if choice is None:
         excluded = _excluded(cands, model, knob, values, targets)

@@ -117,6 +117,43 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
                     )
     out = dict(args)
     out.update(resolved)
+    free = _free_after_startup(out)
+    if free is not None:
+        out.setdefault("gpu_memory_free_gib", free)
     if "model" in out and out["model"].value == REDACTED:
         del out["model"]
     return out
+
+
+def _gib_of(facts: Mapping[str, Provenanced], name: str) -> float | None:
+    p = facts.get(name)
+    if p is None or isinstance(p.value, bool):
+        return None
+    try:
+        return float(p.value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _free_after_startup(facts: Mapping[str, Provenanced]) -> Provenanced | None:
+    """The device memory left free once the engine started, from its start-up lines: the KV
+    size vLLM (0.29+) says would fill the device less the KV cache in use; else the initial free
+    memory less the weights, the KV cache and the CUDA graphs (activations not counted: their
+    peak is not logged there). None when the log does not say enough."""
+    kv = _gib_of(facts, "available_kv_cache_memory_gib")
+    full = _gib_of(facts, "suggested_kv_cache_memory_bytes")
+    if kv is not None and full is not None:
+        room = max(0.0, full / 2**30 - kv)
+        detail = f"log: --kv-cache-memory={full:.0f} fills the device, {kv:g} GiB of KV cache in use"
+        return Provenanced(round(room, 2), "log", detail)
+    init = _gib_of(facts, "initial_free_memory_gib")
+    weights = _gib_of(facts, "model_weights_gib")
+    if kv is None or init is None or weights is None:
+        return None
+    graphs = _gib_of(facts, "cudagraph_memory_gib") or 0.0
+    room = max(0.0, init - weights - kv - graphs)
+    detail = (
+        f"log: initial free memory {init:g} GiB - weights {weights:g} GiB - KV cache {kv:g} GiB"
+        f" - CUDA graphs {graphs:g} GiB (activations not counted)"
+    )
+    return Provenanced(round(room, 2), "log", detail)

@@ -164,6 +164,25 @@ _MAX_SEQ_KV_V1_RE = re.compile(
     r"max seq len \((?P<seq>\d+)\),?\s*\(?(?P<need>[\d.]+) GiB KV cache is needed, which is larger than "
     r"the available KV cache memory \((?P<avail>[\d.]+) GiB\)"
 )
+# vLLM's GPU worker, when kv_cache_memory_bytes sizes the cache (0.25-0.32 at least): "Initial free
+# memory 138.12 GiB, reserved 6.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes ..."
+_INIT_FREE_RE = re.compile(
+    r"Initial free memory (?P<free>[\d.]+) GiB, reserved (?P<kv>[\d.]+) GiB memory for KV Cache"
+)
+# and, when gpu_memory_utilization sizes it (0.29+; text of vllm/v1/worker/gpu_worker.py, 0.32.0):
+# "Free memory on device (F/T GiB) on startup. Desired GPU memory utilization is (U, R GiB). Actual
+# usage is W GiB for consumed memory (weights + non-torch), A GiB for peak activation, and C GiB for
+# CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=N` (.. GiB) to fit
+# into requested memory, or `--kv-cache-memory=M` (.. GiB) to fully utilize gpu memory. Current kv
+# cache memory in use is K GiB."
+_KV_SUGGEST_RE = re.compile(
+    r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. Desired GPU memory"
+    r".{0,200}? (?P<act>[\d.]+) GiB for peak activation, and (?P<cg>[\d.]+) GiB for CUDAGraph memory"
+    r".{0,200}?`--kv-cache-memory=(?P<req>-?\d+)`.{0,100}?`--kv-cache-memory=(?P<full>-?\d+)`"
+    r"(?:.{0,200}?Current kv cache memory in use is (?P<cur>[\d.]+) GiB)?"
+)
+# "Graph capturing finished in 7 secs, took 12.00 GiB" (the CUDA graphs' memory)
+_GRAPH_MEM_RE = re.compile(r"Graph capturing finished in [\d.]+ secs?, took (-?[\d.]+) GiB")
 _OOM_RE = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")
 _ENGINE_EXC_RE = re.compile(r"EngineCore (?:encountered a fatal error|hit an exception)")
 # a traceback's source line (``    raise ValueError(``, ``File "x.py", line 3``) quotes code, not an error
@@ -319,6 +338,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
         (_CHUNKED_RE, "max_num_batched_tokens", int),
         (_AVAIL_KV_RE, "available_kv_cache_memory_gib", float),
         (_WEIGHTS_RE, "model_weights_gib", float),
+        (_GRAPH_MEM_RE, "cudagraph_memory_gib", float),
         (_MAX_MODEL_LEN_RE, "max_model_len", int),
         (_NUM_BLOCKS_IS_RE, "num_gpu_blocks", int),
         (_ARCH_RE, "architecture", str),
@@ -346,6 +366,20 @@ def _facts(msg: str) -> list[dict[str, Any]]:
     mk = _MEM_KV_REST_RE.search(msg)
     if mk:
         found.append((mk.start(), {"fact": "available_kv_cache_memory_gib", "value": float(mk["kv"])}))
+    im = _INIT_FREE_RE.search(msg)
+    if im:
+        found.append((im.start(), {"fact": "initial_free_memory_gib", "value": float(im["free"])}))
+        found.append((im.start() + 1, {"fact": "available_kv_cache_memory_gib", "value": float(im["kv"])}))
+    sg = _KV_SUGGEST_RE.search(msg)
+    if sg:
+        at = sg.start()
+        found.append((at, {"fact": "initial_free_memory_gib", "value": float(sg["free"])}))
+        found.append((at + 1, {"fact": "gpu_memory_gib", "value": float(sg["total"])}))
+        found.append((at + 2, {"fact": "peak_activation_memory_gib", "value": float(sg["act"])}))
+        found.append((at + 3, {"fact": "cudagraph_memory_gib", "value": float(sg["cg"])}))
+        found.append((at + 4, {"fact": "suggested_kv_cache_memory_bytes", "value": int(sg["full"])}))
+        if sg["cur"] is not None:
+            found.append((at + 5, {"fact": "available_kv_cache_memory_gib", "value": float(sg["cur"])}))
     am = _ASCEND_MEM_RE.match(msg)
     if am:
         gib = float(1 << 30)

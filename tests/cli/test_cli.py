@@ -166,3 +166,14 @@ def test_explain_lists_other_findings_with_their_state_and_never_an_empty_list()
     assert "kv-preemption-seqs-bind" not in other
     demo = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION)])
     assert demo.exit_code == 0 and "Other findings" not in demo.output
+
+
+def test_the_bundled_session_kv_advice_names_the_free_memory_from_its_log() -> None:
+    """Its log says how much device memory is left after start-up (107 GiB): the KV step
+    (6 -> 9 GiB, the rule's modest step, as validated on the H200) is checked against it."""
+    res = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "--kv-cache-memory-bytes 6442450944 -> 9663676416" in text
+    assert "The device has 107 GiB free after start-up: the rule's step fits in it" in text
+    assert "free memory is unknown" not in text

@@ -414,3 +414,68 @@ def test_applicable(
     got, reason = applicable(knob, direction, info, gpus)
     assert got is ok
     assert why in reason
+
+
+# --------------------------------------------------------------------------------------
+# issue 31: the flags per vLLM version (checked in the released wheels' arg_utils.py)
+
+
+@pytest.mark.parametrize(
+    ("name", "absent", "present"),
+    [
+        ("long_prefill_token_threshold", None, "0.11.0"),
+        ("long_prefill_token_threshold_adaptive", "0.30.0", "0.31.0"),
+        ("max_num_active_seqs", "0.30.0", "0.31.0"),
+        ("watermark", "0.23.0", "0.24.0"),
+        ("max_num_queued_reqs", "0.28.0", "0.29.0"),
+        ("max_num_queued_tokens", "0.28.0", "0.29.0"),
+        ("enforce_eager", None, "0.11.0"),
+        ("max_cudagraph_capture_size", "0.11.0", "0.12.0"),
+        ("kv_cache_dtype", None, "0.11.0"),
+        ("num_speculative_tokens", "0.21.0", "0.22.0"),
+        ("swap_space", "0.18.0", "0.17.0"),
+    ],
+)
+def test_a_knob_exists_only_in_the_versions_that_have_its_flag(
+    name: str, absent: str | None, present: str
+) -> None:
+    k = knobs.KNOBS[name]
+    assert k.exists_in(present)
+    assert k.exists_in(present + ".post1")
+    if absent is not None:
+        assert not k.exists_in(absent)
+
+
+def test_an_unknown_version_is_the_newest_a_removed_knob_is_gone_there() -> None:
+    assert not knobs.KNOBS["swap_space"].exists_in(None)
+    assert knobs.KNOBS["max_num_active_seqs"].exists_in(None)
+    assert knobs.KNOBS["max_num_seqs"].exists_in(None)
+
+
+def _engine(**vals: object) -> EngineInfo:
+    return EngineInfo({k: Provenanced(v, "cmdline", "test") for k, v in vals.items()})
+
+
+def test_a_knob_the_running_version_lacks_is_never_applicable() -> None:
+    ok, why = applicable("max_num_active_seqs", "decrease", _engine(vllm_version="0.30.0"))
+    assert not ok and "0.31.0" in why and "--max-num-active-seqs" in why
+    assert applicable("max_num_active_seqs", "decrease", _engine(vllm_version="0.31.0"))[0]
+    ok, why = applicable("swap_space", "increase", _engine(vllm_version="0.25.0"))
+    assert not ok and "removed in 0.18.0" in why
+    assert applicable("swap_space", "increase", _engine(vllm_version="0.17.0"))[0]
+    assert not applicable("watermark", "increase", _engine(vllm_version="0.23.0"))[0]
+    assert applicable("watermark", "increase", _engine(vllm_version="0.24.0"))[0]
+
+
+def test_device_memory_utilization_is_gpu_memory_utilization() -> None:
+    k = knobs.knob_for_flag("--device-memory-utilization")
+    assert k is knobs.KNOBS["gpu_memory_utilization"]
+    assert knobs.knob_for_flag("--device_memory_utilization") is k
+    assert knobs.knob_for_flag("--spec-tokens") is knobs.KNOBS["num_speculative_tokens"]
+
+
+def test_the_new_levers_have_defaults() -> None:
+    assert default_for("long_prefill_token_threshold", "0.32.0").value == 0
+    assert default_for("watermark", "0.32.0").value == 0.0
+    assert default_for("enforce_eager", "0.32.0").value is False
+    assert default_for("max_num_active_seqs", "0.32.0").value is None

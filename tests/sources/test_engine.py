@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from advisor.cli.common import DEMO_SESSION
 from advisor.core import engine_json, redact
 from advisor.core.model import EngineInfo, LogEvent
 from advisor.core.redact import REDACTED
@@ -630,3 +631,57 @@ def test_json_round_trip_is_stable_and_safe() -> None:
 def test_from_json_rejects_malformed(bad: object) -> None:
     with pytest.raises(engine_json.EngineJsonError):
         engine_json.from_json(bad)  # type: ignore[arg-type]
+
+
+def test_from_cmdline_device_memory_utilization_is_the_gpu_fraction() -> None:
+    """vLLM 0.31+ takes --device-memory-utilization as the same option (dest
+    gpu_memory_utilization); a launch command spelling it that way is read as that knob."""
+    got = cmdline_src.from_cmdline(
+        ["vllm", "serve", "m", "--device-memory-utilization", "0.85", "--watermark", "0.02"]
+    )
+    assert got["gpu_memory_utilization"].value == 0.85
+    assert got["gpu_memory_utilization"].detail == "--device-memory-utilization"
+    assert got["watermark"].value == 0.02
+
+
+def _bundled_log_events() -> list[LogEvent]:
+    return [logs.parse_line(x) for x in (DEMO_SESSION / "vllm.log").read_text().splitlines()]
+
+
+def test_log_free_memory_of_the_bundled_h200_session() -> None:
+    """Its start-up lines (vLLM 0.25.0, kv_cache_memory_bytes 6 GiB): "Initial free memory 138.12
+    GiB, reserved 6.0 GiB memory for KV Cache", "Model loading took 13.49 GiB", "Graph capturing
+    finished in 7 secs, took 12.00 GiB": the device memory left free after start-up."""
+    got = logfacts_src.from_log_events(_bundled_log_events())
+    v = vals(got)
+    assert v["initial_free_memory_gib"] == 138.12
+    assert v["available_kv_cache_memory_gib"] == 6.0
+    assert v["cudagraph_memory_gib"] == 12.0
+    assert v["gpu_memory_free_gib"] == round(138.12 - 13.49 - 6.0 - 12.0, 2)
+    assert "initial free memory 138.12 GiB" in got["gpu_memory_free_gib"].detail
+
+
+def test_log_kv_cache_memory_suggestion_gives_the_free_memory() -> None:
+    """vLLM 0.29+'s line when gpu_memory_utilization sizes the cache (written here from the
+    format string of vllm/v1/worker/gpu_worker.py in the 0.32.0 release)."""
+    line = (
+        "(EngineCore pid=5) INFO 01-02 10:00:00 [gpu_worker.py:1033] Free memory on device "
+        "(139.36/139.81 GiB) on startup. Desired GPU memory utilization is (0.9, 125.83 GiB). "
+        "Actual usage is 15.49 GiB for consumed memory (weights + non-torch), 1.21 GiB for peak "
+        "activation, and 0.52 GiB for CUDAGraph memory. Replace gpu_memory_utilization config "
+        "with `--kv-cache-memory=116569787392` (108.56 GiB) to fit into requested memory, or "
+        "`--kv-cache-memory=130083938304` (121.15 GiB) to fully utilize gpu memory. Current kv "
+        "cache memory in use is 108.61 GiB."
+    )
+    v = vals(logfacts_src.from_log_events([logs.parse_line(line)]))
+    assert v["initial_free_memory_gib"] == 139.36
+    assert v["gpu_memory_gib"] == 139.81
+    assert v["cudagraph_memory_gib"] == 0.52
+    assert v["peak_activation_memory_gib"] == 1.21
+    assert v["suggested_kv_cache_memory_bytes"] == 130083938304
+    assert v["gpu_memory_free_gib"] == round(130083938304 / 2**30 - 108.61, 2)
+
+
+def test_log_without_the_memory_lines_leaves_the_free_memory_unknown() -> None:
+    line = "(EngineCore pid=5) INFO 01-02 10:00:00 [x.py:1] Initial free memory 138.12 GiB, reserved 6.0 GiB memory for KV Cache"
+    assert "gpu_memory_free_gib" not in vals(logfacts_src.from_log_events([logs.parse_line(line)]))
