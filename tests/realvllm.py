@@ -410,6 +410,28 @@ class VllmServer:
                 setattr(self, k, v)
         return self.start()
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the server's process tree has used so far. Over a load phase,
+        its rate is the share of the machine the server got: a busy machine (other work on the
+        same cores) lowers it, and with it every throughput this server can show."""
+        import psutil
+
+        if self.proc is None:
+            return 0.0
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return 0.0
+        total = 0.0
+        for pr in procs:
+            try:
+                t = pr.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+        return total
+
     def metrics(self, timeout_s: float = 10.0) -> str:
         """One /metrics page."""
         r = requests.get(self.url + "/metrics", timeout=timeout_s)

@@ -27,10 +27,14 @@ from tests import realvllm
 KV_BYTES = 25165824
 
 
-def _load(server: realvllm.VllmServer) -> None:
+def _load(server: realvllm.VllmServer) -> float:
+    """Run the load; returns the share of a core the server got over it (its CPU seconds per
+    second of the load)."""
+    cpu0, t0 = server.cpu_seconds(), time.monotonic()
     realvllm.run_load(
         server.url, input_len=384, output_len=384, num_prompts=48, concurrency=32, timeout_s=400
     )
+    return (server.cpu_seconds() - cpu0) / max(time.monotonic() - t0, 1e-9)
 
 
 def _wait(what: str, fn, timeout: float) -> object:  # type: ignore[no-untyped-def]
@@ -61,6 +65,7 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
     daemon = Daemon(cfg, load_rules())
     try:
         daemon.start()
+        cpu0, t0 = server.cpu_seconds(), time.monotonic()
         load = realvllm.start_load(
             server.url, input_len=384, output_len=384, num_prompts=48, concurrency=32, timeout_s=400
         )
@@ -75,6 +80,7 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
             300,
         )
         load.wait()
+        share_before = (server.cpu_seconds() - cpu0) / max(time.monotonic() - t0, 1e-9)
         proposed = d.recommendation.proposed  # type: ignore[union-attr]
         # +50%: 4,608 tokens hold 6 requests of 767; the device's free memory is unknown on a CPU
         # server, so the model goes no further than the rule's step (issue 13)
@@ -87,7 +93,7 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
         server.restart(kv_cache_memory_bytes=proposed)
         _wait("the knob change noticed", lambda: daemon.advisor.experiment is not None, 60)
         assert daemon.state().diagnosis.status == "insufficient-data"  # type: ignore[union-attr]
-        _load(server)
+        share_after = _load(server)
         rows = _wait(
             "the first verdict in the ledger", lambda: ledger.exists() and Ledger(str(ledger)).list(), 90
         )
@@ -102,13 +108,24 @@ def test_closed_loop_keep_then_revert(tmp_path: Path) -> None:
         assert any("Preemptions" in r for r in first["reasons"])
         # the loop closed (issue 13): the prediction made at the change against the after-window.
         # Tolerance: output throughput within 35%, the spread of this 2-core machine's busy
-        # intervals under the same load. Preemptions: predicted and measured at most half the
+        # intervals under the same load, once the machine's own change is taken out: on a machine
+        # busy with other work the server gets less CPU in one run than in the other (beside five
+        # other jobs, the first load took 100.6 s and the same load after the change 54.0 s, and the
+        # model looked -35% "wrong"), and a CPU server's throughput follows its share, so the
+        # measured throughput is scaled to the CPU share the server had when the prediction was
+        # made. Preemptions: predicted and measured at most half the
         # rate before. Not zero: six requests of 767 tokens need 36 blocks of the 36 the cache
         # has, one of which V1 keeps as its null block, so when all six near their end together
         # one is preempted (a CI run measured 0.11/s after; the model predicts a few as well)
         p = first["prediction"]
         assert p is not None and p["measured_after"] is not None, p
-        assert abs(p["error"]["output_tokens_per_second"]) <= 0.35, p
+        machine = share_after / share_before
+        err = (1 + p["error"]["output_tokens_per_second"]) * machine - 1
+        print(
+            f"[closed-loop] server CPU share {share_before:.2f} before, {share_after:.2f} after; "
+            f"throughput error {p['error']['output_tokens_per_second']:+.0%} raw, {err:+.0%} at equal share"
+        )
+        assert abs(err) <= 0.35, (err, share_before, share_after, p)
         before = pred["measured"]["preemptions_per_second"]
         assert p["predicted"]["preemptions_per_second"] <= before / 2, p
         assert p["measured_after"]["preemptions_per_second"] <= before / 2, p
