@@ -378,7 +378,8 @@ def _no_help(breached: list[str], held: list[arbitration.Scored], model: pm.Mode
             parts.append(
                 f"{what} (goodput {fmt(s.refined.goodput, 'tok/s')}, now {fmt(s.refined.goodput_now, 'tok/s')})"
             )
-    return text + "; no change is predicted to help: " + "; ".join(parts)
+    # two rules may weigh the same change: it is said once
+    return text + "; no change is predicted to help: " + "; ".join(dict.fromkeys(parts))
 
 
 def provenanced_engine(values: Mapping[str, Any], source: str = "config") -> EngineInfo:

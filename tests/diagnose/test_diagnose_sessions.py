@@ -71,6 +71,8 @@ def test_h200_small_budget_same_load_needs_no_change() -> None:
     assert d.status == "inconclusive", d.reason
     assert d.recommendation is None
     assert "TTFT p95" in d.reason and "no change is predicted to help" in d.reason
+    weighed = d.reason.split("no change is predicted to help: ", 1)[1].split("; ")
+    assert len(weighed) == len(set(weighed)), weighed  # a change two rules weigh is said once
     assert d.signals["queue_share_of_ttft"] > 0.5
 
 
