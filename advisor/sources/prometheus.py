@@ -41,6 +41,7 @@ from advisor.core.config import parse_duration_s
 from advisor.core.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
 from advisor.core.redact import redact_url
 from advisor.core.selectors import quote, selector
+from advisor.core.shown import printable
 from advisor.sources import http as http_src
 from advisor.sources.http import SourceError
 
@@ -568,7 +569,8 @@ def _read_history(
                 )
             }
         )
-        hint = f"; instances with vLLM series then: {', '.join(seen[:10])}" if seen else "; none has any"
+        shown = ", ".join(printable(s) for s in seen[:10])
+        hint = f"; instances with vLLM series then: {shown}" if seen else "; none has any"
         what = f"instance {instance!r}" + (f" model {model!r}" if model else "")
         raise PrometheusError(
             "no_data",
