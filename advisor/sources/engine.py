@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from advisor.core import defaults as vllm_defaults
-from advisor.core import knobs, names
+from advisor.core import knobs, names, urls
 from advisor.core.model import EngineInfo, LogEvent, Provenanced, Snapshot
 from advisor.sources import http as http_src
 from advisor.sources.cmdline import (
@@ -266,8 +266,7 @@ def from_api(base_url: str, timeout_s: float = 3.0, http: Any = None) -> dict[st
     """The server's own ``GET /version`` (vLLM's OpenAI server has it); ``{}`` when it cannot be
     read. Only the version: the API says nothing about scheduler knobs."""
 
-    url = base_url.rstrip("/")
-    url = url.removesuffix("/metrics") + "/version"
+    url = urls.join(urls.without_path_suffix(base_url), "/version")
     try:
         r = (http or http_src.Client()).get(url, timeout=timeout_s)
         v = r.json().get("version") if r.status_code == 200 else None

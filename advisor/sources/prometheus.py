@@ -34,9 +34,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
-from advisor.core import names, selectors
+from advisor.core import names, selectors, urls
 from advisor.core.config import parse_duration_s
 from advisor.core.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
 from advisor.core.redact import redact_url
@@ -213,8 +212,8 @@ class Client:
     ) -> Any:
         """``data`` of a successful answer; PrometheusError otherwise (``refused | timeout |
         too_large | http | query | bad_response``)."""
-        url = self.base_url.rstrip("/") + path + "?" + urlencode(params, doseq=True)
-        shown = redact_url(self.base_url.rstrip("/") + path)
+        url = urls.join(self.base_url, path, params)
+        shown = redact_url(urls.join(self.base_url, path))
         timeout = self.timeout_s
         if self._deadline is not None:
             timeout = min(timeout, self._deadline - time.monotonic())
