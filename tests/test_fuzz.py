@@ -389,3 +389,16 @@ def test_no_abbreviated_secret_flag_reaches_the_read_command() -> None:
             assert "SECRETX" not in repr(cmdline.from_cmdline(argv, read_config=False)), argv
             pasted = cmdline.read_command(" ".join(argv))
             assert "SECRETX" not in repr(pasted), argv
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["a:" * 32000, "a=" * 32000, "http://" * 9000, "note: note: " * 5000],
+    ids=["colons", "equals", "urls", "notes"],
+)
+def test_redacting_a_64kb_line_of_nested_keys_is_not_a_hang(line: str) -> None:
+    """A value is read only after a secret name: these took 2-7 s when every key's value was
+    scanned to the line's end and then scanned again (a hang check, as above)."""
+    t0 = time.process_time()
+    assert redact_text(line) == line
+    assert time.process_time() - t0 < 1.0

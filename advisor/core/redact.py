@@ -67,10 +67,14 @@ _URL_AUTH_RE = re.compile(r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P
 _VALUE = r"""'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|\[[^\]]*+\]|[^\s,{}()\[\]&'"][^\s,})\]&]*+"""
 # Names are matched whole and possessively, then checked with is_secret_name (linear time even on
 # a 64 KiB line of one identifier).
+_VALUE_RE = re.compile(_VALUE)
+_VALUE_START = r"""(?=['"\[]|[^\s,{}()\[\]&'"])"""
+# The heads only: a value is matched (_VALUE_RE) only after a secret name, so that a long line
+# of ``a:a:a:...`` is not a value scanned again at every ``a`` (quadratic)
 _KV_RE = re.compile(
-    rf"""(?P<head>(?P<q>['"]?)(?<![A-Za-z0-9_-])(?P<name>[A-Za-z0-9_-]++)(?P=q)\s*[:=]\s*)(?P<val>{_VALUE})"""
+    rf"""(?P<q>['"]?)(?<![A-Za-z0-9_-])(?P<name>[A-Za-z0-9_-]++)(?P=q)\s*[:=]\s*{_VALUE_START}"""
 )
-_FLAG_RE = re.compile(rf"(?P<head>(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z0-9_-]++)(?:=|\s+))(?P<val>{_VALUE})")
+_FLAG_RE = re.compile(rf"(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z0-9_-]++)(?:=|\s+){_VALUE_START}")
 _BEARER_RE = re.compile(r"(?P<head>\bBearer\s+)(?P<val>[A-Za-z0-9._~+/=-]+)", re.I)
 # HTTP headers whose whole value is a credential: the scheme (``Basic``, ``Bearer``...) is kept,
 # everything after it to the end of the line (or the closing quote) goes
@@ -83,30 +87,34 @@ _HEADER_RE = re.compile(
 )
 
 
-def _redacted_value(m: re.Match[str]) -> str:
-    val = m.group("val")
+def _redacted(head: str, val: str) -> str:
     if val == REDACTED or val.strip("'\"") == REDACTED:
-        return m.group(0)
+        return head + val
     if val[:1] in ("'", '"'):
-        return f"{m.group('head')}{val[0]}{REDACTED}{val[0]}"
-    return f"{m.group('head')}{REDACTED}"
+        return f"{head}{val[0]}{REDACTED}{val[0]}"
+    return f"{head}{REDACTED}"
+
+
+def _redacted_value(m: re.Match[str]) -> str:
+    return _redacted(m.group("head"), m.group("val"))
 
 
 def _sub_names(rx: re.Pattern[str], text: str, secret: Any) -> str:
-    """``rx``'s matches whose name is ``secret`` lose their value. A match whose name is not a
-    secret is not consumed: its value is scanned again, so that in ``error: api_key=X`` or
-    ``url: http://h/?token=X`` the ``api_key``/``token`` inside the value is found. Each search
-    starts past the previous match's head: linear in the text."""
+    """The values after ``rx``'s heads whose name is ``secret`` are redacted. After a head whose
+    name is not a secret the scan goes on at its value, so that in ``error: api_key=X`` or
+    ``url: http://h/?token=X`` the ``api_key``/``token`` inside it is found; a value is read
+    only after a secret name and then skipped: linear in the text."""
     out: list[str] = []
     pos = last = 0
     while (m := rx.search(text, pos)) is not None:
         name = m.group("name")
-        if secret(name) and _norm(name) not in _HEADER_NAMES:
-            out.append(text[last : m.start()])
-            out.append(_redacted_value(m))
-            pos = last = m.end()
-        else:
-            pos = m.start("val")
+        vm = _VALUE_RE.match(text, m.end()) if secret(name) and _norm(name) not in _HEADER_NAMES else None
+        if vm is None:
+            pos = m.end()
+            continue
+        out.append(text[last : m.start()])
+        out.append(_redacted(m.group(0), vm.group(0)))
+        pos = last = vm.end()
     out.append(text[last:])
     return "".join(out)
 
