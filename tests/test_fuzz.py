@@ -10,6 +10,8 @@ bundled rules) and mutated; the examples are derandomized so CI sees the same on
 from __future__ import annotations
 
 import json
+import random
+import string
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from advisor.core import config
+from advisor.core.redact import redact_argv, redact_obj, redact_text
 from advisor.diagnose.ruleset import RuleError, default_rules_dir, load_rules
-from advisor.sources import logs, logwrap
+from advisor.sources import cmdline, logs, logwrap
 from advisor.verify.bench import load_bench
 from advisor.verify.samples import ExperimentError
 from tests.fuzzing import fuzz, mutated
@@ -263,3 +266,139 @@ def test_config_from_environment_and_flags_only_raises_config_errors(values: dic
             config.load(None, **source)  # type: ignore[arg-type]
         except config.ConfigError as e:
             assert str(e) and "\n" not in str(e)
+
+
+# ------------------------------------------------------------------ redaction contexts
+
+_SECRET_CHARS = string.ascii_letters + string.digits + "._~+/=-"
+_KV_NAMES = [
+    "api_key",
+    "API_KEY",
+    "apiKey",
+    "token",
+    "access_token",
+    "hf_token",
+    "HF_TOKEN",
+    "OPENAI_API_KEY",
+    "password",
+    "db_password",
+    "x-api-key",
+    "client_secret",
+    "auth_token",
+]
+_WRAPS = [
+    "{}",
+    "error: {}",
+    "ERROR 12-02 17:00:00 [api_server.py:1] request failed: {}",
+    "WARNING scrape of {} failed",
+    "non-default args: {{'model': 'm', 'x': {}}}",
+    "url: {} (timeout)",
+    "({})",
+    "[{}]",
+    "cannot connect to {}, retrying",
+    '"{}"',
+]
+
+
+def _abbreviations() -> list[str]:
+    out = []
+    for flag in ("api-key", "hf-token"):
+        for n in range(2, len(flag) + 1):
+            out += [flag[:n], flag[:n].replace("-", "_")]
+    return out
+
+
+_FLAG_SPELLINGS = _abbreviations()
+
+
+def _context(rng: random.Random, secret: str) -> tuple[str, str, str]:
+    """A kind of context, a text holding the secret in it, and the secret (as it was put)."""
+    kind = rng.choice(["kv", "query", "userinfo", "password", "header", "flag", "literal"])
+    host = rng.choice(["h", "10.0.0.7:8000", "vllm.internal:443", "[::1]:9090"])
+    scheme = rng.choice(["http", "https", "HTTP", "git+https"])
+    if kind == "kv":
+        name = rng.choice(_KV_NAMES)
+        q = rng.choice(["", "'", '"'])
+        sep = rng.choice(["=", ": ", ":", " = "])
+        inner = f"{q}{name}{q}{sep}{q}{secret}{q}"
+    elif kind == "query":
+        qname = rng.choice(["token", "access_token", "api_key", "apikey", "auth_token", "hf_token"])
+        before = rng.choice(["", "a=1&", "match[]=up&x=y&"])
+        after = rng.choice(["", "&b=2", "#frag", "&c=3#f"])
+        inner = (
+            f"{scheme}://{host}/{rng.choice(['', 'metrics', 'api/v1/query'])}?{before}{qname}={secret}{after}"
+        )
+    elif kind == "userinfo":
+        secret = secret.replace("/", "_")
+        inner = f"{scheme}://{secret}@{host}/{rng.choice(['', 'metrics'])}"
+    elif kind == "password":
+        secret = secret.replace("/", "_")
+        inner = f"{scheme}://{rng.choice(['u', 'advisor', 'a.b'])}:{secret}@{host}/metrics"
+    elif kind == "header":
+        head = rng.choice(["Authorization", "authorization", "Proxy-Authorization"])
+        form = rng.choice(["{h}: {s} {v}", "'{h}': '{s} {v}'", '"{h}": "{s} {v}"'])
+        cred = rng.choice(["Basic", "Bearer", "Token", "Digest response="])
+        inner = form.format(h=head, s=cred, v=secret)
+        if rng.random() < 0.3:
+            inner = f"{rng.choice(['Cookie', 'Set-Cookie'])}: sid={secret}; theme=dark"
+    elif kind == "flag":
+        inner = f"--{rng.choice(_FLAG_SPELLINGS)}{rng.choice(['=', ' '])}{secret}"
+        if rng.random() < 0.5:
+            inner = f"vllm serve m {inner} --max-num-seqs 8"
+    else:
+        secret = rng.choice(["hf_", "sk-", "ghp_"]) + "".join(c for c in secret if c.isalnum()).ljust(24, "x")
+        inner = f"using {secret} now"
+    return kind, inner, secret
+
+
+def test_no_secret_survives_redaction_in_generated_contexts() -> None:
+    """3,000 generated lines (fixed seed): a secret in key=value / key: value forms (quoted or
+    not, inside another value), URL queries, userinfo with and without a password,
+    Authorization and Cookie headers, every abbreviation of vLLM's secret flags, literal tokens;
+    each line wrapped in a log line, an error, a repr. No secret is left by redact_text,
+    redact_obj or redact_argv, and a second pass changes nothing."""
+    rng = random.Random(34)
+    leaks: list[str] = []
+    kinds: dict[str, int] = {}
+    for _ in range(3000):
+        secret = "S3" + "".join(rng.choice(_SECRET_CHARS) for _ in range(rng.randint(6, 40))) + "Q"
+        if rng.random() < 0.5:  # where a URL's userinfo can hold it
+            secret = secret.replace("/", "_")
+        kind, inner, secret = _context(rng, secret)
+        line = rng.choice(_WRAPS).format(inner)
+        kinds[kind] = kinds.get(kind, 0) + 1
+        once = redact_text(line)
+        seen = [
+            once,
+            json.dumps(redact_obj({"msg": line})),
+            # a command line: the context split into words (a key: value or a header as one word)
+            " ".join(redact_argv(inner.split() if kind not in ("kv", "header") else [inner])),
+        ]
+        if any(secret in s for s in seen) or redact_text(once) != once:
+            leaks.append(f"{kind}: {line!r} -> {once!r}")
+    assert not leaks, f"{len(leaks)} leaks, e.g. {leaks[:5]}"
+    assert len(kinds) == 7 and min(kinds.values()) > 300
+
+
+def test_no_abbreviated_secret_flag_reaches_the_read_command() -> None:
+    """Every abbreviation of --api-key/--hf-token, in a live argv and in a pasted command:
+    neither the facts nor the argv as shown hold the value."""
+    for spelled in _FLAG_SPELLINGS:
+        for form in (["--" + spelled, "SECRETX"], ["--" + spelled + "=SECRETX"]):
+            argv = ["vllm", "serve", "m", *form, "--max-num-seqs", "8"]
+            assert "SECRETX" not in repr(cmdline.from_cmdline(argv, read_config=False)), argv
+            pasted = cmdline.read_command(" ".join(argv))
+            assert "SECRETX" not in repr(pasted), argv
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["a:" * 32000, "a=" * 32000, "http://" * 9000, "note: note: " * 5000],
+    ids=["colons", "equals", "urls", "notes"],
+)
+def test_redacting_a_64kb_line_of_nested_keys_is_not_a_hang(line: str) -> None:
+    """A value is read only after a secret name: these took 2-7 s when every key's value was
+    scanned to the line's end and then scanned again (a hang check, as above)."""
+    t0 = time.process_time()
+    assert redact_text(line) == line
+    assert time.process_time() - t0 < 1.0

@@ -14,6 +14,7 @@ import click
 
 from advisor.core import config as config_mod
 from advisor.core.redact import redact_text
+from advisor.core.shown import printable
 from advisor.diagnose.ruleset import RuleError, load_rules
 from advisor.drive.daemon import DaemonError
 from advisor.sources.cmdline import CommandError, read_command_file
@@ -46,8 +47,9 @@ EXIT_CODES_HELP = (
 
 
 def fail(msg: str, code: int = EXIT_ERROR) -> None:
-    """One ``error:`` line (secrets removed: a URL's password, a token in an error's text)."""
-    click.echo(f"error: {redact_text(msg)}", err=True)
+    """One ``error:`` line (secrets removed: a URL's password, a token in an error's text;
+    control characters of names it quotes escaped)."""
+    click.echo(f"error: {printable(redact_text(msg), keep_newlines=True)}", err=True)
     sys.exit(code)
 
 

@@ -13,6 +13,7 @@ from advisor.cli.common import EXIT_USAGE, TEXT_JSON_OR_MARKDOWN, TEXT_OR_JSON, 
 from advisor.cli.diagnosis import explain
 from advisor.core import config as config_mod
 from advisor.core import jsonout
+from advisor.core.redact import redact_url
 from advisor.diagnose.ruleset import RuleError, load_rules
 from advisor.drive import generate as gen
 from advisor.outputs import explain as out
@@ -168,5 +169,5 @@ def config_check(config_file: str) -> None:
     cfg = config_mod.load(config_file)
     config_mod.parse_listen(cfg.listen)
     click.echo(
-        f"{config_file}: OK (vllm_url {cfg.vllm_url}, listen {cfg.listen}, interval {cfg.interval_s:g}s)"
+        f"{config_file}: OK (vllm_url {redact_url(cfg.vllm_url)}, listen {cfg.listen}, interval {cfg.interval_s:g}s)"
     )

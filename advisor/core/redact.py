@@ -18,17 +18,42 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 REDACTED = "<redacted>"
 
 
+def _norm(name: str) -> str:
+    return name.strip().lstrip("-").lower().replace("_", "-")
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a flag, config key or environment variable name holds a secret."""
-    n = name.strip().lstrip("-").lower().replace("_", "-")
+    n = _norm(name)
     if not n:
         return False
-    if any(w in n for w in ("password", "passwd", "secret", "credential")):
+    if any(w in n for w in ("password", "passwd", "secret", "credential", "authorization", "cookie")):
         return True
     parts = n.split("-")
     if parts[-1] in ("token", "key", "apikey") or "apikey" in parts:
         return True
     return "api-key" in n or "access-key" in n or "private-key" in n
+
+
+# vLLM's flags whose value is a secret. vLLM's argparse accepts any unambiguous prefix of a long
+# flag (``--api-ke X``, ``--hf-tok=X``), so every prefix of two characters or more counts as the
+# flag itself (one character is ambiguous in every vLLM: ``--a``, ``--h``). Redacting the value
+# of a prefix argparse would refuse as ambiguous (``--api``) loses nothing.
+SECRET_FLAGS = ("api-key", "hf-token")
+_MULTI_VALUE = ("api-key",)  # vLLM's --api-key takes one or more values
+
+
+def _secret_flag_for(flag: str) -> str | None:
+    n = _norm(flag)
+    if len(n) < 2:
+        return None
+    hits = [s for s in SECRET_FLAGS if s.startswith(n)]
+    return hits[0] if hits else None
+
+
+def is_secret_flag(flag: str) -> bool:
+    """Whether a long flag, as argparse may read it (abbreviated, underscores), holds a secret."""
+    return is_secret_name(flag) or _secret_flag_for(flag) is not None
 
 
 _LITERAL = r"(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|ghp_[A-Za-z0-9]{20,})"
@@ -42,30 +67,73 @@ _URL_AUTH_RE = re.compile(r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P
 _VALUE = r"""'(?:[^'\\]|\\.)*+'|"(?:[^"\\]|\\.)*+"|\[[^\]]*+\]|[^\s,{}()\[\]&'"][^\s,})\]&]*+"""
 # Names are matched whole and possessively, then checked with is_secret_name (linear time even on
 # a 64 KiB line of one identifier).
+_VALUE_RE = re.compile(_VALUE)
+_VALUE_START = r"""(?=['"\[]|[^\s,{}()\[\]&'"])"""
+# The heads only: a value is matched (_VALUE_RE) only after a secret name, so that a long line
+# of ``a:a:a:...`` is not a value scanned again at every ``a`` (quadratic)
 _KV_RE = re.compile(
-    rf"""(?P<head>(?P<q>['"]?)(?<![A-Za-z0-9_-])(?P<name>[A-Za-z0-9_-]++)(?P=q)\s*[:=]\s*)(?P<val>{_VALUE})"""
+    rf"""(?P<q>['"]?)(?<![A-Za-z0-9_-])(?P<name>[A-Za-z0-9_-]++)(?P=q)\s*[:=]\s*{_VALUE_START}"""
 )
-_FLAG_RE = re.compile(rf"(?P<head>(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z0-9_-]++)(?:=|\s+))(?P<val>{_VALUE})")
+_FLAG_RE = re.compile(rf"(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z0-9_-]++)(?:=|\s+){_VALUE_START}")
 _BEARER_RE = re.compile(r"(?P<head>\bBearer\s+)(?P<val>[A-Za-z0-9._~+/=-]+)", re.I)
+# HTTP headers whose whole value is a credential: the scheme (``Basic``, ``Bearer``...) is kept,
+# everything after it to the end of the line (or the closing quote) goes
+_HEADER_NAMES = ("authorization", "proxy-authorization", "cookie", "set-cookie")
+_HEADER_RE = re.compile(
+    r"""(?P<head>(?<![A-Za-z0-9_-])(?:proxy-)?(?:authorization|(?:set-)?cookie)['"]?[ \t]*[:=][ \t]*['"]?"""
+    r"""(?:(?:basic|bearer|digest|token|negotiate|ntlm|hoba|mutual|aws4-hmac-sha256)[ \t]+)?)"""
+    r"""(?P<val>[^\r\n'"]*[^\s'"])""",
+    re.I,
+)
 
 
-def _sub(m: re.Match[str]) -> str:
-    if "name" in m.groupdict() and not is_secret_name(m.group("name")):
-        return m.group(0)
-    val = m.group("val")
+def _redacted(head: str, val: str) -> str:
     if val == REDACTED or val.strip("'\"") == REDACTED:
-        return m.group(0)
+        return head + val
     if val[:1] in ("'", '"'):
-        return f"{m.group('head')}{val[0]}{REDACTED}{val[0]}"
+        return f"{head}{val[0]}{REDACTED}{val[0]}"
+    return f"{head}{REDACTED}"
+
+
+def _redacted_value(m: re.Match[str]) -> str:
+    return _redacted(m.group("head"), m.group("val"))
+
+
+def _sub_names(rx: re.Pattern[str], text: str, secret: Any) -> str:
+    """The values after ``rx``'s heads whose name is ``secret`` are redacted. After a head whose
+    name is not a secret the scan goes on at its value, so that in ``error: api_key=X`` or
+    ``url: http://h/?token=X`` the ``api_key``/``token`` inside it is found; a value is read
+    only after a secret name and then skipped: linear in the text."""
+    out: list[str] = []
+    pos = last = 0
+    while (m := rx.search(text, pos)) is not None:
+        name = m.group("name")
+        vm = _VALUE_RE.match(text, m.end()) if secret(name) and _norm(name) not in _HEADER_NAMES else None
+        if vm is None:
+            pos = m.end()
+            continue
+        out.append(text[last : m.start()])
+        out.append(_redacted(m.group(0), vm.group(0)))
+        pos = last = vm.end()
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _header(m: re.Match[str]) -> str:
+    if m.group("val").startswith(REDACTED):
+        return m.group(0)
     return f"{m.group('head')}{REDACTED}"
 
 
 def _url_creds(m: re.Match[str]) -> str:
-    """``scheme://user:password@host`` -> ``scheme://user:<redacted>@host``."""
+    """``scheme://user:password@host`` -> ``scheme://user:<redacted>@host``; a userinfo with no
+    password (``https://TOKEN@host``, a token used as the user name) goes whole."""
     userinfo, at, host = m["auth"].rpartition("@")
-    if not at or ":" not in userinfo:
+    if not at:
         return m.group(0)
-    user, _, pw = userinfo.partition(":")
+    user, colon, pw = userinfo.partition(":")
+    if not colon:
+        return m.group(0) if user == REDACTED else f"{m['scheme']}{REDACTED}@{host}"
     if pw == REDACTED:
         return m.group(0)
     return f"{m['scheme']}{user}:{REDACTED}@{host}"
@@ -73,19 +141,21 @@ def _url_creds(m: re.Match[str]) -> str:
 
 def redact_text(text: str) -> str:
     """Secret values in free text: ``'api_key': 'x'``, ``hf_token=x``, ``HF_TOKEN=x``,
-    ``--api-key x`` / ``--api-key=x``, ``Bearer x``, ``scheme://user:pw@host`` and literal
+    ``error: api_key=x``, ``?token=x`` / ``&access_token=x`` in URLs, ``--api-key x`` /
+    ``--api-key=x`` and their abbreviations (``--api-ke x``), ``Bearer x``, ``Authorization:
+    Basic x``, ``Cookie: ...``, ``scheme://user:pw@host``, ``scheme://TOKEN@host`` and literal
     tokens keep their key and lose their value."""
     if not text:
         return text
-    out = _KV_RE.sub(_sub, text)
-    out = _FLAG_RE.sub(_sub, out)
-    out = _BEARER_RE.sub(_sub, out)
+    out = _HEADER_RE.sub(_header, text)
+    out = _sub_names(_KV_RE, out, is_secret_name)
+    out = _sub_names(_FLAG_RE, out, is_secret_flag)
+    out = _BEARER_RE.sub(_redacted_value, out)
     out = _URL_AUTH_RE.sub(_url_creds, out)
     return _LITERAL_RE.sub(REDACTED, out)
 
 
 _ENV_ARG_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
-_MULTI_VALUE = ("api-key",)  # vLLM's --api-key takes one or more values
 
 
 def is_number_token(tok: str) -> bool:
@@ -103,7 +173,8 @@ def _is_flag(tok: str) -> bool:
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
     """A command line with every secret value replaced: ``--api-key X``, ``--api-key=X``,
-    ``--api-key X Y`` (several keys), any secret-named flag, ``HF_TOKEN=X`` arguments, and
+    ``--api-key X Y`` (several keys), every abbreviation argparse accepts (``--api-ke X``,
+    ``--hf-tok=X``), any secret-named flag, ``HF_TOKEN=X`` arguments, and
     literal tokens or URL passwords anywhere."""
     out: list[str] = []
     items = [str(a) for a in argv]
@@ -112,13 +183,13 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         tok = items[i]
         if _is_flag(tok):
             flag, eq, _ = tok.partition("=")
-            if is_secret_name(flag):
+            if (flag.startswith("--") and is_secret_flag(flag)) or is_secret_name(flag):
                 i += 1
                 if eq:
                     out.append(f"{flag}={REDACTED}")
                     continue
                 out.append(flag)
-                multi = flag.lstrip("-").lower().replace("_", "-") in _MULTI_VALUE
+                multi = (_secret_flag_for(flag) or _norm(flag)) in _MULTI_VALUE
                 while i < len(items) and not _is_flag(items[i]):
                     out.append(REDACTED)
                     i += 1

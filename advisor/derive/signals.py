@@ -221,9 +221,11 @@ def _kv_tokens(c: Context, v: Values) -> Value:
         info = latest.info_labels(n.CACHE_CONFIG_INFO) if latest else []
         for labels in info:
             try:
-                return float(labels["kv_cache_size_tokens"])
+                got = float(labels["kv_cache_size_tokens"])
             except (KeyError, ValueError):
                 continue
+            if math.isfinite(got) and 0 < got <= 1e18:  # "N/A", 1e308, -1: not a reading
+                return got
         return None
     return float(x)
 

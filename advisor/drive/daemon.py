@@ -27,7 +27,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from advisor.core import jsonout
+from advisor.core import jsonout, urls
 from advisor.core.config import Config, parse_listen
 from advisor.core.log import configure_logging
 from advisor.derive import identity, timeseries
@@ -55,8 +55,7 @@ PAGE_WAIT_S = 2.0  # a page waits this long for a cycle to let go of the window
 
 
 def metrics_url(url: str) -> str:
-    u = url.rstrip("/")
-    return u if u.endswith("/metrics") else u + "/metrics"
+    return urls.metrics_url(url)
 
 
 class Daemon:
@@ -831,7 +830,7 @@ class DaemonError(Exception):
 
 
 def fetch_diagnosis(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
-    u = url.rstrip("/") + "/api/v1/diagnosis"
+    u = urls.join(url, "/api/v1/diagnosis")
     try:
         r = http_src.Client().get(u, timeout_s)
         if r.status_code != 200:

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from rich.console import Console
 from rich.table import Table
 
-from advisor.core import engine_json
+from advisor.core import engine_json, urls
 from advisor.core.model import EVENT_KINDS, LogEvent, Snapshot
 from advisor.derive import sketches
 from advisor.drive.runner import base_from_session_engine
@@ -40,8 +40,7 @@ class InspectError(Exception):
 
 
 def _metrics_url(url: str) -> str:
-    u = url.rstrip("/")
-    return u if u.endswith("/metrics") else u + "/metrics"
+    return urls.metrics_url(url)
 
 
 def inspect(

@@ -48,6 +48,29 @@ def _label(v: Any) -> str:
     return "" if v is None else str(v)
 
 
+def encodable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: bytes that were not UTF-8 (a command line's or a label's,
+    decoded with surrogate escapes) become ``\\udcXX`` escapes instead of failing the answer."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class SafeCollector(Collector):
+    """``inner``'s families with every label value and help text encodable (issue 34 G1: one
+    label of bytes that were not UTF-8 emptied every ``/metrics`` answer)."""
+
+    def __init__(self, inner: Collector) -> None:
+        self.inner = inner
+
+    def collect(self) -> Iterator[Metric]:
+        for fam in self.inner.collect():
+            fam.documentation = encodable(fam.documentation)
+            fam.samples = [
+                s._replace(labels={encodable(str(k)): encodable(str(v)) for k, v in s.labels.items()})
+                for s in fam.samples
+            ]
+            yield fam
+
+
 class AdvisorCollector(Collector):
     """Yields fresh families from the current state on every scrape."""
 
@@ -374,7 +397,7 @@ def _experiment_families(e: dict[str, Any]) -> Iterator[Metric]:
 
 def make_registry(state: Callable[[], ExportState]) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(AdvisorCollector(state))
+    reg.register(SafeCollector(AdvisorCollector(state)))
     ProcessCollector(namespace="vllm_advisor", registry=reg)
     PlatformCollector(registry=reg)
     return reg
@@ -565,7 +588,7 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     def _html(self, code: int, text: str) -> None:
         """A page, with the headers that keep a browser from running or loading anything else."""
-        body = text.encode()
+        body = text.encode("utf-8", "backslashreplace")
         self.send_response(code)
         self.send_header("Content-Type", page.HTML)
         self.send_header("Content-Length", str(len(body)))

@@ -29,6 +29,7 @@ from advisor.outputs.exporter import (
     AdvisorCollector,
     BoundedHTTPServer,
     QuietHandler,
+    SafeCollector,
     charts_or_none,
     replicas_families,
 )
@@ -95,7 +96,7 @@ class FleetCollector(Collector):
 
 def make_registry(state: Callable[[], FleetState]) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(FleetCollector(state))
+    reg.register(SafeCollector(FleetCollector(state)))
     return reg
 
 

@@ -19,12 +19,13 @@ anything is parsed or kept (:mod:`advisor.core.redact`).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from advisor.core import defaults as vllm_defaults
-from advisor.core import knobs, names
+from advisor.core import knobs, names, urls
 from advisor.core.model import EngineInfo, LogEvent, Provenanced, Snapshot
 from advisor.sources import http as http_src
 from advisor.sources.cmdline import (
@@ -51,6 +52,19 @@ _CACHE_LABELS = {
     "swap_space_bytes": "swap_space_bytes",
 }
 _INT_FACTS = frozenset({"num_gpu_blocks", "kv_cache_tokens", "swap_space_bytes", "engines"})
+# cache_config_info's labels that are numbers: a label that is not a finite number from 0 to
+# 1e18 (``"N/A"``, ``"abc"``, ``1e308``, ``-1``, ``nan``) leaves its fact unknown (issue 34 G6)
+_NUMERIC_CACHE = frozenset(set(_CACHE_LABELS.values()) - {"enable_prefix_caching", "kv_cache_dtype"})
+MAX_LABEL_NUMBER = 1e18
+
+
+def label_number(raw: Any) -> float | None:
+    """A label's value as a reading: a finite number from 0 to 1e18, else None."""
+    try:
+        f = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and 0 <= f <= MAX_LABEL_NUMBER else None
 
 
 def _fact_value(key: str, raw: str) -> Any:
@@ -78,6 +92,8 @@ def from_snapshot(snapshot: Snapshot) -> dict[str, Provenanced]:
         for label, key in _CACHE_LABELS.items():
             if label in labels:
                 val = _fact_value(key, labels[label])
+                if val is not None and key in _NUMERIC_CACHE and label_number(val) is None:
+                    continue  # not a reading: the fact stays unknown
                 if val is not None:
                     out[key] = Provenanced(val, "metrics", detail)
     models = snapshot.label_values(names.MODEL_LABEL)
@@ -266,8 +282,7 @@ def from_api(base_url: str, timeout_s: float = 3.0, http: Any = None) -> dict[st
     """The server's own ``GET /version`` (vLLM's OpenAI server has it); ``{}`` when it cannot be
     read. Only the version: the API says nothing about scheduler knobs."""
 
-    url = base_url.rstrip("/")
-    url = url.removesuffix("/metrics") + "/version"
+    url = urls.join(urls.without_path_suffix(base_url), "/version")
     try:
         r = (http or http_src.Client()).get(url, timeout=timeout_s)
         v = r.json().get("version") if r.status_code == 200 else None

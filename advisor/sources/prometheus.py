@@ -34,13 +34,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
 
-from advisor.core import names, selectors
+from advisor.core import knobs, names, selectors, urls
 from advisor.core.config import parse_duration_s
 from advisor.core.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
 from advisor.core.redact import redact_url
 from advisor.core.selectors import quote, selector
+from advisor.core.shown import printable
 from advisor.sources import http as http_src
 from advisor.sources.http import SourceError
 
@@ -212,8 +212,8 @@ class Client:
     ) -> Any:
         """``data`` of a successful answer; PrometheusError otherwise (``refused | timeout |
         too_large | http | query | bad_response``)."""
-        url = self.base_url.rstrip("/") + path + "?" + urlencode(params, doseq=True)
-        shown = redact_url(self.base_url.rstrip("/") + path)
+        url = urls.join(self.base_url, path, params)
+        shown = redact_url(urls.join(self.base_url, path))
         timeout = self.timeout_s
         if self._deadline is not None:
             timeout = min(timeout, self._deadline - time.monotonic())
@@ -484,11 +484,33 @@ def host_of(instance: str) -> str:
     return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
 
 
+MAX_READING = 1e18
+
+
+def _is_reading(value: float) -> bool:
+    return math.isfinite(value) and 0 <= value <= MAX_READING
+
+
+def _knob_in_range(knob: str, value: Any) -> bool:
+    """A known knob's value within its type and bounds (``gpu_memory_utilization`` 7 is none)."""
+    if knob not in knobs.KNOBS:
+        return True
+    k = knobs.KNOBS[knob]
+    try:
+        v = knobs.coerce(k, value)
+    except ValueError:
+        return False
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return True
+    return (k.min is None or v >= k.min) and (k.max is None or v <= k.max)
+
+
 def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: str) -> dict[str, Provenanced]:
     """Knobs and facts from the advisor's own ``vllm_advisor_engine_*`` series, as a sidecar
     beside this vLLM exports them (its ``instance`` is on the same host, another port; or a
     ``vllm_instance`` label names the server). Each keeps the sidecar's source, the detail
-    says it came through Prometheus."""
+    says it came through Prometheus. A value that is no reading (NaN, +-Inf, negative, beyond
+    1e18) or a knob's value outside its bounds leaves that knob or fact unknown."""
     host = host_of(instance)
     out: dict[str, Provenanced] = {}
     for labels, value in samples:
@@ -500,8 +522,12 @@ def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: st
         name = labels.get("__name__")
         src = labels.get("source") or "metrics"
         detail = f"{name} via Prometheus (sidecar {labels.get(INSTANCE, '?')})"
+        if not _is_reading(value):
+            continue  # NaN, +-Inf, negative, beyond 1e18: not a knob's or a fact's value (G5)
         if name == SIDECAR_KNOB and labels.get("knob"):
             v: Any = int(value) if float(value).is_integer() else value
+            if not _knob_in_range(labels["knob"], v):
+                continue
             out[labels["knob"]] = Provenanced(v, src, detail)
         elif name == SIDECAR_FACT and labels.get("fact"):
             fact = labels["fact"]
@@ -568,7 +594,8 @@ def _read_history(
                 )
             }
         )
-        hint = f"; instances with vLLM series then: {', '.join(seen[:10])}" if seen else "; none has any"
+        shown = ", ".join(printable(s) for s in seen[:10])
+        hint = f"; instances with vLLM series then: {shown}" if seen else "; none has any"
         what = f"instance {instance!r}" + (f" model {model!r}" if model else "")
         raise PrometheusError(
             "no_data",

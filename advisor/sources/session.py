@@ -36,7 +36,7 @@ from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from advisor import __version__
-from advisor.core import engine_json, jsonout
+from advisor.core import engine_json, jsonout, urls
 from advisor.core.redact import redact_obj, redact_text, redact_url
 from advisor.sources import engine, logs
 from advisor.sources import host as host_src
@@ -274,10 +274,7 @@ class RecordResult:
 
 def _metrics_url(url: str) -> tuple[str, str]:
     """(base url, metrics url) from either form."""
-    u = url.rstrip("/")
-    if u.endswith("/metrics"):
-        return u[: -len("/metrics")], u
-    return u, u + "/metrics"
+    return urls.without_path_suffix(url), urls.metrics_url(url)
 
 
 def resolve_engine(

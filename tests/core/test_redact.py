@@ -90,3 +90,53 @@ def test_obj_and_url() -> None:
         "n": 3,
     }
     assert redact_url("http://a:b@h:1/metrics?api_key=k&x=1") == f"http://h:1/metrics?api_key={REDACTED}&x=1"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "error: api_key=SECRETX",
+        "error: cannot connect: token: SECRETX",
+        "GET http://h:8000/metrics?token=SECRETX failed",
+        "url: http://h/metrics?x=1&access_token=SECRETX&y=2",
+        "(https://h/v1?api_key=SECRETX#frag)",
+        "fetch https://SECRETX@github.com/org/repo",
+        "http://user:SECRETX@host:8000/",
+        "Authorization: Basic SECRETX",
+        "Proxy-Authorization: Digest username=u, response=SECRETX",
+        "{'authorization': 'Token SECRETX', 'n': 1}",
+        "Cookie: session=SECRETX; theme=dark",
+        "Set-Cookie: sid=SECRETX; HttpOnly",
+        "--api-ke SECRETX --port 8000",
+        "--hf-tok=SECRETX",
+        "--api_k SECRETX",
+    ],
+)
+def test_secrets_in_free_text_urls_headers_and_abbreviations(text: str) -> None:
+    out = redact_text(text)
+    assert "SECRETX" not in out and REDACTED in out
+    assert redact_text(out) == out
+
+
+def test_a_url_without_secrets_keeps_its_user_and_query_names() -> None:
+    out = redact_text("see http://h:8000/metrics?name=x and https://TOKEN@host/p")
+    assert "http://h:8000/metrics?name=x" in out
+    assert f"https://{REDACTED}@host/p" in out
+
+
+@pytest.mark.parametrize("flag", ["--api-key", "--hf-token"])
+def test_every_abbreviation_argparse_accepts_is_redacted(flag: str) -> None:
+    name = flag[2:]
+    for n in range(2, len(name) + 1):
+        for spelled in (name[:n], name[:n].replace("-", "_")):
+            argv = ["vllm", "serve", "m", f"--{spelled}", "SECRETX", "--max-num-seqs", "8"]
+            out = redact_argv(argv)
+            assert "SECRETX" not in out, out
+            assert out[-2:] == ["--max-num-seqs", "8"]
+            assert "SECRETX" not in redact_argv([*argv[:3], f"--{spelled}=SECRETX"])
+            assert "SECRETX" not in redact_text(" ".join(argv))
+
+
+def test_an_abbreviated_api_key_takes_several_values() -> None:
+    out = redact_argv(["vllm", "serve", "--api-ke", "k1", "k2", "--port", "1"])
+    assert out == ["vllm", "serve", "--api-ke", REDACTED, REDACTED, "--port", "1"]

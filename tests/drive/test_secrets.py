@@ -25,6 +25,7 @@ from advisor.drive.daemon import Daemon
 from advisor.drive.fleet import Fleet
 from advisor.outputs import fleet as fleet_out
 from advisor.sources import prometheus as prom
+from tests import prom_standin
 from tests.daemon_helpers import Clock, run_cycles
 from tests.paths import FIXTURES
 from tests.promstack import free_port
@@ -135,3 +136,47 @@ def test_a_recorded_session_keeps_no_url_password(tmp_path: Path) -> None:
     for f in out.rglob("*"):
         if f.is_file():
             _clean(f.read_bytes().decode("utf-8", errors="replace"), f"the session's {f.name}")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://{USER}:{SECRET}@127.0.0.1:8000",
+        "http://hf_abcdefSECRETX@127.0.0.1:8000",  # a token as the user name
+        "http://127.0.0.1:8000/?token=SECRETX",
+    ],
+)
+def test_config_check_never_prints_a_url_password(tmp_path: Path, url: str) -> None:
+    """Issue 34, G11: ``config check`` echoed vllm_url whole."""
+    cfg = tmp_path / "advisor.yaml"
+    cfg.write_text(f"vllm_url: {url}\n")
+    res = CliRunner().invoke(main, ["config", "check", str(cfg)])
+    assert res.exit_code == 0, res.output
+    assert "OK" in res.output and "127.0.0.1:8000" in res.output
+    assert SECRET not in res.output and "SECRETX" not in res.output
+
+
+def test_instance_names_in_error_lines_are_escaped() -> None:
+    """Issue 34, G17: an instance name from Prometheus (a label value: any text) with a newline
+    and a terminal escape in it forged a second ``error:`` line; now one line, escaped."""
+    evil = "a:1\nerror: forged\x1b[2J"
+    samples, meta = prom_standin.stored_samples(FIXTURES / "sessions" / "cpu-healthy", evil)
+    end = max(t for _, vals in samples for t, _ in vals)
+    with prom_standin.serve(samples, meta, prom_standin.Behaviour()) as url:
+        res = CliRunner().invoke(
+            main,
+            [
+                "explain",
+                "--prometheus",
+                url,
+                "--instance",
+                "other:1",
+                "--at",
+                f"{end:.3f}",
+                "--window",
+                "120s",
+            ],
+        )
+    assert res.exit_code == 1, res.output
+    assert "a:1\\nerror: forged\\x1b[2J" in res.output, res.output
+    assert res.output.count("error:") == 2 and "\x1b" not in res.output and res.output.count("\n") == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -685,3 +686,15 @@ def test_log_kv_cache_memory_suggestion_gives_the_free_memory() -> None:
 def test_log_without_the_memory_lines_leaves_the_free_memory_unknown() -> None:
     line = "(EngineCore pid=5) INFO 01-02 10:00:00 [x.py:1] Initial free memory 138.12 GiB, reserved 6.0 GiB memory for KV Cache"
     assert "gpu_memory_free_gib" not in vals(logfacts_src.from_log_events([logs.parse_line(line)]))
+
+
+@pytest.mark.parametrize("bad", ["N/A", "abc", "1e308", "-1", "nan", "inf"])
+def test_a_cache_config_label_that_is_no_reading_leaves_its_fact_unknown(bad: str) -> None:
+    """Issue 34, G6: ``num_gpu_blocks="N/A"`` or ``block_size="1e308"`` was taken as the fact
+    (every diagnosis then failed); now those facts are unknown and the rest read."""
+    text = (PAGES / "cpu-0.32-preempt_mns16-before.prom").read_text()
+    for label in ("block_size", "num_gpu_blocks", "kv_cache_size_tokens"):
+        text = re.sub(rf'(cache_config_info\{{.*?[{{,]){label}="[^"]*"', rf'\g<1>{label}="{bad}"', text)
+    v = vals(engine.from_snapshot(metrics.parse_page(text, 0.0)))
+    assert "block_size" not in v and "num_gpu_blocks" not in v and "kv_cache_tokens" not in v
+    assert v["gpu_memory_utilization"] == 0.92 and v["kv_cache_memory_bytes"] == 25165824

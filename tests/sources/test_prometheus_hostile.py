@@ -150,3 +150,28 @@ def test_discovery_of_100k_series_is_bounded_in_memory(healthy: Any) -> None:
     assert e.value.kind == "too_many"
     assert "--selector" in str(e.value)
     assert peak < 64 * 2**20, peak
+
+
+@pytest.mark.parametrize(
+    ("knob", "value"),
+    [
+        ("max_num_seqs", 1e308),
+        ("max_num_seqs", -5.0),
+        ("max_num_seqs", -1.0),
+        ("max_num_seqs", float("nan")),
+        ("max_num_seqs", float("inf")),
+        ("gpu_memory_utilization", 7.0),
+        ("max_num_seqs", 0.0),
+    ],
+)
+def test_a_knob_series_that_is_no_reading_leaves_the_knob_unknown(knob: str, value: float) -> None:
+    """Issue 34, G5: a sidecar's knob series read from Prometheus gets a page's checks: 1e308,
+    -5, NaN, a utilisation of 7 were taken as the knob's value (1e308 then crashed explain)."""
+    sidecar = {"__name__": prom.SIDECAR_KNOB, "instance": "a.fleet:9100", "source": "cmdline"}
+    samples = [
+        ({**sidecar, "knob": knob}, value),
+        ({**sidecar, "knob": "max_num_batched_tokens"}, 8192.0),
+    ]
+    got = prom.sidecar_engine(samples, INSTANCE)
+    assert knob not in got
+    assert got["max_num_batched_tokens"].value == 8192
