@@ -193,6 +193,21 @@ def run(
     cfg = cfg.with_overrides(targets=targets)
     config_mod.parse_listen(cfg.listen)  # a bad --listen is a usage error now, not after start-up
     rs = checked_rules(cfg.rules_dir)
+    try:
+        _serve(cfg, rs, replay_dir, speed, prom_url, selector, run_seconds)
+    except daemon.DaemonError as e:  # a port or a state dir in use: after its log line, one error line
+        fail(str(e))
+
+
+def _serve(
+    cfg: Any,
+    rs: Any,
+    replay_dir: str | None,
+    speed: float,
+    prom_url: str | None,
+    selector: str,
+    run_seconds: float | None,
+) -> None:
     if replay_dir:
         sys.exit(daemon.run_replay(cfg, rs, replay_dir, speed, run_seconds))
     if prom_url:
