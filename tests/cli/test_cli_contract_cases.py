@@ -146,3 +146,26 @@ def test_a_size_is_accepted_as_the_advice_prints_it() -> None:
     assert parse_set("kv_cache_memory_bytes=6442450944")[1] == 6442450944
     with pytest.raises(ValueError):
         parse_set("kv_cache_memory_bytes=9 parsecs")
+
+
+def test_run_with_a_log_file_that_is_not_there_warns_once(tmp_path: Path, dead_url: str) -> None:
+    p = cli(
+        tmp_path,
+        "run",
+        "--vllm-url",
+        dead_url,
+        "--listen",
+        "127.0.0.1:0",
+        "--log-file",
+        "/nonexistent/vllm.log",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--interval",
+        "1s",
+        "--run-seconds",
+        "2.5",
+    )
+    warned = [
+        ln for ln in p.stderr.splitlines() if ln.startswith("warning:") and "/nonexistent/vllm.log" in ln
+    ]
+    assert len(warned) == 1, p.stderr
