@@ -169,3 +169,12 @@ def test_run_with_a_log_file_that_is_not_there_warns_once(tmp_path: Path, dead_u
         ln for ln in p.stderr.splitlines() if ln.startswith("warning:") and "/nonexistent/vllm.log" in ln
     ]
     assert len(warned) == 1, p.stderr
+
+
+def test_an_empty_page_and_an_empty_log_are_both_too_little_data(tmp_path: Path) -> None:
+    (tmp_path / "empty.prom").write_text("")
+    (tmp_path / "empty.log").write_text("")
+    page = cli(tmp_path, "explain", "--metrics-file", "empty.prom")
+    log = cli(tmp_path, "explain", "--log-file", "empty.log")
+    assert page.returncode == log.returncode == 4, (page.stderr, log.stderr)
+    assert "empty.prom" in only_the_error_line(page) and "too little data" in page.stderr
