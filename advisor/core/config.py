@@ -198,6 +198,9 @@ def _text(key: str, v: Any, optional: bool) -> str | None:
         raise ValueError(f"expected {what}, got {_what(v) if v != '' else 'an empty value'}")
     if "\x00" in v:
         raise ValueError(f"expected {what}, got a value with a NUL byte")
+    if key in ("state_dir", "rules_dir", "log_file", "engine_config", "ledger_path") and v.startswith("~"):
+        # no shell expands it here: the daemon would write into a folder named "~" in its cwd
+        raise ValueError(f"{_what(v)} starts with ~, which is not expanded here; write the full path")
     return v
 
 

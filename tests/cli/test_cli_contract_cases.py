@@ -178,3 +178,11 @@ def test_an_empty_page_and_an_empty_log_are_both_too_little_data(tmp_path: Path)
     log = cli(tmp_path, "explain", "--log-file", "empty.log")
     assert page.returncode == log.returncode == 4, (page.stderr, log.stderr)
     assert "empty.prom" in only_the_error_line(page) and "too little data" in page.stderr
+
+
+def test_a_tilde_in_state_dir_is_named_with_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text("interval: 5s\nstate_dir: ~/state\n")
+    p = cli(tmp_path, "config", "check", "a.yaml")
+    assert p.returncode == 2
+    line = only_the_error_line(p)
+    assert "a.yaml:2:" in line and "state_dir" in line and "~" in line
