@@ -23,7 +23,8 @@ from advisor.core.log import configure_logging
     epilog=EXIT_CODES_HELP,
 )
 @click.version_option(package_name="vllm-advisor")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Find which limit hurts a vLLM server and recommend one knob to change.
 
     \b
@@ -34,7 +35,9 @@ def main() -> None:
     A sample config:  vllm-advisor config sample
     """
 
-    configure_logging()
+    # the structured log is the daemon's (`run`); a one-shot command says what it has to say in
+    # its output and at most one `error:` line, with no log lines in front of it
+    configure_logging(quiet=ctx.invoked_subcommand != "run")
 
 
 main.add_command(diagnosis.explain)

@@ -69,6 +69,27 @@ class Group(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Click's own errors in the contract's shape: a usage error keeps click's usage line,
+        then one ``error:`` line naming the mistake and where help is (exit 2)."""
+        standalone = kwargs.pop("standalone_mode", True)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)  # type: ignore[call-overload]
+        except click.exceptions.UsageError as e:
+            if e.ctx is not None:
+                click.echo(e.ctx.get_usage(), err=True)
+                hint = f" (see '{e.ctx.command_path} --help')"
+            else:
+                hint = ""
+            fail(f"{e.format_message().rstrip('.')}{hint}", EXIT_USAGE)
+        except click.exceptions.ClickException as e:  # a bad file argument and the like
+            fail(e.format_message(), e.exit_code if e.exit_code in (EXIT_ERROR, EXIT_USAGE) else EXIT_ERROR)
+        except click.exceptions.Abort:
+            fail("interrupted")
+        if not standalone:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

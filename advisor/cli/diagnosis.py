@@ -203,6 +203,8 @@ def _diagnose(
             engine_config=engine_config,
             command=command,
         )
+    except inputs.NoData as e:
+        fail(str(e), EXIT_NO_DATA)
     except (inputs.InputError, SessionError) as e:
         fail(str(e))
     except daemon_errors() as e:
@@ -279,6 +281,9 @@ def predict(
             config_path=engine_config,
         )
         p = scoring.predict(model, knob, value, values)
+    except inputs.NoData as e:
+        fail(str(e), EXIT_NO_DATA)
+        raise
     except (inputs.InputError, SessionError) as e:
         fail(str(e))
         raise

@@ -5,7 +5,6 @@ experiments the daemon judged, and a baseline kept before a change.
 from __future__ import annotations
 
 import datetime as dt
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,10 +74,10 @@ def compare(
     reported percentiles against noise floors), or the printed "Serving Benchmark Result"
     table as pasted, with the command above it.
 
-    A is the baseline, B the run with the changed knob, under the same load. Exit 2 when the
+    A is the baseline, B the run with the changed knob, under the same load. Exit 1 when the
     loads differ (the comparison is refused)."""
 
-    try:
+    try:  # the flags: a wrong one is a usage error (2)
         pre = tuple(float(x) for x in preemptions.split(":")) if preemptions else None
         if pre is not None and len(pre) != 2:
             raise ValueError("--preemptions must be A:B")
@@ -98,6 +97,10 @@ def compare(
             name = k.name
             targets = target or verdict.targets_for_knob(name, direction) or None
             guards = verdict.guards_for_knob(name, direction)
+    except ValueError as e:
+        fail(str(e), EXIT_USAGE)
+        return
+    try:
         c = comparison.compare_bench_files(
             a,
             b,
@@ -116,8 +119,8 @@ def compare(
             Ledger(ledger_path).add(record_from_comparison(c, time.time()))
         except LedgerError as e:
             fail(str(e))
-    if not c.load.same:
-        sys.exit(2)
+    if not c.load.same:  # the verdict above says why; the comparison could not be made
+        fail(f"{a} and {b} ran different loads: the comparison is refused (see above)")
 
 
 @click.command()
@@ -134,9 +137,10 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
 
     cfg = load_config(config_file)
     path = ledger_path or str(Path(cfg.state_dir) / "ledger.sqlite")
-    if not Path(path).exists():
-        rows: list[dict[str, Any]] = []
-    else:
+    rows: list[dict[str, Any]] = []
+    if ledger_path and not Path(path).exists():  # a ledger named and not there: a typo, not "none"
+        fail(f"ledger {path}: no such file")
+    elif Path(path).exists():
         try:
             led = Ledger(path)
             damage = led.check()

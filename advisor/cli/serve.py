@@ -5,6 +5,7 @@ bundled recording diagnosed and served.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -192,7 +193,28 @@ def run(
         targets["itl_p95_seconds"] = itl_p95_target
     cfg = cfg.with_overrides(targets=targets)
     config_mod.parse_listen(cfg.listen)  # a bad --listen is a usage error now, not after start-up
+    if cfg.log_file and not replay_dir and not Path(cfg.log_file).exists():
+        # followed once it appears (a server not started yet), but a typo would otherwise go unseen
+        click.echo(
+            f"warning: log file {cfg.log_file} does not exist (yet); it is followed once it appears",
+            err=True,
+        )
     rs = checked_rules(cfg.rules_dir)
+    try:
+        _serve(cfg, rs, replay_dir, speed, prom_url, selector, run_seconds)
+    except daemon.DaemonError as e:  # a port or a state dir in use: after its log line, one error line
+        fail(str(e))
+
+
+def _serve(
+    cfg: Any,
+    rs: Any,
+    replay_dir: str | None,
+    speed: float,
+    prom_url: str | None,
+    selector: str,
+    run_seconds: float | None,
+) -> None:
     if replay_dir:
         sys.exit(daemon.run_replay(cfg, rs, replay_dir, speed, run_seconds))
     if prom_url:

@@ -6,6 +6,7 @@ Environment variables are ``VLLM_ADVISOR_<KEY>`` (upper case), e.g.
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import os
 from dataclasses import dataclass, field, fields, replace
@@ -197,6 +198,9 @@ def _text(key: str, v: Any, optional: bool) -> str | None:
         raise ValueError(f"expected {what}, got {_what(v) if v != '' else 'an empty value'}")
     if "\x00" in v:
         raise ValueError(f"expected {what}, got a value with a NUL byte")
+    if key in ("state_dir", "rules_dir", "log_file", "engine_config", "ledger_path") and v.startswith("~"):
+        # no shell expands it here: the daemon would write into a folder named "~" in its cwd
+        raise ValueError(f"{_what(v)} starts with ~, which is not expanded here; write the full path")
     return v
 
 
@@ -365,6 +369,7 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
             if v is not None and f.name not in ("targets", "severity_overrides"):
                 from_env[f.name] = v
                 env_name[f.name] = name
+    _check_env_names(environ, set(env_name.values()))
     cfg = replace(
         cfg, **_coerce(from_env, where=lambda k: f"environment variable {env_name[k]}:", from_text=True)
     )
@@ -378,6 +383,48 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
     origin.update({k: f"flag --{k.removesuffix('_s').replace('_', '-')}" for k in from_flags})
     check_together(cfg, origin)
     return cfg
+
+
+# VLLM_ADVISOR_* variables read elsewhere: the stat-logger plugin's (advisor/plugin/config.py,
+# in vLLM's environment) and the CLI's traceback switch
+OTHER_ENV = frozenset(
+    {
+        "VLLM_ADVISOR_DEBUG",
+        "VLLM_ADVISOR_PROMPT_BUCKETS",
+        "VLLM_ADVISOR_OUTPUT_BUCKETS",
+        "VLLM_ADVISOR_BATCH_BANDS",
+        "VLLM_ADVISOR_WINDOW_SECONDS",
+        "VLLM_ADVISOR_WINDOW_SLOTS",
+        "VLLM_ADVISOR_RELATIVE_ACCURACY",
+        "VLLM_ADVISOR_PLUGIN_EXPORT",
+        "VLLM_ADVISOR_PLUGIN_HOST",
+        "VLLM_ADVISOR_PLUGIN_PORT",
+    }
+)
+
+
+def env_names() -> list[str]:
+    """Every ``VLLM_ADVISOR_*`` name a setting is read from."""
+    return sorted(
+        {
+            "VLLM_ADVISOR_" + key.upper()
+            for f in fields(Config)
+            if f.name not in ("targets", "severity_overrides")
+            for key in (f.name, f.name.removesuffix("_s"))
+        }
+    )
+
+
+def _check_env_names(environ: Any, used: set[str]) -> None:
+    """A ``VLLM_ADVISOR_*`` variable that no setting reads is a misspelling, not something to
+    ignore silently: ConfigError naming it and the nearest known name."""
+    known = set(env_names())
+    for name in sorted(k for k in environ if k.startswith("VLLM_ADVISOR_")):
+        if name in known or name in OTHER_ENV or name in used:
+            continue
+        near = difflib.get_close_matches(name, sorted(known | OTHER_ENV), n=1, cutoff=0.8)
+        hint = f"; did you mean {near[0]}?" if near else f" (known: {', '.join(sorted(known))})"
+        raise ConfigError(f"environment variable {name}: unknown setting{hint}")
 
 
 def check_together(cfg: Config, origin: dict[str, str] | None = None) -> None:
@@ -398,6 +445,12 @@ def check_together(cfg: Config, origin: dict[str, str] | None = None) -> None:
         raise ConfigError(
             f"{said('interval_s')} is longer than {said('window_s')}: the window would never hold two "
             "scrapes; shorten interval or widen window"
+        )
+    if cfg.window_s < cfg.min_window_s:
+        raise ConfigError(
+            f"{said('window_s')} is shorter than {said('min_window_s')}: the window would never hold "
+            "enough data, and every diagnosis would be insufficient data; widen window or lower "
+            "min_window"
         )
     if cfg.retention_s < cfg.window_s:
         raise ConfigError(

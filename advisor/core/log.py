@@ -17,12 +17,17 @@ from advisor.core.redact import redact_obj
 
 # loggers of libraries that write through the standard library, and the least level kept
 LIBRARY_LOGGERS = {"apscheduler": logging.WARNING, "urllib3": logging.WARNING}
+_SILENT = logging.CRITICAL + 10  # above every level: nothing is written
 
 
 def _redact(logger: Any, name: str, event: dict[str, Any]) -> dict[str, Any]:
     """No secret reaches the log: every value (a URL's password, a token in an error's text,
     an argv) goes through :mod:`advisor.core.redact`, whatever the call site passed."""
     return {k: redact_obj(v) if isinstance(v, str | list | tuple | dict) else v for k, v in event.items()}
+
+
+def _drop(logger: Any, name: str, event: Any) -> Any:
+    raise structlog.DropEvent
 
 
 class _Stderr:
@@ -42,7 +47,9 @@ class _StderrHandler(logging.StreamHandler):
         super().__init__(_Stderr())
 
 
-def configure_logging(json_logs: bool | None = None) -> None:
+def configure_logging(json_logs: bool | None = None, quiet: bool = False) -> None:
+    """``quiet``: no log lines at all (a one-shot command: what it has to say is its output and
+    at most one ``error:`` line; the structured log is the daemon's, ``run``)."""
     if json_logs is None:
         json_logs = not sys.stderr.isatty()
     renderer: Any = structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer()
@@ -59,7 +66,7 @@ def configure_logging(json_logs: bool | None = None) -> None:
         )
     shared.append(_redact)
     structlog.configure(
-        processors=[*shared, renderer],
+        processors=[_drop, *shared, renderer] if quiet else [*shared, renderer],
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
@@ -74,5 +81,5 @@ def configure_logging(json_logs: bool | None = None) -> None:
     for name, level in LIBRARY_LOGGERS.items():
         lib = logging.getLogger(name)
         lib.handlers = [h for h in lib.handlers if h.get_name() != "vllm-advisor"] + [handler]
-        lib.setLevel(level)
+        lib.setLevel(_SILENT if quiet else level)
         lib.propagate = False

@@ -713,9 +713,8 @@ def run(cfg: Config, rules: Sequence[Rule], run_seconds: float | None = None) ->
                 state_dir=cfg.state_dir,
                 hint="its writes queue until it is usable",
             )
-    except DaemonError as e:
-        log.error("cannot start", error=str(e), state_dir=cfg.state_dir)
-        return 1
+    except DaemonError:
+        raise  # the caller says it in one line (the CLI's `error:` line), not a log line before it
     try:
         return _run_locked(cfg, rules, run_seconds, stop, client)
     finally:
@@ -733,8 +732,7 @@ def _run_locked(
     try:
         d.start()
     except OSError as e:
-        log.error("cannot listen", listen=cfg.listen, error=str(e))
-        return 1
+        raise DaemonError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from None
     try:
         d.wait(run_seconds)
     finally:
@@ -764,8 +762,7 @@ def run_replay(
     try:
         host, port = daemon.serve()
     except OSError as e:
-        log.error("cannot listen", listen=cfg.listen, error=str(e))
-        return 1
+        raise DaemonError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from None
     log.info("replaying", session=session_dir, speed=speed, listen=f"{host}:{port}")
     _install_signals(daemon._stop)
     try:

@@ -23,6 +23,10 @@ from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warni
 from advisor.sources.session import Session
 
 
+class NoData(Exception):
+    """The input was read and holds nothing to diagnose (an empty page): exit 4, not 1."""
+
+
 class InputError(Exception):
     """A file or directory the user gave cannot be used (with the path in the message)."""
 
@@ -118,6 +122,8 @@ def from_files(
     start: tuple[float | None, str] = (None, "")
     for path, t in zip(metric_files, times, strict=True):
         text = _read_page(path)
+        if not text.strip():  # read fine, nothing in it: too little data, as an empty log
+            raise NoData(f"{path}: an empty page, no samples: too little data to diagnose")
         clock.t = t
         if len(metric_files) == 1:
             start = _single_page_start(adv, text, t)

@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from advisor.core import knobs
+from advisor.core import knobs, units
 from advisor.derive import sketches
 from advisor.derive.signals import Context, Values, latency_sources
 from advisor.drive import inputs
-from advisor.drive.daemon import Daemon
+from advisor.drive.daemon import Daemon, DaemonError
 from advisor.predict import perfmodel as pm
 from advisor.predict.scoring import Observed, model_of
 
@@ -28,8 +28,8 @@ def parse_set(text: str) -> tuple[str, float]:
     if k is None:
         raise ValueError(f"--set {text!r}: this vLLM version has no {key}")
     try:
-        v = knobs.coerce(k, raw.strip())
-        value = float(v)
+        # a size as the advice prints it ("6 GiB -> 9 GiB") is accepted as well as bytes
+        value = units.parse_bytes(raw) if key.endswith("_bytes") else float(knobs.coerce(k, raw.strip()))
     except (TypeError, ValueError):
         raise ValueError(f"--set {text!r}: {raw.strip()!r} is not a value for {key}") from None
     if value <= 0:
@@ -56,6 +56,10 @@ def observe_url(
             break
         if i < n - 1:
             sleep(interval_s)
+    if not daemon.advisor.stats.scrapes.get("success"):  # down: cannot do its job, as explain --url
+        raise DaemonError(
+            f"not one /metrics page could be read from {url}: {daemon.advisor.stats.last_error}"
+        )
     return daemon.advisor, d
 
 
