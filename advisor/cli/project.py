@@ -13,7 +13,8 @@ from advisor.cli.common import EXIT_USAGE, TEXT_JSON_OR_MARKDOWN, TEXT_OR_JSON, 
 from advisor.cli.diagnosis import explain
 from advisor.core import config as config_mod
 from advisor.core import jsonout
-from advisor.core.redact import redact_url
+from advisor.core.redact import redact_text, redact_url
+from advisor.core.shown import printable
 from advisor.diagnose.ruleset import RuleError, load_rules
 from advisor.drive import generate as gen
 from advisor.outputs import explain as out
@@ -165,9 +166,16 @@ def config_sample() -> None:
 @config_group.command("check")
 @click.argument("config_file", type=click.Path())
 def config_check(config_file: str) -> None:
-    """Validate a config file (and VLLM_ADVISOR_* variables): one line per problem, exit 2 if any."""
-    cfg = config_mod.load(config_file)
-    config_mod.parse_listen(cfg.listen)
+    """Validate a config file (and VLLM_ADVISOR_* variables): every problem at once, one
+    ``error:`` line each, exit 2 if any."""
+    try:
+        cfg = config_mod.load(config_file)
+        config_mod.parse_listen(cfg.listen)
+    except config_mod.ConfigError as e:
+        for problem in e.problems[:-1]:
+            click.echo(f"error: config: {printable(redact_text(problem))}", err=True)
+        fail(f"config: {e.problems[-1]}", EXIT_USAGE)
+        return
     click.echo(
         f"{config_file}: OK (vllm_url {redact_url(cfg.vllm_url)}, listen {cfg.listen}, interval {cfg.interval_s:g}s)"
     )

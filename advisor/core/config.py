@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,12 @@ DEFAULT_TARGETS = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}
 
 
 class ConfigError(Exception):
-    pass
+    """One or more problems with the settings: ``problems`` lists each, as a line that names
+    the setting and where it came from; ``str()`` joins them for a one-line error."""
+
+    def __init__(self, *problems: str) -> None:
+        self.problems: tuple[str, ...] = problems or ("invalid settings",)
+        super().__init__("; ".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -280,34 +286,50 @@ def _setting_names() -> str:
 
 
 def _coerce(
-    d: dict[Any, Any], where: Any = None, from_text: bool = False, flag_names: bool = False
+    d: dict[Any, Any],
+    where: Any = None,
+    from_text: bool = False,
+    flag_names: bool = False,
+    problems: list[str] | None = None,
+    bad: set[str] | None = None,
 ) -> dict[str, Any]:
-    """Check every setting; ConfigError with one line naming the setting, where it came from
-    and what is expected. ``where(key)`` says where a setting came from."""
+    """Check every setting: the good ones are returned; each bad one is a line naming the
+    setting, where it came from and what is expected, appended to ``problems`` (ConfigError
+    with all of them when ``problems`` is not given); a bad setting's name goes into ``bad``.
+    ``where(key)`` says where a setting came from."""
     out: dict[str, Any] = {}
+    found: list[str] = []
     for k, v in d.items():
         key = _key(k)
-        if key is None:
-            origin = where(k) if where is not None else None
-            shown = f"--{str(k).replace('_', '-')}" if flag_names else _what(k)
-            prefix = f"{origin} " if origin else ""
-            raise ConfigError(f"{prefix}{shown}: unknown setting (known: {_setting_names()})")
-        shown = key.removesuffix("_s") if key in _DURATIONS else key
-        name = f"--{shown.replace('_', '-')}" if flag_names else shown
         origin = where(k) if where is not None else None
         prefix = f"{origin} " if origin else ""
+        if key is None:
+            shown = f"--{str(k).replace('_', '-')}" if flag_names else _what(k)
+            names = _setting_names().split(", ")
+            near = difflib.get_close_matches(str(k).replace("-", "_"), names, n=1, cutoff=0.8)
+            hint = f"did you mean {near[0]}?" if near else f"known: {_setting_names()}"
+            found.append(f"{prefix}{shown}: unknown setting ({hint})")
+            continue
+        shown = key.removesuffix("_s") if key in _DURATIONS else key
+        name = f"--{shown.replace('_', '-')}" if flag_names else shown
         try:
             out[key] = _value(key, v, from_text)
-        except ValueError as e:
-            raise ConfigError(f"{prefix}{name}: {e}") from None
-        except ConfigError as e:
-            raise ConfigError(f"{prefix}{name}: {e}") from None
+        except (ValueError, ConfigError) as e:
+            found.append(f"{prefix}{name}: {e}")
+            if bad is not None:
+                bad.add(key)
+    if problems is None:
+        if found:
+            raise ConfigError(*found)
+    else:
+        problems.extend(found)
     return out
 
 
-def _read_yaml(path: str) -> tuple[dict[Any, Any], dict[Any, int]]:
+def _read_yaml(path: str, problems: list[str]) -> tuple[dict[Any, Any], dict[Any, int]]:
     """The file's mapping and the line of each top-level key (core/yamlsafe.py: bounded in
-    size, nesting, aliases and numbers)."""
+    size, nesting, aliases and numbers). A file that cannot be read as a mapping is a
+    ConfigError; a bad key or value in it is a line in ``problems`` and is left out."""
     p = Path(path)
     try:
         with p.open("rb") as fh:
@@ -336,13 +358,17 @@ def _read_yaml(path: str) -> tuple[dict[Any, Any], dict[Any, int]]:
                 k = yamlsafe.construct(loader, knode)
                 v = yamlsafe.construct(loader, vnode)
             except yamlsafe.YamlError as e:
-                raise ConfigError(f"{path}:{e.line or line}: {e.problem}") from None
+                problems.append(f"{path}:{e.line or line}: {e.problem}")
+                continue
             try:
-                lines[k] = line
+                hash(k)
             except TypeError:  # an unhashable key
-                raise ConfigError(f"{path}:{line}: a setting name must be text") from None
+                problems.append(f"{path}:{line}: a setting name must be text")
+                continue
             if k in raw:
-                raise ConfigError(f"{path}:{lines[k]}: {k}: given twice")
+                problems.append(f"{path}:{line}: {k}: given twice (first at line {lines[k]})")
+                continue
+            lines[k] = line
             raw[k] = v
     finally:
         loader.dispose()
@@ -352,13 +378,16 @@ def _read_yaml(path: str) -> tuple[dict[Any, Any], dict[Any, int]]:
 def load(path: str | None = None, env: dict[str, str] | None = None, **flags: Any) -> Config:
     """Defaults, then the YAML file, then ``VLLM_ADVISOR_*`` environment, then flags. Every
     setting is checked; a bad one raises ConfigError naming it, where it came from and what
-    is expected."""
+    is expected; all the problems found at once, one line each (ConfigError.problems)."""
     cfg = Config()
     raw: dict[Any, Any] = {}
     lines: dict[Any, int] = {}
+    problems: list[str] = []
+    bad: set[str] = set()
     if path:
-        raw, lines = _read_yaml(path)
-        cfg = replace(cfg, **_coerce(raw, where=lambda k: f"{path}:{lines.get(k, 1)}:"))
+        raw, lines = _read_yaml(path, problems)
+        good = _coerce(raw, where=lambda k: f"{path}:{lines.get(k, 1)}:", problems=problems, bad=bad)
+        cfg = replace(cfg, **good)
     environ = os.environ if env is None else env
     from_env: dict[str, str] = {}
     env_name: dict[str, str] = {}
@@ -369,19 +398,31 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
             if v is not None and f.name not in ("targets", "severity_overrides"):
                 from_env[f.name] = v
                 env_name[f.name] = name
-    _check_env_names(environ, set(env_name.values()))
-    cfg = replace(
-        cfg, **_coerce(from_env, where=lambda k: f"environment variable {env_name[k]}:", from_text=True)
+    problems.extend(_unknown_env_names(environ, set(env_name.values())))
+    good_env = _coerce(
+        from_env,
+        where=lambda k: f"environment variable {env_name[k]}:",
+        from_text=True,
+        problems=problems,
+        bad=bad,
     )
+    cfg = replace(cfg, **good_env)
     flags = {k: v for k, v in flags.items() if v is not None}
-    from_flags = _coerce(flags, where=lambda k: "flag", from_text=True, flag_names=True)
+    from_flags = _coerce(
+        flags, where=lambda k: "flag", from_text=True, flag_names=True, problems=problems, bad=bad
+    )
     cfg = replace(cfg, **from_flags)
     origin: dict[str, str] = {}
     if path:
         origin.update({_key(k) or "": f"{path}:{lines.get(k, 1)}" for k in raw})
     origin.update({k: f"environment variable {env_name[k]}" for k in from_env})
     origin.update({k: f"flag --{k.removesuffix('_s').replace('_', '-')}" for k in from_flags})
-    check_together(cfg, origin)
+    try:  # a bad setting is left out of these: its default would make a contradiction up
+        check_together(cfg, origin, skip=bad)
+    except ConfigError as e:
+        problems.extend(e.problems)
+    if problems:
+        raise ConfigError(*problems)
     return cfg
 
 
@@ -415,48 +456,57 @@ def env_names() -> list[str]:
     )
 
 
-def _check_env_names(environ: Any, used: set[str]) -> None:
+def _unknown_env_names(environ: Any, used: set[str]) -> list[str]:
     """A ``VLLM_ADVISOR_*`` variable that no setting reads is a misspelling, not something to
-    ignore silently: ConfigError naming it and the nearest known name."""
+    ignore silently: a line for each, naming it and the nearest known name."""
     known = set(env_names())
+    found = []
     for name in sorted(k for k in environ if k.startswith("VLLM_ADVISOR_")):
         if name in known or name in OTHER_ENV or name in used:
             continue
         near = difflib.get_close_matches(name, sorted(known | OTHER_ENV), n=1, cutoff=0.8)
         hint = f"; did you mean {near[0]}?" if near else f" (known: {', '.join(sorted(known))})"
-        raise ConfigError(f"environment variable {name}: unknown setting{hint}")
+        found.append(f"environment variable {name}: unknown setting{hint}")
+    return found
 
 
-def check_together(cfg: Config, origin: dict[str, str] | None = None) -> None:
-    """Settings that contradict each other: ConfigError naming both, where each came from,
-    and what goes wrong. ``origin``: setting -> where it was given (default: the default)."""
+def check_together(cfg: Config, origin: dict[str, str] | None = None, skip: Collection[str] = ()) -> None:
+    """Settings that contradict each other: ConfigError with a line for each pair, naming
+    both, where each came from and what goes wrong. ``origin``: setting -> where it was given
+    (default: the default)."""
     where = origin or {}
+    found: list[str] = []
 
     def said(key: str) -> str:
         name = key.removesuffix("_s") if key in _DURATIONS else key
         return f"{name} {fmt_duration(getattr(cfg, key))} ({where.get(key, 'default')})"
 
-    if cfg.interval_s > cfg.stale_after_s:
-        raise ConfigError(
+    def both(a: str, b: str) -> bool:
+        return a not in skip and b not in skip
+
+    if cfg.interval_s > cfg.stale_after_s and both("interval_s", "stale_after_s"):
+        found.append(
             f"{said('interval_s')} is longer than {said('stale_after_s')}: advice would be withdrawn as "
             "stale between two scrapes; shorten interval or raise stale_after"
         )
-    if cfg.interval_s > cfg.window_s:
-        raise ConfigError(
+    if cfg.interval_s > cfg.window_s and both("interval_s", "window_s"):
+        found.append(
             f"{said('interval_s')} is longer than {said('window_s')}: the window would never hold two "
             "scrapes; shorten interval or widen window"
         )
-    if cfg.window_s < cfg.min_window_s:
-        raise ConfigError(
+    if cfg.window_s < cfg.min_window_s and both("window_s", "min_window_s"):
+        found.append(
             f"{said('window_s')} is shorter than {said('min_window_s')}: the window would never hold "
             "enough data, and every diagnosis would be insufficient data; widen window or lower "
             "min_window"
         )
-    if cfg.retention_s < cfg.window_s:
-        raise ConfigError(
+    if cfg.retention_s < cfg.window_s and both("retention_s", "window_s"):
+        found.append(
             f"{said('retention_s')} is shorter than {said('window_s')}: the window cannot be kept; "
             "raise retention to at least the window"
         )
+    if found:
+        raise ConfigError(*found)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

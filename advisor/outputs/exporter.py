@@ -518,6 +518,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         self._conns: dict[socket.socket, float] = {}
         self._conns_lock = threading.Lock()
         self.evicted = 0
+        if ":" in addr[0]:  # an IPv6 host (listen: "[::1]:PORT")
+            self.address_family = socket.AF_INET6
         super().__init__(addr, handler)
 
     def _evict_oldest(self) -> None:

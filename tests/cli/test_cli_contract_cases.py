@@ -186,3 +186,24 @@ def test_a_tilde_in_state_dir_is_named_with_file_and_line(tmp_path: Path) -> Non
     assert p.returncode == 2
     line = only_the_error_line(p)
     assert "a.yaml:2:" in line and "state_dir" in line and "~" in line
+
+
+def test_config_check_names_every_problem_at_once(tmp_path: Path) -> None:
+    """Its help says one line per problem: all of them, each with where it came from, not
+    the first only (issue 33); a contradiction between two good settings is one of them."""
+    f = tmp_path / "advisor.yaml"
+    f.write_text("intervall: 5s\nwindow: abc\ninterval: 1m\nstale_after: 10s\ninterval: 2s\n")
+    p = cli(tmp_path, "config", "check", str(f), env={"VLLM_ADVISOR_MIN_WINDOW": "soon"})
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.splitlines()
+    assert all(x.startswith("error: config: ") for x in lines), p.stderr
+    wanted = [
+        f"{f}:5: interval: given twice (first at line 3)",
+        f"{f}:1: 'intervall': unknown setting (did you mean interval?)",
+        f"{f}:2: window: expected a duration",
+        "environment variable VLLM_ADVISOR_MIN_WINDOW: min_window: expected a duration",
+        f"interval 1m ({f}:3) is longer than stale_after 10s ({f}:4)",
+    ]
+    assert len(lines) == len(wanted), p.stderr
+    for w in wanted:
+        assert any(w in x for x in lines), (w, p.stderr)
