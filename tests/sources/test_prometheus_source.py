@@ -276,8 +276,12 @@ def test_explain_prometheus_matches_explain_url(tmp_path: Path, vllm_server: rea
                             seen,
                         )
             assert results["preempt"]["d"].status == "advice", "the recorded preemption must be advised"
-            # the real server was read while it served requests (not a comparison of two blanks)
-            assert results["real"]["d"].status in ("healthy", "advice"), results["real"]["d"].reason
+            # the real server was read while it served requests (not a comparison of two blanks);
+            # which status is the machine's: idle, its light load is healthy; beside other work its
+            # TTFT can breach the target with no knob to help (inconclusive), as both paths said
+            assert results["real"]["d"].status in ("healthy", "advice", "inconclusive"), results["real"][
+                "d"
+            ].reason
             for name in ("requests_per_second", "generation_tokens_per_second"):
                 a, b = results["real"]["d"].signals[name], signals["real"][name]
                 assert a and b and abs(a - b) / a < 0.25, (name, a, b)
