@@ -96,7 +96,7 @@ def view(d: Diagnosis, replicas: Desired | None = None) -> DiagnosisView:
     if rec.predicted:
         predicted = Table(
             explain.prediction_title(rec.predicted),
-            ("metric", "measured", "predicted", "change"),
+            ("metric", explain.MEASURED_STEADY, "predicted", "change"),
             tuple(explain.prediction_rows(rec.predicted)),
             (False, True, True, True),
         )

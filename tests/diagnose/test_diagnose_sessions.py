@@ -8,6 +8,7 @@ recorded here by scripts/record_sessions.py.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,11 @@ def test_explain_text_puts_the_change_first() -> None:
         assert part in res.output
     md = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION), "--format", "markdown"])
     assert md.exit_code == 0 and md.output.startswith("## vLLM advisor: advice")
+    # the Predicted table in markdown as in text (issue 33: markdown dropped it), its rows the same
+    for out in (res.output, md.output):
+        assert "Predicted (same load" in out and "measured (steady load)" in out
+    assert "| preemptions/s | 3.49/s | 4.25/s | +22% |" in md.output
+    assert re.search(r"preemptions/s\s+3\.49/s\s+4\.25/s\s+\+22%", res.output)
 
 
 def test_explain_exit_code_for_scripts() -> None:
