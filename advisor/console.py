@@ -11,13 +11,15 @@ from __future__ import annotations
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from advisor import __version__
+
 
 def main() -> None:
     if sys.argv[1:] == ["--version"]:
         try:
             v = version("vllm-advisor")
         except PackageNotFoundError:  # run from a checkout that is not installed
-            from advisor import __version__ as v
+            v = __version__
         print(f"vllm-advisor, version {v}")
         return
     from advisor import cli

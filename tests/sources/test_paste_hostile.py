@@ -39,6 +39,7 @@ def test_a_docker_run_among_build_stop_rm_and_logs_reads_the_servers_knobs() -> 
         "gpu_memory_utilization": 0.7,
         "max_model_len": 8192,
         "tensor_parallel_size": 2,
+        "enforce_eager": True,  # a knob since issue 31 (CUDA graphs off)
     }
     assert d["engine"]["model"] == "/workspace/models/Qwen1.5-7B-Chat"
     assert d["command"]["launcher"] == "docker run vllm/vllm-openai:latest"
