@@ -12,10 +12,8 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -92,23 +90,6 @@ def one_error_line(p: subprocess.CompletedProcess[str]) -> str:
     errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1, p.stderr
     return errors[0]
-
-
-@pytest.fixture()
-def dead_url() -> str:
-    """A loopback port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture()
-def busy_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(1)
-        yield s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- the wheel is complete

@@ -5,10 +5,8 @@ stderr (no JSON log lines in front of it)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,22 +38,6 @@ def only_the_error_line(p: subprocess.CompletedProcess[str], usage: bool = False
         lines = lines[1:]
     assert len(lines) == 1 and lines[0].startswith("error: "), p.stderr
     return lines[0]
-
-
-@pytest.fixture()
-def dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
-
-
-@pytest.fixture()
-def busy_port() -> Iterator[int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(1)
-        yield s.getsockname()[1]
 
 
 @pytest.mark.parametrize(
