@@ -97,7 +97,7 @@ def test_the_base_is_pinned_by_tag_and_digest_and_every_stage_uses_it() -> None:
 
 def test_the_entrypoint_is_the_console_script_and_the_healthcheck_needs_no_curl() -> None:
     assert json.loads(_args("ENTRYPOINT")[-1]) == ["vllm-advisor"]
-    assert re.search(r'^vllm-advisor = "advisor\.console:main"$', (REPO / "pyproject.toml").read_text(), re.M)
+    assert re.search(r'^vllm-advisor = "advisor\.cli:main"$', (REPO / "pyproject.toml").read_text(), re.M)
     assert json.loads(_args("CMD")[-1]) == ["run"]
     (check,) = _args("HEALTHCHECK")
     test = json.loads(check[check.index("CMD ") + 4 :])

@@ -77,20 +77,9 @@ def test_no_project_import_inside_a_function() -> None:
                 else:
                     continue
                 for name in names:
-                    if name.startswith(OPTIONAL) or (path, name) == ENTRY_POINT_LATE:
-                        continue
-                    hidden.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
+                    if not name.startswith(OPTIONAL):
+                        hidden.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
     assert hidden == [], hidden
-
-
-# the one late import allowed, and not to hide a cycle: the console script answers a bare
-# --version without loading every stage (~1 s), then imports the command line (issue 33)
-ENTRY_POINT_LATE = (REPO / "advisor" / "console.py", "advisor")
-
-
-def test_the_entry_points_late_import_hides_no_cycle() -> None:
-    """advisor.cli never imports the console script back: its late import breaks no circle."""
-    assert _graph().find_modules_that_directly_import("advisor.console") == set()
 
 
 def test_import_linter_contracts_hold() -> None:

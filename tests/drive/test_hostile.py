@@ -289,9 +289,8 @@ def test_idle_clients_do_not_take_metrics_down(advised: tuple[Daemon, Clock, Sta
             s = socket.create_connection((host, port), timeout=5)
             s.sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the end of the headers
             idle.append(s)
-        t0 = time.monotonic()
-        text = exported(d)
-        assert time.monotonic() - t0 < 2.0
+        text = exported(d)  # served while the idle ones are held: the oldest were cut for it
+        assert d.server.evicted >= 2 * BoundedHTTPServer.max_connections, d.server.evicted
         assert "vllm_advisor_up 1.0" in text
         assert d.server.connections() <= BoundedHTTPServer.max_connections
         assert threading.active_count() < 2 * BoundedHTTPServer.max_connections + 20
@@ -455,9 +454,12 @@ def test_a_live_log_command_is_up_and_no_log_source_exports_nothing(
                 time.sleep(0.02)
             assert value(exported(d), "vllm_advisor_log_source_up") == 1.0
         finally:
-            t0 = time.monotonic()
+            sleeper = [
+                p for p in psutil.Process().children(recursive=True) if "sleep" in " ".join(p.cmdline())
+            ]
             d.stop()
-            assert time.monotonic() - t0 < 5.0
+            # the log command (sleeping 30 s) was ended by stop, not waited for
+            assert sleeper and not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in sleeper)
         d2 = make(url, tmp_path, clock)
         d2.serve()
         try:
