@@ -10,14 +10,22 @@ validation/predictions.py), both models are fitted to the base run's recorded se
 numbers, and the after-run's benchmark numbers are the measurement. Preemptions are counts over
 the run: the simulator's preemptions per request times the after-run's requests.
 
+The simulated load is the one inferred from the base run's own pages (``workload.fit_arrivals``:
+a closed loop of N clients, or open arrivals at a rate with their burstiness), never the
+benchmark's settings; its requests are as many as the base run completed (at most
+``--requests``), the same ones for both candidates (common random numbers).
+
 Prints a table: measured, closed-form predicted, simulated, for output throughput, TTFT p50/p95,
-TPOT p95 and preemptions, and the share of pairs each model gets within 20% (throughput, TPOT)
-and 35% (TTFT).
+TPOT p95, goodput (output tokens/s of the requests meeting the default targets, counted per
+request as ``vllm bench serve --goodput`` does; the closed form's from its two quantiles) and
+preemptions, and the share of pairs each model gets within issue 30's goals (15% throughput and
+TPOT p95, 30% TTFT, 20% goodput).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,9 +37,14 @@ sys.path.insert(0, str(REPO / "validation"))
 import predictions  # noqa: E402
 import report  # noqa: E402
 
+from advisor.core.config import DEFAULT_TARGETS  # noqa: E402
+from advisor.drive import inputs  # noqa: E402
 from advisor.predict import perfmodel as pm  # noqa: E402
+from advisor.predict import scoring  # noqa: E402
 from advisor.predict import workload as wl  # noqa: E402
+from advisor.predict.intake import row_between  # noqa: E402
 from advisor.predict.simulator import Engine, Result, simulate  # noqa: E402
+from advisor.verify.bench import load_bench  # noqa: E402
 
 COLS = (  # (label, bench key, closed-form metric)
     ("tok/s", "output_throughput", "output_tokens_per_second"),
@@ -39,7 +52,9 @@ COLS = (  # (label, bench key, closed-form metric)
     ("TTFT p95", "p95_ttft_ms", "ttft_seconds_p95"),
     ("TPOT p95", "p95_tpot_ms", "tpot_seconds_p95"),
 )
-GOALS = {"tok/s": 0.20, "TTFT p50": 0.35, "TTFT p95": 0.35, "TPOT p95": 0.20}
+GOALS = {"tok/s": 0.15, "TTFT p50": 0.30, "TTFT p95": 0.30, "TPOT p95": 0.15, "goodput": 0.20}
+TARGETS = dict(DEFAULT_TARGETS)
+NEGLIGIBLE = 0.05  # goodput under 5% of the throughput: "none" (a ratio of two near-zeros means nothing)
 
 
 def engine_of(cfg: pm.Config, defaults: Engine) -> Engine:
@@ -58,19 +73,52 @@ def run(model: pm.Model, cfg: pm.Config, reqs: list[Any], arr: wl.Arrivals) -> d
     eng = engine_of(cfg, Engine(256, 8192, 10**9))
     engines = int(cfg.data_parallel_size)
     results: list[Result] = [
-        simulate(eng, model.fit, share, clients=clients, max_steps=200_000)
+        simulate(eng, model.fit, share, clients=clients, max_steps=400_000)
         for share, clients in wl.split(reqs, arr, engines)
     ]
     done = [d for r in results for d in r.done]
     end = max(r.end for r in results)
+    t0 = min((d.arrival for d in done), default=0.0)
     tpots = [d.tpot for d in done if d.tpot is not None]
     return {
-        "output_throughput": sum(d.output for d in done) / end if end > 0 else None,
+        "output_throughput": sum(d.output for d in done) / (end - t0) if end > t0 else None,
         "p50_ttft_ms": wl.quantile([d.ttft for d in done], 0.5),
         "p95_ttft_ms": wl.quantile([d.ttft for d in done], 0.95),
         "p95_tpot_ms": wl.quantile(tpots, 0.95),
+        "goodput": wl.goodput_tokens_per_second(done, TARGETS, end - t0),
         "preempt_per_request": sum(r.preemptions for r in results) / max(len(done), 1),
     }
+
+
+def arrivals_of(run_dir: Path) -> wl.Arrivals:
+    """The load as the advisor infers it from the run's own pages (not the benchmark's flags)."""
+    adv, _ = inputs.from_session(run_dir, predictions.Config(), predictions._rules())
+    snaps = adv.window.snapshots()
+    rows = [r for a, b in itertools.pairwise(snaps) if (r := row_between(a, b)) is not None]
+    return wl.fit_arrivals(rows)
+
+
+def measured_goodput(run_dir: Path) -> float | None:
+    """Output tokens/s of the benchmark's requests that met every target (per request)."""
+    b = load_bench(run_dir / "bench.json.gz")
+    if not b.duration_s:
+        return None
+    good = sum(
+        r.output_len or 0
+        for r in b.ok_rows
+        if r.ttft_s is not None and r.e2e_s is not None and wl.meets(r.ttft_s, r.tpot_s, r.e2e_s, TARGETS)
+    )
+    return good / b.duration_s
+
+
+def goodput_hit(pred: float | None, meas: float | None, throughput: float) -> bool | None:
+    """Within the goal, where a goodput that is negligible on both sides is a hit."""
+    if pred is None or meas is None:
+        return None
+    floor = NEGLIGIBLE * throughput
+    if meas < floor:
+        return pred < floor
+    return abs(pred / meas - 1) <= GOALS["goodput"]
 
 
 def _pct(pred: float | None, meas: float | None) -> str:
@@ -81,7 +129,7 @@ def _pct(pred: float | None, meas: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--requests", type=int, default=400, help="simulated requests per candidate")
+    ap.add_argument("--requests", type=int, default=800, help="most simulated requests per candidate")
     args = ap.parse_args(argv)
     hits: dict[str, dict[str, list[bool]]] = {"closed form": {}, "simulator": {}}
     print("| base -> after (knob=value) | metric | measured | closed form | simulated |")
@@ -96,10 +144,13 @@ def main(argv: list[str]) -> int:
         if model.fit is None or not model.prompt_mean or not model.output_mean:
             print(f"| {name} | (no step-time fit or lengths: not simulated) | | | |")
             continue
-        conc = model.offered * model.engines if model.offered else model.running * model.engines
-        arr = wl.Arrivals("closed", max(1, round(conc)), None, 1.0, "bench's closed loop")
+        try:
+            arr = arrivals_of(report.RUNS / base)
+        except ValueError as e:
+            print(f"| {name} | (no load inferred: {e}) | | | |")
+            continue
         reqs = wl.requests(
-            args.requests,
+            min(args.requests, int(b0.get("completed") or args.requests)),
             (model.prompt_mean, model.prompt_p95),
             (model.output_mean, model.output_p95),
             arr,
@@ -111,6 +162,10 @@ def main(argv: list[str]) -> int:
         except ValueError as e:
             print(f"| {name} | (not simulated: {e}) | | | |")
             continue
+        load = f"{arr.kind}: " + (
+            f"{arr.clients} clients" if arr.kind == "closed" else f"{arr.rate:.2f}/s, shape {arr.shape:.2f}"
+        )
+        print(f"| {name} | load inferred | {_bench_load(b0)} | | {load} |")
         for label, key, metric in COLS:
             meas, r_cf = b1.get(key), cf.ratio(metric)
             p_cf = b0[key] * r_cf if r_cf is not None and b0.get(key) is not None else None
@@ -123,6 +178,18 @@ def main(argv: list[str]) -> int:
             print(
                 f"| {name} | {label} | {meas:.4g} | {_fmt(p_cf)} ({_pct(p_cf, meas)}) | {_fmt(p_sim)} ({_pct(p_sim, meas)}) |"
             )
+        # goodput: each model's own, scaled by measured over modelled throughput of the base run
+        g_meas = measured_goodput(report.RUNS / after)
+        scale_sim = b0["output_throughput"] / s0["output_throughput"] if s0.get("output_throughput") else None
+        g_sim = s1["goodput"] * scale_sim if s1.get("goodput") is not None and scale_sim else None
+        thr0 = cf.measured.get("output_tokens_per_second")
+        g_cf_raw = scoring.goodput(cf.predicted, TARGETS)
+        g_cf = g_cf_raw * b0["output_throughput"] / thr0 if g_cf_raw is not None and thr0 else None
+        for who, p in (("closed form", g_cf), ("simulator", g_sim)):
+            hit = goodput_hit(p, g_meas, b1["output_throughput"])
+            if hit is not None:
+                hits[who].setdefault("goodput", []).append(hit)
+        print(f"| {name} | goodput | {_fmt(g_meas)} | {_fmt(g_cf)} | {_fmt(g_sim)} |")
         pre_meas = report.preemptions(report.RUNS / after)
         completed = b1.get("completed") or 0
         rate = cf.predicted.get("preemptions_per_second")
@@ -133,8 +200,15 @@ def main(argv: list[str]) -> int:
     print()
     for who, by in hits.items():
         parts = [f"{label} {sum(v)}/{len(v)}" for label, v in by.items()]
-        print(f"{who}: within goal (20% tok/s, TPOT; 35% TTFT): " + ", ".join(parts))
+        print(f"{who}: within goal (15% tok/s, TPOT p95; 30% TTFT; 20% goodput): " + ", ".join(parts))
     return 0
+
+
+def _bench_load(b: dict[str, Any]) -> str:
+    rate = b.get("request_rate")
+    if rate in (None, "inf", float("inf")):
+        return f"bench: closed, {b.get('max_concurrency')} clients"
+    return f"bench: open, {float(rate):g}/s, burstiness {b.get('burstiness', 1.0):g}"
 
 
 def _fmt(x: float | None) -> str:

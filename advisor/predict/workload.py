@@ -4,8 +4,8 @@ Pure: it reads the intake's busy intervals (:class:`advisor.predict.intake.Row`)
 fitted model's length statistics; it returns values. Nothing here does I/O.
 
 - **Arrivals**, per interval: ``finished + the change of (waiting + running)``. When the
-  requests in the system (waiting + running) hold steady while busy (coefficient of variation
-  under ``CLOSED_CV``), the load is taken as a **closed loop** of that many clients (what
+  requests in the system (waiting + running) sit at a plateau in most busy intervals (see
+  :func:`fit_arrivals`), the load is taken as a **closed loop** of that many clients (what
   ``vllm bench serve --max-concurrency C`` sends); otherwise as **open arrivals** at the mean
   rate, with their burstiness: the per-interval arrival counts' variance over their mean (1 for
   Poisson) gives the gamma shape of the gaps (``1 / dispersion``), as ``vllm bench serve
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from advisor.predict.intake import Row
 from advisor.predict.simulator import Done, Request
 
-CLOSED_CV = 0.15  # waiting + running varying less than this while busy: a closed loop
+HELD = 0.5  # waiting + running at its plateau in at least half the busy intervals: a closed loop
 Z95 = 1.6448536269514722
 
 
@@ -43,37 +43,49 @@ class Arrivals:
 
 def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
     """The arrival process from the busy intervals (running > 0). ValueError with fewer than
-    two of them."""
+    two of them.
+
+    A closed loop of C clients keeps C requests in the system (each sends the next one as its
+    last finishes): waiting + running sits at a plateau, apart from the ramp at the start and
+    the drain at the end. Open arrivals move it every interval (and past the knee it climbs).
+    So: closed when waiting + running is within half a request (or 5%) of its median in at
+    least ``HELD`` of the busy intervals; open otherwise."""
     busy = [r for r in rows if r.running > 0 and r.dt > 0]
     if len(busy) < 2:
         raise ValueError("fewer than two busy intervals: the arrivals cannot be fitted")
     load = [r.in_system for r in busy]
-    mean_load = statistics.fmean(load)
-    cv = statistics.pstdev(load) / mean_load if mean_load > 0 else math.inf
+    plateau = statistics.median(load)
+    band = max(0.5, 0.05 * plateau)
+    held = sum(abs(x - plateau) <= band for x in load) / len(load)
     counts = [
         max(0.0, (b.finished + b.in_system - a.in_system) * b.engines) for a, b in itertools.pairwise(busy)
     ]
     span = sum(b.dt for b in busy[1:])
     rate = sum(counts) / span if span > 0 else 0.0
-    if cv < CLOSED_CV:
-        n = max(1, round(statistics.median(load) * busy[0].engines))
+    if held >= HELD and plateau >= 1:
+        n = max(1, round(plateau * busy[0].engines))
         return Arrivals(
             "closed",
             n,
             None,
             1.0,
-            f"waiting + running held at ~{mean_load:.0f} per engine (variation {cv:.0%} < {CLOSED_CV:.0%}) over {len(busy)} busy intervals",
+            f"waiting + running held at {plateau:.0f} per engine in {held:.0%} of {len(busy)} busy "
+            f"intervals (>= {HELD:.0%}): a closed loop of {n} clients",
         )
-    m = statistics.fmean(counts) if counts else 0.0
-    disp = statistics.pvariance(counts) / m if m > 0 and len(counts) > 1 else 1.0
+    # the dispersion of the counts over the steady intervals (the ramp and the drain of a
+    # finite load are not its burstiness): the middle 80% of the busy span
+    mid = counts[len(counts) // 10 : len(counts) - len(counts) // 10] or counts
+    m = statistics.fmean(mid) if mid else 0.0
+    disp = statistics.pvariance(mid) / m if m > 0 and len(mid) > 1 else 1.0
     shape = 1.0 / max(disp, 1e-3) if disp > 0 else 1.0
     return Arrivals(
         "open",
         None,
         rate,
         min(shape, 100.0),
-        f"waiting + running varied {cv:.0%} (>= {CLOSED_CV:.0%}): open arrivals of finished + change of "
-        f"waiting + running, {rate:.2f}/s, dispersion {disp:.2f} over {len(counts)} intervals",
+        f"waiting + running at its median in only {held:.0%} of {len(busy)} busy intervals (< {HELD:.0%}): "
+        f"open arrivals of finished + change of waiting + running, {rate:.2f}/s, dispersion "
+        f"{disp:.2f} over {len(mid)} intervals",
     )
 
 
@@ -139,26 +151,35 @@ def split(
     return out
 
 
+def meets(ttft: float, tpot: float | None, e2e: float, targets: Mapping[str, float]) -> bool:
+    """One request meets every target (``vllm bench serve --goodput``'s test):
+    ``ttft_p95_seconds`` against its TTFT, ``itl_p95_seconds`` against its TPOT (bench's
+    per-request inter-token mean), ``e2e_seconds`` against its E2E."""
+    ttft_t = targets.get("ttft_p95_seconds")
+    itl_t = targets.get("itl_p95_seconds")
+    e2e_t = targets.get("e2e_seconds")
+    if ttft_t is not None and ttft > ttft_t:
+        return False
+    if itl_t is not None and tpot is not None and tpot > itl_t:
+        return False
+    return e2e_t is None or e2e <= e2e_t
+
+
 def goodput(done: Sequence[Done], targets: Mapping[str, float]) -> float | None:
-    """The share of requests meeting every target (``vllm bench serve --goodput``'s count):
-    ``ttft_p95_seconds`` against each request's TTFT, ``itl_p95_seconds`` against its TPOT
-    (bench's per-request inter-token mean), ``e2e_seconds`` against its E2E. None without
-    requests."""
+    """The share of requests meeting every target (:func:`meets`). None without requests."""
     if not done:
         return None
-    ttft = targets.get("ttft_p95_seconds")
-    itl = targets.get("itl_p95_seconds")
-    e2e = targets.get("e2e_seconds")
-    ok = 0
-    for d in done:
-        if ttft is not None and d.ttft > ttft:
-            continue
-        if itl is not None and d.tpot is not None and d.tpot > itl:
-            continue
-        if e2e is not None and d.e2e > e2e:
-            continue
-        ok += 1
-    return ok / len(done)
+    return sum(meets(d.ttft, d.tpot, d.e2e, targets) for d in done) / len(done)
+
+
+def goodput_tokens_per_second(
+    done: Sequence[Done], targets: Mapping[str, float], span: float
+) -> float | None:
+    """Output tokens per second of the requests meeting every target, over ``span`` seconds
+    (what ``vllm bench serve --goodput`` reports, in tokens). None without requests or span."""
+    if not done or span <= 0:
+        return None
+    return sum(d.output for d in done if meets(d.ttft, d.tpot, d.e2e, targets)) / span
 
 
 def quantile(xs: Sequence[float], q: float) -> float | None:

@@ -1,0 +1,87 @@
+"""The load inferred from a window's pages (``workload.fit_arrivals``), on pages sampled from
+simulated runs whose load is known: a closed loop of C clients with its ramp and drain, open
+arrivals at a rate below and past the knee, and bursts. The simulator stands in for a server
+here so that the truth is known exactly; the recorded H200 and CPU runs (closed and open) are
+judged by scripts/validate_sim.py and docs/validation.md."""
+
+from __future__ import annotations
+
+import bisect
+
+import pytest
+
+from advisor.predict import workload as wl
+from advisor.predict.intake import Row
+from advisor.predict.perfmodel import StepTime
+from advisor.predict.simulator import Engine, Request, Result, simulate
+
+# 10 ms a step, 0.2 ms per decode, 0.01 ms per prefill token: 16 decodes take ~13 ms
+FIT = StepTime(0.010, 2e-4, 1e-5, "decode", 10, None)
+ENG = Engine(max_num_seqs=16, max_num_batched_tokens=2048, kv_blocks=100_000, block_size=16)
+SCRAPE = 5.0  # seconds between pages (the daemon's default interval)
+
+
+def pages(res: Result, every: float = SCRAPE) -> list[Row]:
+    """The busy rows a scraper every ``every`` seconds would have made of the run: the
+    gauges (running, waiting) at each page, the finished count between pages."""
+    ts = [s.t for s in res.steps]
+    ends = sorted(d.arrival + d.e2e for d in res.done)
+    rows: list[Row] = []
+    prev: tuple[float, float, float] | None = None
+    t = every
+    while t <= res.end + every:
+        i = bisect.bisect_right(ts, t) - 1
+        run, wait = (res.steps[i].running, res.steps[i].waiting) if i >= 0 else (0, 0)
+        if prev is not None:
+            t0, r0, w0 = prev
+            steps = bisect.bisect_right(ts, t) - bisect.bisect_right(ts, t0)
+            fin = bisect.bisect_right(ends, t) - bisect.bisect_right(ends, t0)
+            if r0 and run and steps:
+                rows.append(
+                    Row(t, t - t0, steps, 1.0, 0.0, (r0 + run) / 2, (w0 + wait) / 2, None, 0.0, fin, 1)
+                )
+        prev = (t, run, wait)
+        t += every
+    return rows
+
+
+def _reqs(n: int, rate: float | None = None, shape: float = 1.0, seed: int = 1) -> list[Request]:
+    arr = (
+        wl.Arrivals("open", None, rate, shape, "test")
+        if rate
+        else wl.Arrivals("closed", 1, None, 1.0, "test")
+    )
+    return wl.requests(n, (200, 300), (120, 180), arr, seed=seed)
+
+
+def test_a_closed_loop_with_its_ramp_and_drain_is_closed_with_its_clients() -> None:
+    res = simulate(ENG, FIT, _reqs(400), clients=24, max_steps=200_000)
+    assert not res.truncated
+    arr = wl.fit_arrivals(pages(res))
+    assert (arr.kind, arr.clients) == ("closed", 24), arr.why
+    assert "closed loop of 24" in arr.why
+
+
+@pytest.mark.parametrize("rate", [4.0, 9.0])
+def test_poisson_arrivals_below_the_knee_are_open_at_their_rate(rate: float) -> None:
+    res = simulate(ENG, FIT, _reqs(1500, rate), max_steps=900_000)
+    arr = wl.fit_arrivals(pages(res))
+    assert arr.kind == "open", arr.why
+    assert arr.rate == pytest.approx(rate, rel=0.15)
+    assert 0.5 < arr.shape < 3.0, arr.why  # Poisson: shape 1 (read through 5 s pages)
+
+
+def test_arrivals_past_the_knee_are_open_though_the_queue_only_climbs() -> None:
+    # 16 running take ~13 ms a step for ~120 tokens each: ~10 req/s; 14 req/s is past the knee
+    res = simulate(ENG, FIT, _reqs(1500, 14.0), max_steps=900_000)
+    rows = pages(res)
+    assert max(r.waiting for r in rows) > 50  # the queue did grow
+    arr = wl.fit_arrivals(rows)
+    assert arr.kind == "open", arr.why
+
+
+def test_bursts_read_as_a_small_gamma_shape() -> None:
+    poisson = wl.fit_arrivals(pages(simulate(ENG, FIT, _reqs(1500, 4.0, 1.0), max_steps=900_000)))
+    bursty = wl.fit_arrivals(pages(simulate(ENG, FIT, _reqs(1500, 4.0, 0.2), max_steps=900_000)))
+    assert bursty.kind == poisson.kind == "open"
+    assert bursty.shape < 0.5 * poisson.shape, (bursty.why, poisson.why)
