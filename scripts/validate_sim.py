@@ -25,7 +25,6 @@ TPOT p95, 30% TTFT, 20% goodput).
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,10 +39,9 @@ import report  # noqa: E402
 from advisor.core.config import DEFAULT_TARGETS  # noqa: E402
 from advisor.drive import inputs  # noqa: E402
 from advisor.predict import perfmodel as pm  # noqa: E402
-from advisor.predict import scoring  # noqa: E402
+from advisor.predict import scoring, simulated  # noqa: E402
 from advisor.predict import workload as wl  # noqa: E402
-from advisor.predict.intake import row_between  # noqa: E402
-from advisor.predict.simulator import Engine, Result, simulate  # noqa: E402
+from advisor.predict.intake import rows_of  # noqa: E402
 from advisor.verify.bench import load_bench  # noqa: E402
 
 COLS = (  # (label, bench key, closed-form metric)
@@ -57,45 +55,22 @@ TARGETS = dict(DEFAULT_TARGETS)
 NEGLIGIBLE = 0.05  # goodput under 5% of the throughput: "none" (a ratio of two near-zeros means nothing)
 
 
-def engine_of(cfg: pm.Config, defaults: Engine) -> Engine:
-    bs = int(cfg.block_size or defaults.block_size)
-    usable = cfg.usable_kv_tokens()
-    return Engine(
-        max_num_seqs=int(cfg.max_num_seqs or defaults.max_num_seqs),
-        max_num_batched_tokens=int(cfg.max_num_batched_tokens or defaults.max_num_batched_tokens),
-        kv_blocks=max(1, int(usable // bs)) if usable is not None else defaults.kv_blocks,
-        block_size=bs,
-    )
-
-
 def run(model: pm.Model, cfg: pm.Config, reqs: list[Any], arr: wl.Arrivals) -> dict[str, float | None]:
-    assert model.fit is not None
-    eng = engine_of(cfg, Engine(256, 8192, 10**9))
-    engines = int(cfg.data_parallel_size)
-    results: list[Result] = [
-        simulate(eng, model.fit, share, clients=clients, max_steps=400_000)
-        for share, clients in wl.split(reqs, arr, engines)
-    ]
-    done = [d for r in results for d in r.done]
-    end = max(r.end for r in results)
-    t0 = min((d.arrival for d in done), default=0.0)
-    tpots = [d.tpot for d in done if d.tpot is not None]
+    o = simulated.outcome(model, cfg, reqs, arr, TARGETS)
     return {
-        "output_throughput": sum(d.output for d in done) / (end - t0) if end > t0 else None,
-        "p50_ttft_ms": wl.quantile([d.ttft for d in done], 0.5),
-        "p95_ttft_ms": wl.quantile([d.ttft for d in done], 0.95),
-        "p95_tpot_ms": wl.quantile(tpots, 0.95),
-        "goodput": wl.goodput_tokens_per_second(done, TARGETS, end - t0),
-        "preempt_per_request": sum(r.preemptions for r in results) / max(len(done), 1),
+        "output_throughput": o.output_tokens_per_second,
+        "p50_ttft_ms": o.ttft[0],
+        "p95_ttft_ms": o.ttft[1],
+        "p95_tpot_ms": o.tpot[1],
+        "goodput": o.goodput_tokens_per_second,
+        "preempt_per_request": o.preemptions_per_request,
     }
 
 
 def arrivals_of(run_dir: Path) -> wl.Arrivals:
     """The load as the advisor infers it from the run's own pages (not the benchmark's flags)."""
     adv, _ = inputs.from_session(run_dir, predictions.Config(), predictions._rules())
-    snaps = adv.window.snapshots()
-    rows = [r for a, b in itertools.pairwise(snaps) if (r := row_between(a, b)) is not None]
-    return wl.fit_arrivals(rows)
+    return wl.fit_arrivals(rows_of(adv.window.snapshots()))
 
 
 def measured_goodput(run_dir: Path) -> float | None:

@@ -269,7 +269,7 @@ def predict(
         raise
     cfg = load_config(config_file, engine_config=engine_config)
     try:
-        model, values, exact = predict_cmd.from_source_exact(
+        model, values, exact, rows = predict_cmd.from_source_exact(
             cfg,
             checked_rules(None),
             session_dir=session_dir,
@@ -296,13 +296,16 @@ def predict(
     except daemon_errors() as e:
         fail(str(e))
         raise
+    sim, why_not = predict_cmd.simulated_change(model, knob, value, rows, cfg.targets)
     if fmt == "json":
         doc = p.to_json()
         if exact:
             doc["measured_exact"] = {"source": "stat-logger plugin", **exact}
+        doc["simulated"] = sim.to_json() if sim is not None else {"unavailable": why_not}
         click.echo(jsonout.dumps(doc, indent=2))
     else:
         click.echo(prediction_out.render_text(p, model, exact))
+        click.echo(prediction_out.render_simulated(sim, why_not, model))
 
 
 # ------------------------------------------------------------------ inspect

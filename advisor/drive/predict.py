@@ -13,6 +13,8 @@ from advisor.derive.signals import Context, Values, latency_sources
 from advisor.drive import inputs
 from advisor.drive.daemon import Daemon, DaemonError
 from advisor.predict import perfmodel as pm
+from advisor.predict import simulated
+from advisor.predict.intake import Row, rows_of
 from advisor.predict.scoring import Observed, model_of
 
 
@@ -78,7 +80,7 @@ def from_source(
     """The fitted model and the signal values of a session, saved pages or a live server.
     Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
     cannot carry a model."""
-    model, values, _ = from_source_exact(
+    model, values, _, _ = from_source_exact(
         cfg,
         rules,
         session_dir=session_dir,
@@ -103,9 +105,10 @@ def from_source_exact(
     window_s: float = 60.0,
     interval_s: float = 5.0,
     config_path: str | None = None,
-) -> tuple[pm.Model, dict[str, float | None], dict[str, float]]:
-    """:func:`from_source`, and the latencies the stat-logger plugin measured (see
-    :func:`exact_latencies`; empty without it).
+) -> tuple[pm.Model, dict[str, float | None], dict[str, float], list[Row]]:
+    """:func:`from_source`, the latencies the stat-logger plugin measured (see
+    :func:`exact_latencies`; empty without it), and the window's busy rows (the simulator's
+    load is fitted from them).
     Raises inputs.InputError / SessionError on bad input, pm.InsufficientData when the data
     cannot carry a model."""
 
@@ -126,7 +129,18 @@ def from_source_exact(
         model_of(Observed.of(adv.intake, adv.window), adv.engine, values),
         values,
         exact_latencies(ctx, values),
+        rows_of(adv.window.snapshots()),
     )
+
+
+def simulated_change(
+    model: pm.Model, knob: str, value: float, rows: Sequence[Row], targets: Mapping[str, float]
+) -> tuple[simulated.Simulated | None, str | None]:
+    """The change through the scheduler simulator, or None and why it cannot be simulated."""
+    try:
+        return simulated.simulate_change(model, knob, value, rows, targets), None
+    except ValueError as e:
+        return None, str(e)
 
 
 def exact_latencies(ctx: Context, values: Mapping[str, float | None]) -> dict[str, float]:

@@ -10,6 +10,7 @@ from advisor.core import knobs
 from advisor.core.units import fmt
 from advisor.predict import perfmodel as pm
 from advisor.predict.scoring import band
+from advisor.predict.simulated import QUANTILES, Simulated
 
 LABELS = {
     "running": ("running batch", ""),
@@ -90,6 +91,57 @@ def render_text(
     if model is not None and model.missing:
         lines.append(f"unknown inputs (lower confidence): {', '.join(model.missing)}")
     return "\n".join(lines)
+
+
+def render_simulated(sim: Simulated | None, why_not: str | None, model: pm.Model | None = None) -> str:
+    """The scheduler simulator's view of the same change: the load it inferred, the simulated
+    distributions now and after (the same requests), goodput counted per request."""
+    if sim is None:
+        return f"\nsimulated: not run ({why_not})"
+    a = sim.arrivals
+    load = (
+        f"a closed loop of {a.clients} clients"
+        if a.kind == "closed"
+        else f"open arrivals at {fmt(a.rate, '/s')} (gamma shape {a.shape:.2f}: {'Poisson' if 0.8 <= a.shape <= 1.25 else 'bursty' if a.shape < 0.8 else 'regular'})"
+    )
+    meas = model.measured if model is not None else {}
+    lines = [
+        "",
+        f"simulated: {sim.requests} requests, the same for both; the load inferred: {load}",
+        f"  ({a.why})",
+        f"{'':<24}{'measured':>16}{'simulated now':>16}{'after':>16}",
+    ]
+
+    measured_at = {
+        ("ttft", 0.5): "ttft_seconds_p50",
+        ("ttft", 0.95): "ttft_seconds_p95",
+        ("tpot", 0.95): "tpot_seconds_p95",
+    }
+    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
+        for i, q in enumerate(QUANTILES):
+            m = measured_at.get((key, q))
+            lines.append(
+                f"{f'{label} p{round(q * 100)}':<24}{fmt(meas.get(m), 's') if m else '-':>16}"
+                f"{fmt(getattr(sim.before, key)[i], 's'):>16}{fmt(getattr(sim.after, key)[i], 's'):>16}"
+            )
+    lines.append(
+        f"{'output tokens/s':<24}{fmt(meas.get('output_tokens_per_second'), 'tok/s'):>16}"
+        f"{fmt(sim.before.output_tokens_per_second, 'tok/s'):>16}{fmt(sim.after.output_tokens_per_second, 'tok/s'):>16}"
+    )
+    lines.append(
+        f"{'goodput (all targets)':<24}{'':>16}"
+        f"{fmt(sim.before.goodput_tokens_per_second, 'tok/s'):>16}{fmt(sim.after.goodput_tokens_per_second, 'tok/s'):>16}"
+    )
+    for name in sim.before.meets:
+        b, c = sim.before.meets[name], sim.after.meets.get(name)
+        lines.append(f"{'meeting ' + name:<24}{'':>16}{_share(b):>16}{_share(c):>16}")
+    if sim.before.truncated or sim.after.truncated:
+        lines.append("note: a simulated run stopped at its step bound (the numbers cover what it finished)")
+    return "\n".join(lines)
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
 
 
 def interval_pct(confidence: float) -> str:

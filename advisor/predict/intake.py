@@ -12,10 +12,11 @@ Pure: no I/O, no clock of its own (the caller's clock decides what has expired).
 
 from __future__ import annotations
 
+import itertools
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from advisor.core import names as n
@@ -203,6 +204,11 @@ def row_between(prev: Snapshot, cur: Snapshot) -> Row | None:
         finished=max(0.0, _delta(prev, cur, n.REQUEST_SUCCESS) or 0.0) / e,
         engines=e,
     )
+
+
+def rows_of(snapshots: Sequence[Snapshot]) -> list[Row]:
+    """The busy rows of consecutive pages (the simulator's load is fitted from them)."""
+    return [r for a, b in itertools.pairwise(snapshots) if (r := row_between(a, b)) is not None]
 
 
 def _delta(a: Snapshot, b: Snapshot, name: str) -> float | None:

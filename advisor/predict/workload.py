@@ -4,7 +4,7 @@ Pure: it reads the intake's busy intervals (:class:`advisor.predict.intake.Row`)
 fitted model's length statistics; it returns values. Nothing here does I/O.
 
 - **Arrivals**, per interval: ``finished + the change of (waiting + running)``. When the
-  requests in the system (waiting + running) sit at a plateau in most busy intervals (see
+  requests in the system (waiting + running) sit at a plateau at their highest (see
   :func:`fit_arrivals`), the load is taken as a **closed loop** of that many clients (what
   ``vllm bench serve --max-concurrency C`` sends); otherwise as **open arrivals** at the mean
   rate, with their burstiness: the per-interval arrival counts' variance over their mean (1 for
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from advisor.predict.intake import Row
 from advisor.predict.simulator import Done, Request
 
-HELD = 0.5  # waiting + running at its plateau in at least half the busy intervals: a closed loop
+HELD = 0.8  # a closed loop: waiting + running at its highest in 80% of the plateau's intervals
+PLATEAU_SHARE = 0.25  # ... and the plateau a quarter of the busy intervals at least
 Z95 = 1.6448536269514722
 
 
@@ -46,31 +47,37 @@ def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
     two of them.
 
     A closed loop of C clients keeps C requests in the system (each sends the next one as its
-    last finishes): waiting + running sits at a plateau, apart from the ramp at the start and
-    the drain at the end. Open arrivals move it every interval (and past the knee it climbs).
-    So: closed when waiting + running is within half a request (or 5%) of its median in at
-    least ``HELD`` of the busy intervals; open otherwise."""
+    last finishes): waiting + running sits at its highest value from the end of the ramp until
+    the drain of a finite load. Open arrivals only touch their highest value at a peak (and past
+    the knee it climbs to it). So: closed when, from the first busy interval at the highest
+    waiting + running (within half a request or 5%) to the last one, at least ``HELD`` of the
+    intervals are there, and that plateau spans at least ``PLATEAU_SHARE`` of the busy
+    intervals (and three); open otherwise."""
     busy = [r for r in rows if r.running > 0 and r.dt > 0]
     if len(busy) < 2:
         raise ValueError("fewer than two busy intervals: the arrivals cannot be fitted")
     load = [r.in_system for r in busy]
-    plateau = statistics.median(load)
-    band = max(0.5, 0.05 * plateau)
-    held = sum(abs(x - plateau) <= band for x in load) / len(load)
+    top = max(load)
+    band = max(0.5, 0.05 * top)
+    at_top = [i for i, x in enumerate(load) if x >= top - band]
+    span_rows = at_top[-1] - at_top[0] + 1
+    held = len(at_top) / span_rows
+    plateau = top  # a closed loop's clients: the pages catch a finished one's next request late, never early
     counts = [
         max(0.0, (b.finished + b.in_system - a.in_system) * b.engines) for a, b in itertools.pairwise(busy)
     ]
     span = sum(b.dt for b in busy[1:])
     rate = sum(counts) / span if span > 0 else 0.0
-    if held >= HELD and plateau >= 1:
+    spans = span_rows >= max(3, PLATEAU_SHARE * len(busy))
+    if held >= HELD and spans and plateau >= 1:
         n = max(1, round(plateau * busy[0].engines))
         return Arrivals(
             "closed",
             n,
             None,
             1.0,
-            f"waiting + running held at {plateau:.0f} per engine in {held:.0%} of {len(busy)} busy "
-            f"intervals (>= {HELD:.0%}): a closed loop of {n} clients",
+            f"waiting + running held at {plateau:.0f} per engine over {span_rows} of {len(busy)} busy "
+            f"intervals ({held:.0%} of them at it): a closed loop of {n} clients",
         )
     # the dispersion of the counts over the steady intervals (the ramp and the drain of a
     # finite load are not its burstiness): the middle 80% of the busy span
@@ -83,7 +90,7 @@ def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
         None,
         rate,
         min(shape, 100.0),
-        f"waiting + running at its median in only {held:.0%} of {len(busy)} busy intervals (< {HELD:.0%}): "
+        f"waiting + running held no plateau (its highest, {top:.0f}, in {len(at_top)} of {len(busy)} busy intervals): "
         f"open arrivals of finished + change of waiting + running, {rate:.2f}/s, dispersion "
         f"{disp:.2f} over {len(mid)} intervals",
     )

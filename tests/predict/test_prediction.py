@@ -50,8 +50,27 @@ def test_predict_json_has_exactly_the_documented_shape() -> None:
         "preemptions_per_second",
         "running",
     }
-    assert set(d) == {"knob", "current", "value", "binding_after", "predicted", "measured", "confidence"}
+    assert set(d) == {
+        "knob",
+        "current",
+        "value",
+        "binding_after",
+        "predicted",
+        "measured",
+        "confidence",
+        "simulated",
+    }
     assert set(d["predicted"]) == keys and set(d["measured"]) == keys
+    # the scheduler simulator beside it: the run's load was `vllm bench serve --max-concurrency
+    # 256` (a closed loop), inferred from the pages alone; per-target goodput before and after
+    sim = d["simulated"]
+    assert (sim["arrivals"]["kind"], sim["arrivals"]["clients"]) == ("closed", 256)
+    for side in ("before", "after"):
+        assert set(sim[side]["share_meeting"]) == {"ttft_p95_seconds", "itl_p95_seconds", "all"}
+        assert set(sim[side]["ttft_seconds"]) == {"p50", "p95", "p99"}
+    # measured at 72 (the committed after-run): +9% throughput, TTFT p50 -19%
+    assert sim["after"]["output_tokens_per_second"] > sim["before"]["output_tokens_per_second"]
+    assert sim["after"]["ttft_seconds"]["p50"] < sim["before"]["ttft_seconds"]["p50"]
     assert (d["knob"], d["current"], d["value"]) == ("max_num_seqs", 48, 72)
     # the cap binds now; 72 fits in the 12 GiB cache at the sizes seen (~76 requests)
     assert d["binding_after"] == "max_num_seqs"
