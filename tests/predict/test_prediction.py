@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import shutil
@@ -15,6 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.cli import main
+from advisor.core.config import DEFAULT_TARGETS, Config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import predict as predict_cmd
+from advisor.predict import simulated
 from tests.paths import REPO
 
 RUNS = REPO / "validation" / "runs"
@@ -123,14 +128,48 @@ def test_an_idle_recording_is_insufficient_data(tmp_path: Path) -> None:
     assert "insufficient data" in res.output
 
 
+def _open_loop(run: str) -> bool:
+    """The benchmark sent open arrivals (`--request-rate R`), not a closed loop of clients."""
+    with gzip.open(RUNS / run / "bench.json.gz", "rt") as f:
+        return str(json.load(f).get("request_rate")) != "inf"
+
+
 def test_prediction_meets_the_goal_on_the_h200_pairs(predictions: Any) -> None:
-    """Throughput and TPOT p95 within 20% on at least 80% of the committed H200 pairs (issue 22's
-    goal is 90%: docs/prediction.md says where it stands and explains every miss), TTFT p95
-    within 35% on at least 75%."""
-    rows = [r for r in predictions.evaluate() if r["h200"]]
+    """Throughput and TPOT p95 within 20% on at least 80% of the committed closed-loop H200 pairs
+    (issue 22's goal is 90%: docs/prediction.md says where it stands and explains every miss),
+    TTFT p95 within 35% on at least 75%. The open-loop pairs are the closed form's known miss of
+    kind (next test)."""
+    rows = [r for r in predictions.evaluate() if r["h200"] and not _open_loop(r["after"])]
     assert len(rows) >= 12
     assert sum(r["ok"] for r in rows) >= 0.8 * len(rows)
     assert sum(r["ttft_ok"] for r in rows) >= 0.75 * len(rows)
+
+
+def test_open_arrivals_the_closed_form_misses_the_simulator_holds(predictions: Any) -> None:
+    """Issue 30's "one kind of traffic": under open arrivals (recorded on the H200) a raised cap
+    past the knee gains only up to the arrival rate. The closed form (a closed loop of the
+    clients it saw) predicts far more; the scheduler simulator, on the load it infers from the
+    same pages, predicts throughput within 15% on every open-loop pair."""
+    pairs = [(b, a, k, v) for b, a, k, v in predictions.pairs() if _open_loop(a)]
+    assert len(pairs) >= 5
+    cf_miss, sim_hits = 0, 0
+    for base, after, knob, value in pairs:
+        with gzip.open(RUNS / base / "bench.json.gz", "rt") as f:
+            b0 = json.load(f)["output_throughput"]
+        with gzip.open(RUNS / after / "bench.json.gz", "rt") as f:
+            b1 = json.load(f)["output_throughput"]
+        measured = b1 / b0
+        cf = predictions.predicted(base, knob, value).ratio("output_tokens_per_second")
+        cf_miss += abs(cf / measured - 1) > 0.15
+        model, _v, _e, rows = predict_cmd.from_source_exact(
+            Config(), load_rules(), session_dir=str(RUNS / base)
+        )
+        sim = simulated.simulate_change(model, knob, value, rows, dict(DEFAULT_TARGETS))
+        assert sim.arrivals.kind == "open", (base, sim.arrivals.why)
+        ratio = sim.after.output_tokens_per_second / sim.before.output_tokens_per_second
+        sim_hits += abs(ratio / measured - 1) <= 0.15
+    assert cf_miss >= 3  # open-cap-past (+63% and +50% predicted, +16% measured), open-bursty
+    assert sim_hits == len(pairs)
 
 
 def test_docs_prediction_is_current() -> None:

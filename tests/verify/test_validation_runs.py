@@ -176,6 +176,10 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         # two H200s (issue 18): the cap, not TP 2, on the dense model; EP on the MoE model
         "dense-kv-tp.before": "--max-num-seqs 1024 -> 535",
         "moe-ep.before": "--enable-expert-parallel false -> true",
+        # open arrivals (issue 30): past the knee, at it, bursty below it
+        "open-cap-past.before": "--max-num-seqs 16 -> 39",
+        "open-kv-knee.before": "--kv-cache-memory-bytes 6442450944 -> 9663676416 (6 GiB -> 9 GiB)",
+        "open-bursty.before": "--max-num-seqs 16 -> 25",
     }
     # and on the step that raised the cap to 72 and preempted: more KV, live
     assert RESULTS[KV12_72]["advice"]["recommendation"]["change"] == (
