@@ -151,7 +151,7 @@ class Ledger:
 
     def add(self, record: ExperimentRecord | Mapping[str, Any]) -> int:
         """Store one experiment (secrets redacted) and return its id."""
-        rec = record if isinstance(record, ExperimentRecord) else _record_from_mapping(record)
+        rec = record if isinstance(record, ExperimentRecord) else record_from_mapping(record)
         if rec.verdict not in VERDICTS:
             raise InvalidRecord(f"verdict must be one of {', '.join(VERDICTS)}, got {rec.verdict!r}")
         if rec.source not in SOURCES:
@@ -314,7 +314,8 @@ class DurableLedger:
         return n
 
 
-def _record_from_mapping(m: Mapping[str, Any]) -> ExperimentRecord:
+def record_from_mapping(m: Mapping[str, Any]) -> ExperimentRecord:
+    """A record from its ``asdict`` form (a row, a file); LedgerError when it is not one."""
     allowed = set(ExperimentRecord.__dataclass_fields__)
     unknown = sorted(set(m) - allowed - {"id"})
     if unknown:

@@ -29,6 +29,7 @@ from advisor.core.config import Config
 from advisor.core.log import configure_logging
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
+from advisor.drive.runner import Advisor
 from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger
 from tests.daemon_helpers import Clock, start_run
 from tests.paths import FIXTURES
@@ -211,3 +212,85 @@ def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(tmp_path: Path) 
             first.terminate()
             first.wait(timeout=30)
     assert os.path.exists(state)
+
+
+def _observing(adv: Advisor) -> bool:
+    exp = adv.experiment
+    return exp is not None and exp.state == "observing" and exp.after_requests >= 10
+
+
+def _mid_experiment(tmp_path: Path) -> tuple[Daemon, Config, Clock]:
+    """A daemon that has published a cycle while it observes a real experiment (max_num_seqs
+    6 -> 4, the recordings of tests/verify/test_live_experiment.py cut short in the after-window)."""
+    adv = play("cpu-long-binds", "cpu-long-binds-after", until=_observing)
+    clock = Clock()
+    clock.t = adv.clock()
+    cfg = Config(listen="127.0.0.1:0", state_dir=str(tmp_path / "state"), interval_s=2.0)
+    d = Daemon(cfg, load_rules(), advisor=adv, clock=clock)
+    diag = adv.diagnose()
+    assert diag.experiment is not None and diag.experiment["state"] == "observing"
+    d._record_experiments()  # what each cycle does after the evaluation
+    d._persist(diag)
+    return d, cfg, clock
+
+
+def _events(err: str) -> list[str]:
+    return [json.loads(ln)["event"] for ln in err.splitlines() if ln.startswith("{")]
+
+
+def test_an_experiment_cut_short_by_a_kill_is_recorded_as_interrupted_at_the_next_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, G9: the daemon dies (SIGKILL, a crash: nothing of it runs after its last cycle)
+    while an experiment is being observed. The next daemon on the state dir records it in the
+    ledger as interrupted (inconclusive, saying why), with one warning, and only once (before:
+    no row, no log line)."""
+    configure_logging(json_logs=True)
+    _, cfg, clock = _mid_experiment(tmp_path)
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    assert (tmp_path / "state" / "experiment.json").exists()
+    assert not ledger.exists() or not Ledger(ledger).list()  # nothing judged yet
+    capsys.readouterr()
+    clock.t += 30
+    Daemon(cfg, load_rules(), advisor=Advisor(cfg, load_rules(), clock=clock), clock=clock)
+    rows = Ledger(ledger).list()
+    assert len(rows) == 1, rows
+    r = rows[0]
+    assert (r["knob"], r["old_value"], r["new_value"], r["verdict"]) == ("max_num_seqs", 6, 4, "inconclusive")
+    assert r["reasons"][0].startswith("Interrupted: the daemon was killed or crashed while"), r["reasons"]
+    assert "requests seen after the change" in r["reasons"][0]
+    assert r["ended_at"] == pytest.approx(clock.t - 30)  # when it was last seen observing
+    assert (
+        _events(capsys.readouterr().err).count(
+            "experiment interrupted by a restart; recorded as inconclusive"
+        )
+        == 1
+    )
+    assert not (tmp_path / "state" / "experiment.json").exists()
+    Daemon(cfg, load_rules(), advisor=Advisor(cfg, load_rules(), clock=clock), clock=clock)
+    assert len(Ledger(ledger).list()) == 1  # recorded once
+
+
+def test_an_experiment_cut_short_by_a_stop_is_recorded_as_interrupted_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """G9: SIGTERM (``stop()``) while observing: the ledger has the interrupted experiment when
+    the daemon has stopped, one warning says so, and the next start adds nothing."""
+    configure_logging(json_logs=True)
+    d, cfg, clock = _mid_experiment(tmp_path)
+    capsys.readouterr()
+    d.stop()
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    rows = Ledger(ledger).list()
+    assert len(rows) == 1 and rows[0]["verdict"] == "inconclusive", rows
+    assert rows[0]["reasons"][0].startswith("Interrupted: the daemon stopped while"), rows[0]["reasons"]
+    events = _events(capsys.readouterr().err)
+    assert (
+        events.count(
+            "experiment interrupted: the daemon stopped while observing it; recorded as inconclusive"
+        )
+        == 1
+    ), events
+    assert not (tmp_path / "state" / "experiment.json").exists()
+    Daemon(cfg, load_rules(), advisor=Advisor(cfg, load_rules(), clock=clock), clock=clock)
+    assert len(Ledger(ledger).list()) == 1
