@@ -639,7 +639,7 @@ class Daemon:
                 error = f"The ledger is damaged ({self.ledger.damage[0]}): it is not read or written."
             elif Path(self.ledger_path).exists():
                 try:
-                    rows += Ledger(self.ledger_path, timeout_s=1.0).list(HISTORY_ROWS)
+                    rows += Ledger(self.ledger_path, timeout_s=1.0, read_only=True).list(HISTORY_ROWS)
                 except LedgerError as e:
                     error = str(e)
         if self.advice.path is not None:

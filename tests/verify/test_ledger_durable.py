@@ -9,7 +9,8 @@ The experiment judged here is a real one: the advisor replays two recordings of 
 server before and after the advised change (tests/verify/test_live_experiment.py). Faults are
 made as root can feel them (this machine's tests run as root, so a read-only mode would not
 stop a write): a file where the state directory should be, an exclusive SQLite lock held by
-another connection, bytes overwritten inside the database file.
+another connection, bytes overwritten inside the database file; and, where ``mount`` is
+permitted (tests/mounts.py), a read-only bind mount (EROFS) and a filled tmpfs (ENOSPC).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from advisor.drive.daemon import Daemon
 from advisor.drive.runner import Advisor
 from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger
 from tests.daemon_helpers import Clock, start_run
+from tests.mounts import fill, read_only, tiny_fs
 from tests.paths import FIXTURES
 from tests.promstack import free_port
 from tests.verify.test_live_experiment import play
@@ -294,3 +296,61 @@ def test_an_experiment_cut_short_by_a_stop_is_recorded_as_interrupted_at_once(
     assert not (tmp_path / "state" / "experiment.json").exists()
     Daemon(cfg, load_rules(), advisor=Advisor(cfg, load_rules(), clock=clock), clock=clock)
     assert len(Ledger(ledger).list()) == 1
+
+
+def _sound(path: Path, n: int = 2) -> None:
+    led = Ledger(path)
+    for i in range(n):
+        led.add(_record(i))
+
+
+def test_a_sound_ledger_on_a_read_only_disk_is_read_and_never_called_damaged(tmp_path: Path) -> None:
+    """Issue 34, G10: the ledger's directory mounted read-only (EROFS: root cannot write either).
+    The daemon's check finds no damage, a new record waits in memory with the real reason, and
+    ``history`` reads the ledger (text and JSON) (before: "damaged", and history exited 1)."""
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    _sound(ledger)
+    with read_only(ledger.parent):
+        led = DurableLedger(ledger)
+        assert led.damage == [], led.damage
+        assert led.add(_record(9)) is False and led.pending == 1
+        err = led.last_error or ""
+        assert "damaged" not in err and str(ledger) in err and "read-only" in err, err
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 0, res.output
+        assert res.output.count("KEEP") == 2
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger), "--format", "json"])
+        assert res.exit_code == 0 and [r["reasons"] for r in json.loads(res.output)] == [["r1"], ["r0"]]
+    assert led.flush() == 1 and len(Ledger(ledger).list()) == 3  # writable again: it lands
+
+
+def test_a_damaged_ledger_on_a_read_only_disk_is_still_damaged(tmp_path: Path) -> None:
+    """G10's other side: real damage is named as such where the file cannot be written."""
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    _damage_index(ledger)
+    with read_only(ledger.parent):
+        assert DurableLedger(ledger).damage
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 1 and "damaged" in res.output and "missing from index" in res.output
+
+
+def test_a_sound_ledger_on_a_full_disk_is_never_called_damaged(tmp_path: Path) -> None:
+    """G10: the ledger's file system full (a tmpfs filled to ENOSPC): no damage found, the record
+    waits with SQLite's own reason, history reads the ledger, and once there is room it lands."""
+    state = tmp_path / "state"
+    with tiny_fs(state, "512k"):
+        ledger = state / "ledger.sqlite"
+        _sound(ledger)
+        fill(state)
+        led = DurableLedger(ledger)
+        assert led.damage == [], led.damage
+        for i in range(3):  # several retries, each a failure, none "damaged"
+            led.add(_record(10 + i))
+            assert led.damage == [] and "damaged" not in (led.last_error or ""), led.last_error
+        assert led.pending == 3 and led.failures >= 3
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 0 and res.output.count("KEEP") == 2, res.output
+        for f in ("filler", "filler-tail"):
+            (state / f).unlink()
+        assert led.flush() == 3 and led.ok
+        assert len(Ledger(ledger).list()) == 5
