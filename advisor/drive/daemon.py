@@ -761,7 +761,9 @@ class StateDirLock:
         daemon runs, its writes queue). Raises DaemonError when another daemon holds it."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = statefile.open_fd(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # never through a link
+        except statefile.UnsafePath as e:
+            raise DaemonError(str(e)) from None
         except OSError:
             return False
         try:

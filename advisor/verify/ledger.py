@@ -161,12 +161,18 @@ class Ledger:
             where = f" (its directory {self.path.parent} is not writable: read-only)"
         return LedgerError(f"cannot {what} ledger {self.path}: {e}{where}")
 
+    def _refuse_links(self) -> None:
+        """SQLite follows links and cannot be told not to: the ledger and its companions are
+        checked first (UnsafePath names the link)."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            refuse_link(self.path.with_name(self.path.name + suffix))
+
     def _connect(self) -> sqlite3.Connection:
         try:
+            self._refuse_links()
             if self.read_only:
                 conn = self._connect_ro()
             else:
-                refuse_link(self.path)
                 conn = sqlite3.connect(self.path, timeout=self.timeout_s)
         except sqlite3.Error as e:
             raise self._error("open", e) from None
@@ -176,7 +182,6 @@ class Ledger:
         return conn
 
     def _connect_ro(self) -> sqlite3.Connection:
-        refuse_link(self.path)
         uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
         if not self.immutable:
             conn = sqlite3.connect(uri, uri=True, timeout=self.timeout_s)
@@ -207,6 +212,10 @@ class Ledger:
             )
 
     def _ensure_schema(self) -> None:
+        try:
+            self._refuse_links()
+        except UnsafePath as e:
+            raise LedgerError(str(e)) from None
         if self.path.exists() and self.path.is_dir():
             raise LedgerError(f"ledger path {self.path} is a directory")
         self.path.parent.mkdir(parents=True, exist_ok=True)
