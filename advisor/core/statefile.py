@@ -69,9 +69,11 @@ def write_atomic(path: str | Path, text: str) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(text.encode())
         os.replace(tmp, p)
-    except OSError:
+    except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if e.filename is None:  # a write's ENOSPC names no file: name it
+            e.filename = str(tmp)
         raise
 
 

@@ -131,6 +131,7 @@ class Daemon:
                 hint="it is not written into: judged experiments wait in memory until it is restored or moved aside",
             )
         self.state_ok: bool | None = None  # None: nothing written yet
+        self.state_error: str | None = None  # why the last write into the state dir failed
         # the advice given before (/history): in the state dir when the daemon persists there
         self.advice = AdviceHistory(
             Path(cfg.state_dir) / ADVICE_FILE if persist else None,
@@ -211,6 +212,7 @@ class Daemon:
                 ledger_dropped=led.dropped,
                 ledger_error=led.last_error,
                 state_write_ok=self.state_ok,
+                state_error=self.state_error,
             )
         now = self.clock()
         last = st.last_scrape_t
@@ -526,12 +528,18 @@ class Daemon:
             self._keep_pending(d.at)
         except OSError as e:
             if self.state_ok is not False:
-                log.warning("cannot write state", error=str(e), state_dir=self.cfg.state_dir)
-            self.state_ok = False
+                log.warning(
+                    "cannot write state",
+                    error=str(e),
+                    state_dir=self.cfg.state_dir,
+                    hint="the daemon runs on; state writes are retried every cycle "
+                    "(vllm_advisor_state_write_ok, /healthz state_ok)",
+                )
+            self.state_ok, self.state_error = False, str(e)
             return
         if self.state_ok is False:
             log.info("state written again", state_dir=self.cfg.state_dir)
-        self.state_ok = True
+        self.state_ok, self.state_error = True, None
 
     # ---------------------------------------------------------------- logs
     LOG_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # waits between restarts of a log source
@@ -755,6 +763,7 @@ class StateDirLock:
         self.dir = Path(state_dir)
         self.path = self.dir / self.NAME
         self._fd: int | None = None
+        self.pid_error: str | None = None  # the pid could not be written (ENOSPC)
 
     def acquire(self) -> bool:
         """True when held; False when the state dir cannot hold a lock file (unusable: the
@@ -777,9 +786,12 @@ class StateDirLock:
                 f"another vllm-advisor daemon (pid {holder}) uses the state dir {self.dir}: give "
                 "each daemon its own --state-dir (two would write the same ledger twice)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        self._fd = fd  # held: the pid below only serves a second daemon's message
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:  # a full disk: the lock holds all the same; the cycle's writes say it
+            self.pid_error = str(e)
         return True
 
     def release(self) -> None:

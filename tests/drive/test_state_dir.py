@@ -15,18 +15,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import requests
 
 from advisor.core.config import Config
 from advisor.core.log import configure_logging
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
 from advisor.verify.ledger import ExperimentRecord, Ledger
-from tests.daemon_helpers import Clock
+from tests.daemon_helpers import Clock, start_run
+from tests.mounts import fill, tiny_fs
+from tests.paths import FIXTURES
 from tests.promstack import free_port
 from tests.verify.test_live_experiment import play
+from tests.vllm_standin import StandIn, serve, session_pages
 
 VICTIM_TEXT = "a file outside the state dir that the daemon must never touch\n"
 
@@ -120,3 +127,64 @@ def test_links_in_place_of_the_state_files_are_never_written_through(
     d.ledger.add(ExperimentRecord(clock.t, "keep", "daemon"))
     assert "ledger.sqlite-wal" in (d.ledger.last_error or "")
     assert victims["ledger.sqlite"].read_text() == VICTIM_TEXT
+
+
+def _wait_for(what: str, check: Callable[[], bool], limit_s: float = 120.0) -> None:
+    """Poll ``check`` until it holds (a hang guard, not a timing assertion)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within the {limit_s:.0f} s hang guard")
+
+
+def test_a_full_state_dir_at_start_runs_names_it_and_writes_once_there_is_room(tmp_path: Path) -> None:
+    """Issue 34, G8: the state dir is a tmpfs filled to ENOSPC before ``run`` starts (a stand-in
+    serves recorded real pages). The daemon starts and serves; the condition is named once in
+    its log (the file and ENOSPC), on /metrics (``vllm_advisor_state_write_ok 0``) and in
+    /healthz (``state_ok`` false, ``state_error``); once there is room, it writes its state and
+    says so (before: exit 1, ``OSError: [Errno 28]``, before listening)."""
+    pages = session_pages(FIXTURES / "sessions" / "cpu-healthy")
+    state = tmp_path / "state"
+    port = free_port()
+    with tiny_fs(state, "64k"), serve(StandIn(pages)) as url:
+        fill(state)
+        proc = start_run(url, port, "1s", state)
+        base = f"http://127.0.0.1:{port}"
+        try:
+
+            def health() -> dict[str, Any]:
+                if proc.poll() is not None:
+                    raise AssertionError(f"the daemon exited {proc.returncode}: {proc.communicate()[1]}")
+                try:
+                    body: dict[str, Any] = requests.get(f"{base}/healthz", timeout=5).json()
+                    return body
+                except requests.RequestException:
+                    return {}
+
+            _wait_for("state_ok false on /healthz", lambda: health().get("state_ok") is False)
+            h = health()
+            assert "No space left on device" in str(h.get("state_error")) and str(state) in str(
+                h["state_error"]
+            )
+            assert "vllm_advisor_state_write_ok 0.0" in requests.get(f"{base}/metrics", timeout=5).text
+            t0 = float(h["last_scrape_t"])
+            # three more cycles, each failing to write: still one warning (below)
+            _wait_for("three more cycles", lambda: float(health().get("last_scrape_t") or 0) >= t0 + 3)
+            for f in ("filler", "filler-tail"):
+                (state / f).unlink()
+            _wait_for("state_ok true once there is room", lambda: health().get("state_ok") is True)
+            assert (state / "diagnosis.json").is_file()
+        finally:
+            proc.terminate()
+            rc = proc.wait(timeout=60)
+        err = proc.stderr.read() if proc.stderr else ""
+    assert rc == 0, err
+    logs = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+    events = [ln["event"] for ln in logs]
+    assert events.count("cannot write state") == 1, events
+    (warned,) = [ln for ln in logs if ln["event"] == "cannot write state"]
+    assert "No space left on device" in warned["error"] and str(state) in warned["error"]
+    assert events.count("state written again") == 1, events
+    assert "Errno 28" not in "".join(ln for ln in err.splitlines() if ln.startswith("error:"))
