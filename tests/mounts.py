@@ -69,3 +69,16 @@ def fill(path: Path) -> int:
         pass
     os.sync()
     return n
+
+
+@contextmanager
+def immutable(path: Path) -> Iterator[Path]:
+    """``chattr +i`` on ``path``: no process writes it, root's neither (EPERM), where the file
+    system and the capability allow it (skipped otherwise)."""
+    res = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, timeout=30)
+    if res.returncode != 0:
+        pytest.skip(f"chattr +i is not permitted here: {res.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], capture_output=True, timeout=30, check=False)

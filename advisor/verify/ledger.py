@@ -196,6 +196,8 @@ class Ledger:
         return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=self.timeout_s)
 
     def _read_version(self) -> None:
+        if self.path.is_dir():
+            raise LedgerError(f"ledger path {self.path} is a directory")
         if not self.path.is_file():
             raise LedgerError(f"ledger {self.path}: no such file")
         conn = self._connect()

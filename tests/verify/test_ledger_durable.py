@@ -33,7 +33,7 @@ from advisor.drive.daemon import Daemon
 from advisor.drive.runner import Advisor
 from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger
 from tests.daemon_helpers import Clock, start_run
-from tests.mounts import fill, read_only, tiny_fs
+from tests.mounts import fill, immutable, read_only, tiny_fs
 from tests.paths import FIXTURES
 from tests.promstack import free_port
 from tests.verify.test_live_experiment import play
@@ -322,6 +322,21 @@ def test_a_sound_ledger_on_a_read_only_disk_is_read_and_never_called_damaged(tmp
         res = CliRunner().invoke(main, ["history", "--ledger", str(ledger), "--format", "json"])
         assert res.exit_code == 0 and [r["reasons"] for r in json.loads(res.output)] == [["r1"], ["r0"]]
     assert led.flush() == 1 and len(Ledger(ledger).list()) == 3  # writable again: it lands
+
+
+def test_a_sound_ledger_file_that_cannot_be_written_is_read_and_never_called_damaged(tmp_path: Path) -> None:
+    """G10, the file alone read-only (``chattr +i``: root cannot write it) in a writable
+    directory: read, not damaged, the record waits with SQLite's reason (a guard: this case
+    was already right)."""
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    _sound(ledger)
+    with immutable(ledger):
+        led = DurableLedger(ledger)
+        assert led.damage == [] and led.add(_record(9)) is False
+        assert "readonly" in (led.last_error or "") and "damaged" not in (led.last_error or "")
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 0 and res.output.count("KEEP") == 2, res.output
+    assert led.flush() == 1
 
 
 def test_a_damaged_ledger_on_a_read_only_disk_is_still_damaged(tmp_path: Path) -> None:
