@@ -65,3 +65,25 @@ def with_engines(text: str, n: int) -> str:
             engine_label = 'engine="' + str(e) + '"'
             out.append(name.replace('engine="0"', engine_label) + " " + repr(scaled))
     return "\n".join(out) + "\n"
+
+
+_SAMPLE_LINE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?( .*)")
+
+
+def as_utf8(text: str) -> str:
+    """A page as Prometheus 3's UTF-8 exposition writes it (``escaping=allow-utf-8``): every
+    metric name quoted, inside the braces on sample lines (``{"vllm:x",a="b"} 1``), and in the
+    ``# HELP``/``# TYPE`` lines (rewritten: no vLLM release writes it yet)."""
+    out = []
+    for ln in text.split("\n"):
+        if ln.startswith(("# HELP ", "# TYPE ")):
+            name, _, rest = ln[7:].partition(" ")
+            out.append(f'{ln[:7]}"{name}"' + (f" {rest}" if rest else ""))
+            continue
+        m = _SAMPLE_LINE.fullmatch(ln)
+        if m is None:
+            out.append(ln)
+            continue
+        labels = f",{m.group(2)}" if m.group(2) else ""
+        out.append(f'{{"{m.group(1)}"{labels}}}{m.group(3)}')
+    return "\n".join(out)

@@ -15,7 +15,7 @@ import click
 from advisor.core import config as config_mod
 from advisor.core.redact import redact_text
 from advisor.core.shown import printable
-from advisor.diagnose.ruleset import RuleError, load_rules
+from advisor.diagnose.ruleset import RuleError, load_rules, rule_ids
 from advisor.drive.daemon import DaemonError
 from advisor.sources.cmdline import CommandError, read_command_file
 from advisor.sources.engine_config import EngineSourceError, from_config_file
@@ -115,7 +115,7 @@ def load_config(config_file: str | None, **flags: Any) -> config_mod.Config:
     """The advisor's settings; an ``--engine-config`` given is read once here, so that a bad
     one is a usage error (exit 2) and not silently left out of every later resolution."""
     try:
-        cfg = config_mod.load(config_file, **flags)
+        cfg = config_mod.load(config_file, rule_ids=rule_ids, **flags)
     except config_mod.ConfigError as e:
         fail(f"config: {e}", EXIT_USAGE)
         raise  # unreachable

@@ -142,7 +142,7 @@ def history(ledger_path: str | None, config_file: str | None, limit: int, fmt: s
         fail(f"ledger {path}: no such file")
     elif Path(path).exists():
         try:
-            led = Ledger(path)
+            led = Ledger(path, read_only=True)  # reading needs no write access to the file or its dir
             damage = led.check()
             if damage:
                 more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""

@@ -15,7 +15,7 @@ from advisor.core import config as config_mod
 from advisor.core import jsonout
 from advisor.core.redact import redact_text, redact_url
 from advisor.core.shown import printable
-from advisor.diagnose.ruleset import RuleError, load_rules
+from advisor.diagnose.ruleset import RuleError, load_rules, rule_ids
 from advisor.drive import generate as gen
 from advisor.outputs import explain as out
 from advisor.outputs.alert_config import AlertConfigError, load_alert_config
@@ -169,7 +169,7 @@ def config_check(config_file: str) -> None:
     """Validate a config file (and VLLM_ADVISOR_* variables): every problem at once, one
     ``error:`` line each, exit 2 if any."""
     try:
-        cfg = config_mod.load(config_file)
+        cfg = config_mod.load(config_file, rule_ids=rule_ids)
         config_mod.parse_listen(cfg.listen)
     except config_mod.ConfigError as e:
         for problem in e.problems[:-1]:

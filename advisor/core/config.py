@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib.resources
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -234,22 +234,40 @@ def _listen(v: Any) -> str:
     return v
 
 
-def _mapping(key: str, v: Any) -> dict[str, Any]:
+TARGET_NAMES = tuple(DEFAULT_TARGETS)  # what a rule's `target:<name>` and the predictions read
 
+
+def _entries(key: str, v: Any) -> tuple[dict[str, Any], list[tuple[Any, str]]]:
+    """A ``targets`` or ``severity_overrides`` mapping checked entry by entry: the good
+    entries, and (entry name, problem) for each bad one (all of them, not the first)."""
     if not isinstance(v, dict):
         raise ValueError(f"expected a mapping, got {_what(v)}")
     out: dict[str, Any] = {}
+    found: list[tuple[Any, str]] = []
     for k, x in v.items():
         if not isinstance(k, str) or not k:
-            raise ValueError(f"expected names as keys, got {_what(k)}")
+            found.append((k, f"expected names as keys, got {_what(k)}"))
+            continue
         if key == "targets":
-            if isinstance(x, bool) or not isinstance(x, int | float) or not (0 < float(x) < float("inf")):
-                raise ValueError(f"{k}: expected a number of seconds greater than 0, got {_what(x)}")
-            out[k] = float(x)
+            if k not in TARGET_NAMES:
+                near = difflib.get_close_matches(k, TARGET_NAMES, n=1, cutoff=0.85)
+                hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(TARGET_NAMES)}"
+                found.append((k, f"{k}: unknown target ({hint})"))
+            elif isinstance(x, bool) or not isinstance(x, int | float) or not (0 < float(x) < float("inf")):
+                found.append((k, f"{k}: expected a number of seconds greater than 0, got {_what(x)}"))
+            else:
+                out[k] = float(x)
+        elif x not in SEVERITIES:
+            found.append((k, f"{k}: expected one of {', '.join(SEVERITIES)}, got {_what(x)}"))
         else:
-            if x not in SEVERITIES:
-                raise ValueError(f"{k}: expected one of {', '.join(SEVERITIES)}, got {_what(x)}")
             out[k] = x
+    return out, found
+
+
+def _mapping(key: str, v: Any) -> dict[str, Any]:
+    out, found = _entries(key, v)
+    if found:
+        raise ValueError("; ".join(problem for _, problem in found))
     return out
 
 
@@ -292,11 +310,13 @@ def _coerce(
     flag_names: bool = False,
     problems: list[str] | None = None,
     bad: set[str] | None = None,
+    entry_where: Any = None,
 ) -> dict[str, Any]:
     """Check every setting: the good ones are returned; each bad one is a line naming the
     setting, where it came from and what is expected, appended to ``problems`` (ConfigError
     with all of them when ``problems`` is not given); a bad setting's name goes into ``bad``.
-    ``where(key)`` says where a setting came from."""
+    ``where(key)`` says where a setting came from; ``entry_where(key, entry)`` where an entry
+    of a mapping setting (``targets``, ``severity_overrides``) was (None: where its setting was)."""
     out: dict[str, Any] = {}
     found: list[str] = []
     for k, v in d.items():
@@ -312,6 +332,16 @@ def _coerce(
             continue
         shown = key.removesuffix("_s") if key in _DURATIONS else key
         name = f"--{shown.replace('_', '-')}" if flag_names else shown
+        if key in ("targets", "severity_overrides") and isinstance(v, dict):
+            # each entry checked on its own, named at its own line where it has one
+            good, wrong = _entries(key, v)
+            for entry, problem in wrong:
+                at = entry_where(k, entry) if entry_where is not None else None
+                found.append(f"{at + ' ' if at else prefix}{name}: {problem}")
+            out[key] = good
+            if wrong and bad is not None:
+                bad.add(key)
+            continue
         try:
             out[key] = _value(key, v, from_text)
         except (ValueError, ConfigError) as e:
@@ -326,9 +356,35 @@ def _coerce(
     return out
 
 
-def _read_yaml(path: str, problems: list[str]) -> tuple[dict[Any, Any], dict[Any, int]]:
+_NESTED = ("targets", "severity_overrides")  # mappings whose entries have lines of their own
+
+
+def _entry_lines(path: str, key: Any, vnode: Any, loader: Any, problems: list[str]) -> dict[Any, int]:
+    """The line of each entry of a nested mapping; an entry given twice is a problem (the YAML
+    loader would keep the last one silently)."""
+    lines: dict[Any, int] = {}
+    if not isinstance(vnode, yaml.MappingNode):
+        return lines
+    for enode, _ in vnode.value:
+        line = enode.start_mark.line + 1
+        try:
+            e = yamlsafe.construct(loader, enode)
+            hash(e)
+        except (yamlsafe.YamlError, TypeError):
+            continue  # the value check names it
+        if e in lines:
+            problems.append(f"{path}:{line}: {key}: {e}: given twice (first at line {lines[e]})")
+            continue
+        lines[e] = line
+    return lines
+
+
+def _read_yaml(
+    path: str, problems: list[str], entries: dict[tuple[Any, Any], int] | None = None
+) -> tuple[dict[Any, Any], dict[Any, int]]:
     """The file's mapping and the line of each top-level key (core/yamlsafe.py: bounded in
-    size, nesting, aliases and numbers). A file that cannot be read as a mapping is a
+    size, nesting, aliases and numbers); ``entries`` gets the line of each entry under
+    ``targets:`` and ``severity_overrides:``. A file that cannot be read as a mapping is a
     ConfigError; a bad key or value in it is a line in ``problems`` and is left out."""
     p = Path(path)
     try:
@@ -370,23 +426,46 @@ def _read_yaml(path: str, problems: list[str]) -> tuple[dict[Any, Any], dict[Any
                 continue
             lines[k] = line
             raw[k] = v
+            if isinstance(k, str) and k.replace("-", "_") in _NESTED:
+                for entry, at in _entry_lines(path, k, vnode, loader, problems).items():
+                    if entries is not None:
+                        entries[(k, entry)] = at
     finally:
         loader.dispose()
     return raw, lines
 
 
-def load(path: str | None = None, env: dict[str, str] | None = None, **flags: Any) -> Config:
+def load(
+    path: str | None = None,
+    env: dict[str, str] | None = None,
+    rule_ids: Callable[[str | None], Mapping[str, str] | None] | None = None,
+    **flags: Any,
+) -> Config:
     """Defaults, then the YAML file, then ``VLLM_ADVISOR_*`` environment, then flags. Every
     setting is checked; a bad one raises ConfigError naming it, where it came from and what
-    is expected; all the problems found at once, one line each (ConfigError.problems)."""
+    is expected; all the problems found at once, one line each (ConfigError.problems).
+    ``rule_ids(rules_dir)``: every rule id and former id (alias -> its id now) of the rules the
+    settings load, to check ``severity_overrides`` against (None: the rules cannot be read;
+    their own check says why)."""
     cfg = Config()
     raw: dict[Any, Any] = {}
     lines: dict[Any, int] = {}
+    entries: dict[tuple[Any, Any], int] = {}
     problems: list[str] = []
     bad: set[str] = set()
     if path:
-        raw, lines = _read_yaml(path, problems)
-        good = _coerce(raw, where=lambda k: f"{path}:{lines.get(k, 1)}:", problems=problems, bad=bad)
+        raw, lines = _read_yaml(path, problems, entries)
+
+        def entry_at(k: Any, e: Any) -> str | None:
+            return f"{path}:{entries[(k, e)]}:" if (k, e) in entries else None
+
+        good = _coerce(
+            raw,
+            where=lambda k: f"{path}:{lines.get(k, 1)}:",
+            problems=problems,
+            bad=bad,
+            entry_where=entry_at,
+        )
         cfg = replace(cfg, **good)
     environ = os.environ if env is None else env
     from_env: dict[str, str] = {}
@@ -421,9 +500,31 @@ def load(path: str | None = None, env: dict[str, str] | None = None, **flags: An
         check_together(cfg, origin, skip=bad)
     except ConfigError as e:
         problems.extend(e.problems)
+    if rule_ids is not None and cfg.severity_overrides:
+        known = rule_ids(cfg.rules_dir)
+        if known is not None:
+            top = next((k for k in raw if _key(k) == "severity_overrides"), None)
+            for rule in cfg.severity_overrides:
+                at = entries.get((top, rule))
+                where = f"{path}:{at}:" if at is not None else f"{origin.get('severity_overrides', 'flag')}:"
+                problems.extend(_unknown_rule(where, rule, known))
     if problems:
         raise ConfigError(*problems)
     return cfg
+
+
+def _unknown_rule(where: str, rule: str, known: Mapping[str, str]) -> list[str]:
+    """A ``severity_overrides`` entry that names no rule: a line saying so (an override of a
+    rule that does not exist would silently change nothing)."""
+    now = known.get(rule)
+    if now == rule:
+        return []
+    if now is not None:
+        return [f"{where} severity_overrides: {rule}: a former id of rule {now}; write {now}"]
+    ids = sorted({v for v in known.values()})
+    near = difflib.get_close_matches(rule, ids, n=1, cutoff=0.8)
+    hint = f"did you mean {near[0]}?" if near else f"known: {', '.join(ids)}"
+    return [f"{where} severity_overrides: {rule}: no rule has this id ({hint})"]
 
 
 # VLLM_ADVISOR_* variables read elsewhere: the stat-logger plugin's (advisor/plugin/config.py,

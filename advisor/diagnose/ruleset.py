@@ -172,6 +172,21 @@ def load_rules(
     return sorted(rules, key=lambda r: r.id)
 
 
+def rule_ids(directory: str | Path | None = None) -> dict[str, str] | None:
+    """Every id the rules in ``directory`` answer to: id -> id, former id (alias) -> id now; None
+    when they cannot be loaded (``load_rules`` says why). For checking ``severity_overrides``."""
+    try:
+        rules = load_rules(directory)
+    except RuleError:
+        return None
+    out: dict[str, str] = {}
+    for r in rules:
+        out[r.id] = r.id
+        for a in r.aliases:
+            out.setdefault(a, r.id)
+    return out
+
+
 def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) -> Rule | None:
     start = len(errors)
     try:

@@ -27,7 +27,7 @@ import structlog
 from apscheduler.schedulers.background import BackgroundScheduler
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from advisor.core import jsonout, urls
+from advisor.core import jsonout, statefile, urls
 from advisor.core.config import Config, parse_listen
 from advisor.core.log import configure_logging
 from advisor.derive import identity, timeseries
@@ -35,7 +35,13 @@ from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
 from advisor.drive import scaling
 from advisor.drive.history import FILE as ADVICE_FILE
-from advisor.drive.history import AdviceHistory, experiment_record
+from advisor.drive.history import (
+    PENDING_FILE,
+    AdviceHistory,
+    PendingExperiment,
+    experiment_record,
+    interrupted_record,
+)
 from advisor.drive.inputs import advisor_for_session
 from advisor.drive.runner import Advisor, export_state
 from advisor.outputs.exporter import PageSources, make_server
@@ -125,6 +131,7 @@ class Daemon:
                 hint="it is not written into: judged experiments wait in memory until it is restored or moved aside",
             )
         self.state_ok: bool | None = None  # None: nothing written yet
+        self.state_error: str | None = None  # why the last write into the state dir failed
         # the advice given before (/history): in the state dir when the daemon persists there
         self.advice = AdviceHistory(
             Path(cfg.state_dir) / ADVICE_FILE if persist else None,
@@ -135,6 +142,43 @@ class Daemon:
             if self.advice.error:
                 log.warning("cannot read the advice history", error=self.advice.error)
         self.judged: deque[ExperimentRecord] = deque(maxlen=HISTORY_ROWS)  # this process's, for /history
+        # the experiment being observed, kept in the state dir: one cut short by a restart is
+        # recorded as interrupted, never dropped
+        self.pending = PendingExperiment(Path(cfg.state_dir) / PENDING_FILE if persist else None)
+        if persist:
+            self._recover_pending()
+
+    def _recover_pending(self) -> None:
+        """An experiment the daemon before this one was observing when it stopped or died: into
+        the ledger as interrupted (inconclusive), with one warning. An unreadable file is named
+        and left as it is."""
+        try:
+            rec = self.pending.load()
+        except (ValueError, OSError) as e:
+            log.warning("cannot read the experiment left pending", error=str(e), state_dir=self.cfg.state_dir)
+            return
+        if rec is None or self.ledger is None:
+            return
+        log.warning(
+            "experiment interrupted by a restart; recorded as inconclusive",
+            knob=rec.knob,
+            old=rec.old_value,
+            new=rec.new_value,
+            started_at=rec.started_at,
+            last_seen_at=rec.ended_at,
+            ledger=self.ledger_path,
+            reason=rec.reasons[0] if rec.reasons else None,
+        )
+        with self._ledger_lock:
+            self.judged.append(rec)
+            self.ledger.add(rec)
+            self._ledger_episode()
+        self.pending.written = True  # removed once the record is in the ledger
+        if not self.ledger.pending:
+            try:
+                self.pending.clear()
+            except OSError as e:
+                log.warning("cannot remove the pending experiment", error=str(e))
 
     @property
     def scrape_timeout_s(self) -> float:
@@ -168,6 +212,7 @@ class Daemon:
                 ledger_dropped=led.dropped,
                 ledger_error=led.last_error,
                 state_write_ok=self.state_ok,
+                state_error=self.state_error,
             )
         now = self.clock()
         last = st.last_scrape_t
@@ -241,6 +286,49 @@ class Daemon:
         elif led.ok and self._ledger_failing:
             self._ledger_failing = False
             log.info("ledger written again", ledger=self.ledger_path, failed_attempts=led.failures)
+
+    def _keep_pending(self, at: float) -> None:
+        """Write the experiment being observed (as it would be recorded if the daemon died now);
+        remove the file once none is, and what it held is in the ledger. Raises OSError."""
+        with self._lock:
+            exp, eng = self.advisor.experiment, self.advisor.engine
+        if exp is not None and exp.state == "observing":
+            self.pending.save(interrupted_record(exp, eng, at, "was killed or crashed"), at)
+        elif self.pending.written and (self.ledger is None or not self.ledger.pending):
+            self.pending.clear()
+
+    def _interrupt_pending(self) -> None:
+        """At stop: the experiment still being observed goes to the ledger as interrupted (one
+        warning); where the ledger cannot take it, its file stays for the next start."""
+        if self.ledger is None or not self._lock.acquire(timeout=1.0):
+            return
+        try:
+            exp, eng = self.advisor.experiment, self.advisor.engine
+        finally:
+            self._lock.release()
+        if exp is None or exp.state != "observing":
+            return
+        now = self.clock()
+        rec = interrupted_record(exp, eng, now, "stopped")
+        log.warning(
+            "experiment interrupted: the daemon stopped while observing it; recorded as inconclusive",
+            knob=rec.knob,
+            old=rec.old_value,
+            new=rec.new_value,
+            requests_seen=exp.after_requests,
+            ledger=self.ledger_path,
+        )
+        with self._ledger_lock:
+            self.judged.append(rec)
+            self.ledger.add(rec, flush=False)
+        self._flush_ledger_at_exit()
+        try:
+            if self.ledger.pending:
+                self.pending.save(rec, now)  # the next start records it
+            else:
+                self.pending.clear()
+        except OSError as e:
+            log.warning("cannot write the pending experiment", error=str(e), state_dir=self.cfg.state_dir)
 
     def _flush_ledger_at_exit(self) -> None:
         """A last try at stop; what still cannot be written goes to the log, whole."""
@@ -434,19 +522,24 @@ class Daemon:
         try:
             path = Path(self.cfg.state_dir)
             path.mkdir(parents=True, exist_ok=True)
-            tmp = path / "diagnosis.json.tmp"
-            tmp.write_text(jsonout.dumps(d.to_json(), default=str))
-            os.replace(tmp, path / "diagnosis.json")
+            statefile.write_atomic(path / "diagnosis.json", jsonout.dumps(d.to_json(), default=str))
             with self._lock:
                 self.advice.save(d.at)
+            self._keep_pending(d.at)
         except OSError as e:
             if self.state_ok is not False:
-                log.warning("cannot write state", error=str(e), state_dir=self.cfg.state_dir)
-            self.state_ok = False
+                log.warning(
+                    "cannot write state",
+                    error=str(e),
+                    state_dir=self.cfg.state_dir,
+                    hint="the daemon runs on; state writes are retried every cycle "
+                    "(vllm_advisor_state_write_ok, /healthz state_ok)",
+                )
+            self.state_ok, self.state_error = False, str(e)
             return
         if self.state_ok is False:
             log.info("state written again", state_dir=self.cfg.state_dir)
-        self.state_ok = True
+        self.state_ok, self.state_error = True, None
 
     # ---------------------------------------------------------------- logs
     LOG_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # waits between restarts of a log source
@@ -554,7 +647,7 @@ class Daemon:
                 error = f"The ledger is damaged ({self.ledger.damage[0]}): it is not read or written."
             elif Path(self.ledger_path).exists():
                 try:
-                    rows += Ledger(self.ledger_path, timeout_s=1.0).list(HISTORY_ROWS)
+                    rows += Ledger(self.ledger_path, timeout_s=1.0, read_only=True).list(HISTORY_ROWS)
                 except LedgerError as e:
                     error = str(e)
         if self.advice.path is not None:
@@ -617,6 +710,7 @@ class Daemon:
         deadline = time.monotonic() + 3.0
         for th in self._threads:
             th.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._interrupt_pending()
         self._flush_ledger_at_exit()
         self._close_advice()
         log.info("stopped")
@@ -669,13 +763,16 @@ class StateDirLock:
         self.dir = Path(state_dir)
         self.path = self.dir / self.NAME
         self._fd: int | None = None
+        self.pid_error: str | None = None  # the pid could not be written (ENOSPC)
 
     def acquire(self) -> bool:
         """True when held; False when the state dir cannot hold a lock file (unusable: the
         daemon runs, its writes queue). Raises DaemonError when another daemon holds it."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = statefile.open_fd(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # never through a link
+        except statefile.UnsafePath as e:
+            raise DaemonError(str(e)) from None
         except OSError:
             return False
         try:
@@ -689,9 +786,12 @@ class StateDirLock:
                 f"another vllm-advisor daemon (pid {holder}) uses the state dir {self.dir}: give "
                 "each daemon its own --state-dir (two would write the same ledger twice)"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
+        self._fd = fd  # held: the pid below only serves a second daemon's message
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:  # a full disk: the lock holds all the same; the cycle's writes say it
+            self.pid_error = str(e)
         return True
 
     def release(self) -> None:

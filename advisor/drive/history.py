@@ -11,24 +11,24 @@ daemon keep it in memory (the fleet daemon writes no state dir).
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from advisor.core import jsonout
+from advisor.core import jsonout, statefile
 from advisor.core.model import EngineInfo
 from advisor.diagnose.advise import Diagnosis, Recommendation
 from advisor.outputs.state import AdviceSpan
 from advisor.verify import live_experiment as lx
-from advisor.verify.ledger import ExperimentRecord
+from advisor.verify.ledger import ExperimentRecord, LedgerError, record_from_mapping
 
 MAX_ADVICE = 100  # past advice kept
 MERGE_GAP_S = 15.0  # the same advice back within this long after it was withdrawn: one span
 SAVE_EVERY_S = 60.0  # while an advice stands, its last-seen time is written this often
 FILE = "advice-history.json"
+PENDING_FILE = "experiment.json"  # the experiment being observed, as it would be recorded if cut short
 PREDICTED_METRICS = (
     "output_tokens_per_second",
     "ttft_seconds_p95",
@@ -136,7 +136,7 @@ class AdviceHistory:
         if self.path is None or not self.path.exists():
             return
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(statefile.read_text(self.path))
             items: Iterable[Mapping[str, Any]] = data["advice"]
             spans = [AdviceSpan.from_json(dict(x)) for x in items]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
@@ -159,9 +159,7 @@ class AdviceHistory:
         if not (self.dirty or standing or force):
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(jsonout.dumps(self.to_json(), default=str))
-        os.replace(tmp, self.path)
+        statefile.write_atomic(self.path, jsonout.dumps(self.to_json(), default=str))
         self.dirty = False
         self._saved_at = now
         self.error = None
@@ -188,3 +186,57 @@ def experiment_record(exp: lx.LiveExperiment, eng: EngineInfo) -> ExperimentReco
         reasons=list(exp.reasons),
         prediction=exp.prediction,
     )
+
+
+def interrupted_record(exp: lx.LiveExperiment, eng: EngineInfo, at: float, how: str) -> ExperimentRecord:
+    """An experiment still being observed, as the ledger keeps it when the daemon stops first
+    (``how``: "stopped", "was killed or crashed"): inconclusive, saying why. The window before
+    the change lived in the daemon's memory: a verdict cannot be made from what is left."""
+    rec = experiment_record(exp, eng)
+    seen = f"{exp.after_requests:.0f} of ~{exp.before_requests:.0f} requests seen after the change"
+    why = (
+        f"Interrupted: the daemon {how} while this experiment was being observed ({seen}). The "
+        "window before the change was held in memory and is gone, so there is no verdict: "
+        "make the change again to judge it."
+    )
+    return replace(rec, verdict="inconclusive", ended_at=at, reasons=[why])
+
+
+class PendingExperiment:
+    """``STATE_DIR/experiment.json``: the experiment being observed, written each cycle while it
+    lasts (as :func:`interrupted_record` would record it) and removed once it is judged. A daemon
+    that starts and finds it was stopped or killed mid-experiment: it records it as interrupted
+    (never drops it silently)."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.written = False
+
+    def save(self, rec: ExperimentRecord, seen_at: float) -> None:
+        """Raises OSError (a full disk, a link in its place)."""
+        if self.path is None:
+            return
+        body = {"version": 1, "seen_at": seen_at, "record": asdict(rec)}
+        statefile.write_atomic(self.path, jsonout.dumps(body, default=str))
+        self.written = True
+
+    def clear(self) -> None:
+        """Raises OSError."""
+        if self.path is None:
+            return
+        statefile.remove(self.path)
+        self.written = False
+
+    def load(self) -> ExperimentRecord | None:
+        """The experiment a daemon before this one left pending, recorded as interrupted at the
+        last time it was seen; None when there is none. Raises ValueError (naming the file) when
+        the file is there and unreadable, OSError when it cannot be opened."""
+        if self.path is None or not (self.path.exists() or self.path.is_symlink()):
+            return None
+        try:
+            data = json.loads(statefile.read_text(self.path))
+            rec = record_from_mapping(data["record"])
+            seen = float(data["seen_at"])
+        except (ValueError, KeyError, TypeError, LedgerError) as e:
+            raise ValueError(f"cannot read {self.path}: {type(e).__name__}: {e}") from None
+        return replace(rec, ended_at=seen)

@@ -478,6 +478,7 @@ def make_handler(
                         body["ledger_error"] = st.ledger_error
                     if st.state_write_ok is not None:
                         body["state_ok"] = st.state_write_ok
+                        body["state_error"] = st.state_error
                     self._send(200, jsonout.dumps(body).encode(), "application/json")
                 elif path in ("/", "/index.html"):
                     st = state()

@@ -42,6 +42,7 @@ class ExportState:
     ledger_dropped: int = 0  # queue full, or a record no ledger can store
     ledger_error: str | None = None
     state_write_ok: bool | None = None  # STATE_DIR/diagnosis.json (None: not written yet)
+    state_error: str | None = None  # why the state dir cannot be written (a full disk, a link)
     bad_samples: dict[str, int] = field(default_factory=dict)  # readings not read, by kind (all pages)
     page_skipped: dict[str, int] = field(default_factory=dict)  # the last page's samples not kept, by why
 

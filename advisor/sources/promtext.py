@@ -7,6 +7,8 @@ Two tokenizers feed one assembler:
   remembered across pages (vLLM repeats the same series every scrape). A line it does not
   recognise is handed to ``prometheus_client`` alone (the reference grammar); a line neither
   can read is skipped with a :class:`~advisor.model.ParseWarning` (line number, family).
+  Prometheus 3's UTF-8 exposition (``{"vllm:x",a="b"} 1``, quoted names in ``# HELP``/
+  ``# TYPE``) is read the same way; a quoted name not read is counted as such.
 - :func:`tokenize_reference`: ``prometheus_client``'s own parser on the whole page (after the
   same ``keep`` filter); it raises on the first bad line. The differential test checks that
   both give the same families on every page both can read.
@@ -48,6 +50,9 @@ _HEAD_RE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?")
 _LABELS_RE = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",)*(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)?')
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
 _NAME_RE = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+# Prometheus 3's UTF-8 names: the name quoted inside the braces, `{"vllm:foo.bar",a="b"}`
+# (no escape in it: those go to the reference grammar)
+_QUOTED_HEAD_RE = re.compile(r'\{"([^"\\]+)"(?:,(.*))?\}')
 _HELP_ESCAPE_RE = re.compile(r"\\[\\n]")
 _INF_WORDS = frozenset({"inf", "infinity"})
 _MAX_CACHE = 20_000  # series heads remembered (a 16-engine vLLM page has ~6,000)
@@ -88,8 +93,9 @@ def key_of(pairs: Iterable[tuple[str, str]]) -> tuple[LabelKey, str | None]:
 
 
 def _parse_head(head: str) -> tuple[str, LabelKey, str | None] | None:
-    """``name{a="b",...}`` in the common shape (no escapes, no spaces); None otherwise."""
-    m = _HEAD_RE.fullmatch(head)
+    """``name{a="b",...}`` (or Prometheus 3's ``{"name",a="b",...}``) in the common shape (no
+    escapes, no spaces); None otherwise."""
+    m = _HEAD_RE.fullmatch(head) if not head.startswith('{"') else _QUOTED_HEAD_RE.fullmatch(head)
     if m is None:
         return None
     body = m.group(2)
@@ -108,8 +114,13 @@ def _parse_head(head: str) -> tuple[str, LabelKey, str | None] | None:
 def _keep_comment(line: str, keep: tuple[str, ...] | None) -> bool:
     if keep is None:
         return True
-    parts = line.split(None, 3)  # "# HELP name text" / "# TYPE name type"
-    return len(parts) >= 3 and parts[2].startswith(keep)
+    parts = line.split(None, 3)  # "# HELP name text" / "# TYPE name type" (the name may be quoted)
+    return len(parts) >= 3 and parts[2].removeprefix('"').startswith(keep)
+
+
+def _keep_sample(line: str, keep: tuple[str, ...]) -> bool:
+    """A sample line of a family kept: its name starts with ``keep``, quoted or not."""
+    return line.startswith(keep) or (line.startswith('{"') and line.startswith(keep, 2))
 
 
 def _reference_sample(line: str) -> tuple[str, dict[str, str], float]:
@@ -140,12 +151,19 @@ def _bad_value(text: str, v: float) -> bool:
     return math.isinf(v) and text.lower().lstrip("+-") not in _INF_WORDS
 
 
-def _sample_name(line: str) -> str:
-    """The metric name a sample line starts with (up to ``{`` or a blank)."""
+def _sample_name(line: str) -> tuple[str, bool]:
+    """The metric name a sample line starts with (up to ``{`` or a blank), and whether it was
+    quoted (Prometheus 3: ``{"name",...}``: exact, no other spelling to decide)."""
+    if line.startswith('{"'):
+        end = line.find('"', 2)
+        name = line[2:end] if end > 2 else ""
+        if name and "\\" not in name:
+            return name, True
+        return line, False
     sp = line.find(" ")
     b = line.find("{")
     end = b if b > 0 and (sp < 0 or b < sp) else sp
-    return line[:end] if end > 0 else line
+    return (line[:end] if end > 0 else line), False
 
 
 def tokenize(
@@ -195,7 +213,7 @@ def tokenize(
             if raw.startswith("#"):
                 if not _keep_comment(raw, keep):
                     continue
-            elif not raw.startswith(keep):
+            elif not _keep_sample(raw, keep):
                 continue
         line = raw.strip()
         if not line:
@@ -235,10 +253,10 @@ def tokenize(
                 allowed = tuple(name + sfx for sfx in _SUFFIXES.get(typ, ("",)))
             continue
         if read is not None:
-            sn = _sample_name(line)
+            sn, quoted = _sample_name(line)
             ok = decided.get(sn)
-            if ok is None:
-                ok = decided[sn] = sn in read or not _NAME_RE.fullmatch(sn)  # odd names: decide later
+            if ok is None:  # odd names: decided by the reference grammar, later
+                ok = decided[sn] = sn in read or (not quoted and not _NAME_RE.fullmatch(sn))
             if not ok:
                 not_read += 1
                 if (
@@ -340,7 +358,7 @@ def tokenize_reference(
             "\n".join(
                 ln
                 for ln in text.split("\n")
-                if (ln.startswith("#") and _keep_comment(ln, keep)) or ln.startswith(keep)
+                if (ln.startswith("#") and _keep_comment(ln, keep)) or _keep_sample(ln, keep)
             )
             + "\n"
         )

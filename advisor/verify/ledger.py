@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import sqlite3
+import urllib.parse
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -19,6 +21,7 @@ from typing import Any
 
 from advisor.core import jsonout
 from advisor.core.redact import redact_obj
+from advisor.core.statefile import UnsafePath, refuse_link
 
 SCHEMA_VERSION = 2
 SOURCES = ("daemon", "compare")
@@ -48,11 +51,35 @@ CREATE INDEX IF NOT EXISTS experiments_started ON experiments (started_at);
 # version 1 -> 2: the model's prediction of the change and its error (advisor/predict/scoring.py)
 _MIGRATIONS = {1: "ALTER TABLE experiments ADD COLUMN prediction TEXT;"}
 
+# the schema's CHECK constraints, asked directly (a read-only connection's integrity_check skips them)
+_CHECK_SQL = (
+    "SELECT count(*) FROM experiments WHERE verdict NOT IN ('keep', 'revert', 'inconclusive') "
+    "OR verdict IS NULL OR source NOT IN ('daemon', 'compare') OR source IS NULL"
+)
+
 _JSON_COLUMNS = ("old_value", "new_value", "load_profile", "buckets", "reasons", "prediction")
 
 
 class LedgerError(RuntimeError):
-    """The ledger file cannot be used (not a database, a newer schema, a bad record)."""
+    """The ledger file cannot be used (not a database, a newer schema, a bad record, a read-only
+    or full disk)."""
+
+
+class LedgerDamaged(LedgerError):
+    """The file is damaged: not an SQLite database, or one SQLite finds corrupt. Only this is
+    "damaged"; a file that cannot be opened or written (read-only, a full disk, a lock) is not."""
+
+
+# SQLite's own verdicts of damage; every other error (CANTOPEN, READONLY, FULL, IOERR, BUSY,
+# PERM...) is about where the file lies, not what it holds
+_DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+
+
+def is_damage(e: sqlite3.Error) -> bool:
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is None:
+        return False
+    return (int(code) & 0xFF) in _DAMAGE_CODES
 
 
 class InvalidRecord(LedgerError):
@@ -108,22 +135,89 @@ def record_from_comparison(
 
 
 class Ledger:
-    """``Ledger(path).add(record) -> id``, ``.list(limit)``, ``.get(id)``."""
+    """``Ledger(path).add(record) -> id``, ``.list(limit)``, ``.get(id)``.
 
-    def __init__(self, path: str | Path, timeout_s: float = 5.0) -> None:
+    ``read_only``: open the file for reading only (``vllm-advisor history``, ``/history``, the
+    daemon's integrity check): nothing is created or migrated, and a file on a read-only
+    directory or disk is read (SQLite's ``mode=ro``; where not even that can open it, a WAL
+    database without its ``-shm`` beside it on a read-only directory, ``immutable=1``)."""
+
+    def __init__(self, path: str | Path, timeout_s: float = 5.0, read_only: bool = False) -> None:
         self.path = Path(path)
         self.timeout_s = timeout_s
-        self._ensure_schema()
+        self.read_only = read_only
+        self.immutable = False  # opened with immutable=1 (read-only directory)
+        self.version = 0
+        if read_only:
+            self._read_version()
+        else:
+            self._ensure_schema()
+
+    def _error(self, what: str, e: sqlite3.Error) -> LedgerError:
+        if is_damage(e):
+            return LedgerDamaged(f"{self.path} is not an SQLite ledger database ({e})")
+        where = ""
+        if what != "read" and not os.access(self.path.parent, os.W_OK):  # EROFS stops root too
+            where = f" (its directory {self.path.parent} is not writable: read-only)"
+        return LedgerError(f"cannot {what} ledger {self.path}: {e}{where}")
+
+    def _refuse_links(self) -> None:
+        """SQLite follows links and cannot be told not to: the ledger and its companions are
+        checked first (UnsafePath names the link)."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            refuse_link(self.path.with_name(self.path.name + suffix))
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, timeout=self.timeout_s)
+            self._refuse_links()
+            if self.read_only:
+                conn = self._connect_ro()
+            else:
+                conn = sqlite3.connect(self.path, timeout=self.timeout_s)
         except sqlite3.Error as e:
-            raise LedgerError(f"cannot open ledger {self.path}: {e}") from None
+            raise self._error("open", e) from None
+        except UnsafePath as e:
+            raise LedgerError(str(e)) from None
         conn.row_factory = sqlite3.Row
         return conn
 
+    def _connect_ro(self) -> sqlite3.Connection:
+        uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        if not self.immutable:
+            conn = sqlite3.connect(uri, uri=True, timeout=self.timeout_s)
+            try:
+                conn.execute("PRAGMA user_version").fetchone()
+                return conn
+            except sqlite3.OperationalError as e:
+                conn.close()
+                if is_damage(e):
+                    raise
+            self.immutable = True  # a read-only directory: no -shm can be made beside the file
+        return sqlite3.connect(uri + "&immutable=1", uri=True, timeout=self.timeout_s)
+
+    def _read_version(self) -> None:
+        if self.path.is_dir():
+            raise LedgerError(f"ledger path {self.path} is a directory")
+        if not self.path.is_file():
+            raise LedgerError(f"ledger {self.path}: no such file")
+        conn = self._connect()
+        try:
+            self.version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.DatabaseError as e:
+            raise self._error("read", e) from None
+        finally:
+            conn.close()
+        if self.version > SCHEMA_VERSION:
+            raise LedgerError(
+                f"ledger {self.path} has schema version {self.version}; this advisor knows "
+                f"{SCHEMA_VERSION}: upgrade vllm-advisor"
+            )
+
     def _ensure_schema(self) -> None:
+        try:
+            self._refuse_links()
+        except UnsafePath as e:
+            raise LedgerError(str(e)) from None
         if self.path.exists() and self.path.is_dir():
             raise LedgerError(f"ledger path {self.path} is a directory")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,14 +238,15 @@ class Ledger:
                         for v in range(version, SCHEMA_VERSION):
                             conn.executescript(_MIGRATIONS[v])
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.version = SCHEMA_VERSION
         except sqlite3.DatabaseError as e:
-            raise LedgerError(f"{self.path} is not an SQLite ledger database ({e})") from None
+            raise self._error("open", e) from None
         finally:
             conn.close()
 
     def add(self, record: ExperimentRecord | Mapping[str, Any]) -> int:
         """Store one experiment (secrets redacted) and return its id."""
-        rec = record if isinstance(record, ExperimentRecord) else _record_from_mapping(record)
+        rec = record if isinstance(record, ExperimentRecord) else record_from_mapping(record)
         if rec.verdict not in VERDICTS:
             raise InvalidRecord(f"verdict must be one of {', '.join(VERDICTS)}, got {rec.verdict!r}")
         if rec.source not in SOURCES:
@@ -167,28 +262,41 @@ class Ledger:
                 raise InvalidRecord(f"{col} is not JSON-serialisable: {e}") from None
         cols = list(row)
         sql = f"INSERT INTO experiments ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})"
+        if self.read_only:
+            raise LedgerError(f"ledger {self.path} was opened read-only")
         conn = self._connect()
         try:
             with conn:
                 cur = conn.execute(sql, [row[c] for c in cols])
             return int(cur.lastrowid or 0)
         except sqlite3.DatabaseError as e:
-            raise LedgerError(f"cannot write to ledger {self.path}: {e}") from None
+            raise self._error("write to", e) from None
         finally:
             conn.close()
 
     def check(self) -> builtins.list[str]:
         """What SQLite's ``PRAGMA integrity_check`` finds wrong (at most 20 lines); empty when
-        the file is sound. A file that cannot be read at all is one line saying why."""
-        conn = self._connect()
+        the file is sound. A file that is not a database at all is one line saying why; one that
+        cannot be opened or read (a read-only or full disk) raises LedgerError: it is not damage."""
+        try:
+            conn = self._connect()
+        except LedgerDamaged as e:
+            return [str(e)]
         try:
             rows = conn.execute("PRAGMA integrity_check(20)").fetchall()
+            out = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+            if self.version >= 1 and not out:
+                # a read-only connection's integrity_check skips CHECK constraints: ask them here
+                bad = conn.execute(_CHECK_SQL).fetchone()[0]
+                if bad:
+                    out.append(f"CHECK constraint failed in experiments ({bad} rows)")
         except sqlite3.DatabaseError as e:
-            return [str(e)]
+            if is_damage(e):
+                return [str(e)]
+            raise LedgerError(f"cannot check ledger {self.path}: {e}") from None
         finally:
             conn.close()
-        out = [str(r[0]) for r in rows]
-        return [] if out == ["ok"] else out
+        return out
 
     def list(self, limit: int = 50) -> list[dict[str, Any]]:
         """The most recent experiments first (by start time, then id)."""
@@ -201,18 +309,20 @@ class Ledger:
         return rows[0] if rows else None
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> builtins.list[dict[str, Any]]:
+        if self.version == 0:  # an empty file opened read-only: no table yet, no experiment
+            return []
         conn = self._connect()
         try:
             rows = conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as e:
-            raise LedgerError(f"cannot read ledger {self.path}: {e}") from None
+            raise self._error("read", e) from None
         finally:
             conn.close()
         out = []
         for r in rows:
             d = dict(r)
-            for col in _JSON_COLUMNS:
-                d[col] = json.loads(d[col]) if d[col] is not None else None
+            for col in _JSON_COLUMNS:  # a version-1 ledger read as it is has no prediction
+                d[col] = json.loads(d[col]) if d.get(col) is not None else None
             out.append(d)
         return out
 
@@ -259,12 +369,12 @@ class DurableLedger:
             self.damage = []
             return []
         try:
-            self.damage = Ledger(self.path, self.timeout_s).check()
-        except LedgerError as e:
+            self.damage = Ledger(self.path, self.timeout_s, read_only=True).check()
+        except LedgerDamaged as e:
             self.damage = [str(e)]
-        except (OSError, sqlite3.Error) as e:
-            self.damage = []  # cannot even be opened: a write failure will say why
-            self.last_error = f"cannot open ledger {self.path}: {e}"
+        except (LedgerError, OSError, sqlite3.Error) as e:
+            self.damage = []  # cannot even be opened (read-only, a full disk): not damage
+            self.last_error = str(e) if isinstance(e, LedgerError) else f"cannot open ledger {self.path}: {e}"
         self._checked = True
         return self.damage
 
@@ -314,7 +424,8 @@ class DurableLedger:
         return n
 
 
-def _record_from_mapping(m: Mapping[str, Any]) -> ExperimentRecord:
+def record_from_mapping(m: Mapping[str, Any]) -> ExperimentRecord:
+    """A record from its ``asdict`` form (a row, a file); LedgerError when it is not one."""
     allowed = set(ExperimentRecord.__dataclass_fields__)
     unknown = sorted(set(m) - allowed - {"id"})
     if unknown:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from advisor.cli import main
 from advisor.core import config
 from advisor.core.config import ConfigError
+from advisor.diagnose import ruleset
 from tests.paths import REPO
 
 
@@ -164,3 +165,88 @@ def test_run_refuses_contradicting_settings_as_a_usage_error(tmp_path: Path) -> 
     res = CliRunner().invoke(main, ["run", "--interval", "5m", "--state-dir", str(tmp_path)])
     assert res.exit_code == 2, res.output
     assert res.output.startswith("error: config: interval 5m (flag --interval) is longer than")
+
+
+TARGETS_AND_OVERRIDES = """\
+interval: 5s
+targets:
+  ttft_p95_seconds: 2
+  itl_p95_seconds: 0.1
+  ttft_p95_seconds: 3
+  ttft_p59_seconds: 1
+  e2e_p95_seconds: 4
+severity_overrides:
+  kv-preemption-capacity: critical
+  kv-preemption-capacit: info
+  no-such-rule: warning
+  kv-preemption-capacity: info
+"""
+
+
+def test_duplicate_and_unknown_targets_are_named_at_their_own_lines(tmp_path: Path) -> None:
+    """Issue 34, G16: under ``targets:`` a key given twice (YAML keeps the last one silently) and
+    a name no rule or prediction reads are each a line naming file:line (before: both passed,
+    the second value winning and the unknown target doing nothing)."""
+    with pytest.raises(ConfigError) as e:
+        load_yaml(tmp_path, TARGETS_AND_OVERRIDES)
+    f = tmp_path / "advisor.yaml"
+    problems = e.value.problems
+    assert f"{f}:5: targets: ttft_p95_seconds: given twice (first at line 3)" in problems, problems
+    assert f"{f}:6: targets: ttft_p59_seconds: unknown target (did you mean ttft_p95_seconds?)" in problems
+    assert (
+        f"{f}:7: targets: e2e_p95_seconds: unknown target (known: ttft_p95_seconds, itl_p95_seconds)"
+        in problems
+    )
+    assert f"{f}:12: severity_overrides: kv-preemption-capacity: given twice (first at line 9)" in problems
+
+
+def _rule_ids(rules_dir: str | None) -> dict[str, str] | None:
+    return ruleset.rule_ids(rules_dir)
+
+
+def test_unknown_rule_ids_in_severity_overrides_are_named_and_refused_at_load(tmp_path: Path) -> None:
+    """G16: an override of a rule that does not exist would silently change nothing: named at its
+    line with the nearest id, by ``load`` (the daemon's start: exit 2) and ``config check``;
+    a former id (an alias of a renamed rule) names the id to write."""
+    p = tmp_path / "advisor.yaml"
+    p.write_text(
+        "severity_overrides:\n  kv-preemption-capacity: critical\n  kv-preemption-capacit: info\n"
+        "  no-such-rule: warning\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        config.load(str(p), env={}, rule_ids=_rule_ids)
+    assert list(e.value.problems[:1]) == [
+        f"{p}:3: severity_overrides: kv-preemption-capacit: no rule has this id "
+        "(did you mean kv-preemption-capacity?)"
+    ]
+    assert e.value.problems[1].startswith(
+        f"{p}:4: severity_overrides: no-such-rule: no rule has this id (known: frontend-cpu-bound, "
+    )
+    assert len(e.value.problems) == 2
+    res = CliRunner().invoke(main, ["config", "check", str(p)])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 2 and f"{p}:3:" in lines[0] and f"{p}:4:" in lines[1]
+    res = CliRunner().invoke(main, ["run", "--config", str(p), "--state-dir", str(tmp_path / "s")])
+    assert res.exit_code == 2 and res.output.startswith(f"error: config: {p}:3: severity_overrides:")
+    # a renamed rule's former id
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    for src in (REPO / "rules").glob("*.yaml"):
+        text = src.read_text()
+        if src.stem == "kv-preemption-capacity":
+            text = text.replace(
+                "id: kv-preemption-capacity\n", "id: kv-preemption-capacity\naliases: [kv-cache-preemption]\n"
+            )
+        (rules / src.name).write_text(text)
+    p.write_text(f"rules_dir: {rules}\nseverity_overrides:\n  kv-cache-preemption: critical\n")
+    with pytest.raises(ConfigError) as e:
+        config.load(str(p), env={}, rule_ids=_rule_ids)
+    assert e.value.problems == (
+        f"{p}:3: severity_overrides: kv-cache-preemption: a former id of rule kv-preemption-capacity; "
+        "write kv-preemption-capacity",
+    )
+    p.write_text("severity_overrides:\n  kv-preemption-capacity: critical\n")
+    assert config.load(str(p), env={}, rule_ids=_rule_ids).severity_overrides == {
+        "kv-preemption-capacity": "critical"
+    }

@@ -28,7 +28,7 @@ from advisor.core.model import Snapshot
 from advisor.sources import metrics as m
 from advisor.sources import promtext
 from advisor.sources.session import Session
-from tests.pages import PAGES, as_ray, as_v0, page, with_engines
+from tests.pages import PAGES, as_ray, as_utf8, as_v0, page, with_engines
 from tests.paths import FIXTURES
 
 SESSIONS = sorted((FIXTURES / "sessions").iterdir())
@@ -80,7 +80,8 @@ def _session_pages() -> list[tuple[str, str]]:
     return out
 
 
-FIXTURE_PAGES = [(p.name, p.read_text()) for p in sorted(PAGES.glob("*.prom"))] + _session_pages()
+PAGES_LIST = sorted(PAGES.glob("*.prom"))
+FIXTURE_PAGES = [(p.name, p.read_text()) for p in PAGES_LIST] + _session_pages()
 
 
 @pytest.mark.parametrize(("name", "text"), FIXTURE_PAGES, ids=[n for n, _ in FIXTURE_PAGES])
@@ -332,3 +333,52 @@ def test_the_advisor_counts_a_page_with_a_bad_sample_and_stays_up() -> None:
     st = ExportState(adv.diagnose(105.0), adv.up, (), dict(adv.stats.scrapes))
     body = latest(make_registry(lambda: st)).decode()
     assert 'vllm_advisor_scrapes_total{result="bad_sample"} 1.0' in body
+
+
+UTF8_PAGES = [FIXTURE_PAGES[0], FIXTURE_PAGES[len(PAGES_LIST) - 1], FIXTURE_PAGES[-1]]
+
+
+@pytest.mark.parametrize(("name", "text"), UTF8_PAGES, ids=[n for n, _ in UTF8_PAGES])
+def test_prometheus_3_quoted_names_are_read_like_the_classic_spelling(
+    name: str, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, G18: a page in Prometheus 3's UTF-8 exposition (``{"vllm:x",a="b"} 1``, quoted
+    names in ``# HELP``/``# TYPE``) reads as the reference reads it, and as the classic spelling
+    of the same page does: the same families, series and values, nothing skipped that the
+    classic page keeps (before: every quoted line dropped silently, "no vLLM metrics on the
+    page"). The fast path reads them itself: no quoted sample line goes to the reference
+    grammar (the reference parser's calls are counted, not replaced)."""
+    quoted = as_utf8(text)
+    assert '{"vllm:num_requests_running"' in quoted
+    calls = [0]
+    real = promtext._reference_sample
+
+    def counted(line: str) -> Any:
+        calls[0] += 1
+        return real(line)
+
+    monkeypatch.setattr(promtext, "_reference_sample", counted)
+    promtext._HEAD_CACHE.clear()
+    snap = same_as_reference(quoted)
+    assert calls[0] == 0
+    plain = m.parse_page(text, 1.0)
+    assert norm(snap) == norm(plain)
+    assert snap.skipped == plain.skipped
+
+
+def test_a_quoted_name_the_advisor_does_not_read_is_counted_as_skipped() -> None:
+    """G18: a UTF-8 name no vLLM release writes (``vllm:foo.bar``, a dot in it) is never dropped
+    silently: it is counted with the families not read (``vllm_advisor_page_samples_skipped
+    {reason="not_read"}``), beside a quoted family that is read, with quoted label names too."""
+    text = (
+        '# HELP "vllm:num_requests_running" Number of requests in model execution batches.\n'
+        '# TYPE "vllm:num_requests_running" gauge\n'
+        '{"vllm:num_requests_running","model_name"="m",engine="0"} 3.0\n'
+        '# TYPE "vllm:foo.bar" gauge\n'
+        '{"vllm:foo.bar",label="x"} 1\n'
+        '{"vllm:foo.bar",label="y"} 2\n'
+    )
+    snap = m.parse_page(text, 1.0)
+    assert snap.families[names.NUM_RUNNING].series == {(("engine", "0"), ("model_name", "m")): 3.0}
+    assert snap.skipped.get("not_read") == 2
+    assert snap.warnings == ()

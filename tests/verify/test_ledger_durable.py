@@ -9,7 +9,8 @@ The experiment judged here is a real one: the advisor replays two recordings of 
 server before and after the advised change (tests/verify/test_live_experiment.py). Faults are
 made as root can feel them (this machine's tests run as root, so a read-only mode would not
 stop a write): a file where the state directory should be, an exclusive SQLite lock held by
-another connection, bytes overwritten inside the database file.
+another connection, bytes overwritten inside the database file; and, where ``mount`` is
+permitted (tests/mounts.py), a read-only bind mount (EROFS) and a filled tmpfs (ENOSPC).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from advisor.core.config import Config
 from advisor.core.log import configure_logging
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
+from advisor.drive.runner import Advisor
 from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger
 from tests.daemon_helpers import Clock, start_run
+from tests.mounts import fill, immutable, read_only, tiny_fs
 from tests.paths import FIXTURES
 from tests.promstack import free_port
 from tests.verify.test_live_experiment import play
@@ -211,3 +214,158 @@ def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(tmp_path: Path) 
             first.terminate()
             first.wait(timeout=30)
     assert os.path.exists(state)
+
+
+def _observing(adv: Advisor) -> bool:
+    exp = adv.experiment
+    return exp is not None and exp.state == "observing" and exp.after_requests >= 10
+
+
+def _mid_experiment(tmp_path: Path) -> tuple[Daemon, Config, Clock]:
+    """A daemon that has published a cycle while it observes a real experiment (max_num_seqs
+    6 -> 4, the recordings of tests/verify/test_live_experiment.py cut short in the after-window)."""
+    adv = play("cpu-long-binds", "cpu-long-binds-after", until=_observing)
+    clock = Clock()
+    clock.t = adv.clock()
+    cfg = Config(listen="127.0.0.1:0", state_dir=str(tmp_path / "state"), interval_s=2.0)
+    d = Daemon(cfg, load_rules(), advisor=adv, clock=clock)
+    diag = adv.diagnose()
+    assert diag.experiment is not None and diag.experiment["state"] == "observing"
+    d._record_experiments()  # what each cycle does after the evaluation
+    d._persist(diag)
+    return d, cfg, clock
+
+
+def _events(err: str) -> list[str]:
+    return [json.loads(ln)["event"] for ln in err.splitlines() if ln.startswith("{")]
+
+
+def test_an_experiment_cut_short_by_a_kill_is_recorded_as_interrupted_at_the_next_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, G9: the daemon dies (SIGKILL, a crash: nothing of it runs after its last cycle)
+    while an experiment is being observed. The next daemon on the state dir records it in the
+    ledger as interrupted (inconclusive, saying why), with one warning, and only once (before:
+    no row, no log line)."""
+    configure_logging(json_logs=True)
+    _, cfg, clock = _mid_experiment(tmp_path)
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    assert (tmp_path / "state" / "experiment.json").exists()
+    assert not ledger.exists() or not Ledger(ledger).list()  # nothing judged yet
+    capsys.readouterr()
+    clock.t += 30
+    Daemon(cfg, load_rules(), advisor=Advisor(cfg, load_rules(), clock=clock), clock=clock)
+    rows = Ledger(ledger).list()
+    assert len(rows) == 1, rows
+    r = rows[0]
+    assert (r["knob"], r["old_value"], r["new_value"], r["verdict"]) == ("max_num_seqs", 6, 4, "inconclusive")
+    assert r["reasons"][0].startswith("Interrupted: the daemon was killed or crashed while"), r["reasons"]
+    assert "requests seen after the change" in r["reasons"][0]
+    assert r["ended_at"] == pytest.approx(clock.t - 30)  # when it was last seen observing
+    assert (
+        _events(capsys.readouterr().err).count(
+            "experiment interrupted by a restart; recorded as inconclusive"
+        )
+        == 1
+    )
+    assert not (tmp_path / "state" / "experiment.json").exists()
+    Daemon(cfg, load_rules(), advisor=Advisor(cfg, load_rules(), clock=clock), clock=clock)
+    assert len(Ledger(ledger).list()) == 1  # recorded once
+
+
+def test_an_experiment_cut_short_by_a_stop_is_recorded_as_interrupted_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """G9: SIGTERM (``stop()``) while observing: the ledger has the interrupted experiment when
+    the daemon has stopped, one warning says so, and the next start adds nothing."""
+    configure_logging(json_logs=True)
+    d, cfg, clock = _mid_experiment(tmp_path)
+    capsys.readouterr()
+    d.stop()
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    rows = Ledger(ledger).list()
+    assert len(rows) == 1 and rows[0]["verdict"] == "inconclusive", rows
+    assert rows[0]["reasons"][0].startswith("Interrupted: the daemon stopped while"), rows[0]["reasons"]
+    events = _events(capsys.readouterr().err)
+    assert (
+        events.count(
+            "experiment interrupted: the daemon stopped while observing it; recorded as inconclusive"
+        )
+        == 1
+    ), events
+    assert not (tmp_path / "state" / "experiment.json").exists()
+    Daemon(cfg, load_rules(), advisor=Advisor(cfg, load_rules(), clock=clock), clock=clock)
+    assert len(Ledger(ledger).list()) == 1
+
+
+def _sound(path: Path, n: int = 2) -> None:
+    led = Ledger(path)
+    for i in range(n):
+        led.add(_record(i))
+
+
+def test_a_sound_ledger_on_a_read_only_disk_is_read_and_never_called_damaged(tmp_path: Path) -> None:
+    """Issue 34, G10: the ledger's directory mounted read-only (EROFS: root cannot write either).
+    The daemon's check finds no damage, a new record waits in memory with the real reason, and
+    ``history`` reads the ledger (text and JSON) (before: "damaged", and history exited 1)."""
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    _sound(ledger)
+    with read_only(ledger.parent):
+        led = DurableLedger(ledger)
+        assert led.damage == [], led.damage
+        assert led.add(_record(9)) is False and led.pending == 1
+        err = led.last_error or ""
+        assert "damaged" not in err and str(ledger) in err and "read-only" in err, err
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 0, res.output
+        assert res.output.count("KEEP") == 2
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger), "--format", "json"])
+        assert res.exit_code == 0 and [r["reasons"] for r in json.loads(res.output)] == [["r1"], ["r0"]]
+    assert led.flush() == 1 and len(Ledger(ledger).list()) == 3  # writable again: it lands
+
+
+def test_a_sound_ledger_file_that_cannot_be_written_is_read_and_never_called_damaged(tmp_path: Path) -> None:
+    """G10, the file alone read-only (``chattr +i``: root cannot write it) in a writable
+    directory: read, not damaged, the record waits with SQLite's reason (a guard: this case
+    was already right)."""
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    _sound(ledger)
+    with immutable(ledger):
+        led = DurableLedger(ledger)
+        assert led.damage == [] and led.add(_record(9)) is False
+        assert "readonly" in (led.last_error or "") and "damaged" not in (led.last_error or "")
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 0 and res.output.count("KEEP") == 2, res.output
+    assert led.flush() == 1
+
+
+def test_a_damaged_ledger_on_a_read_only_disk_is_still_damaged(tmp_path: Path) -> None:
+    """G10's other side: real damage is named as such where the file cannot be written."""
+    ledger = tmp_path / "state" / "ledger.sqlite"
+    _damage_index(ledger)
+    with read_only(ledger.parent):
+        assert DurableLedger(ledger).damage
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 1 and "damaged" in res.output and "missing from index" in res.output
+
+
+def test_a_sound_ledger_on_a_full_disk_is_never_called_damaged(tmp_path: Path) -> None:
+    """G10: the ledger's file system full (a tmpfs filled to ENOSPC): no damage found, the record
+    waits with SQLite's own reason, history reads the ledger, and once there is room it lands."""
+    state = tmp_path / "state"
+    with tiny_fs(state, "512k"):
+        ledger = state / "ledger.sqlite"
+        _sound(ledger)
+        fill(state)
+        led = DurableLedger(ledger)
+        assert led.damage == [], led.damage
+        for i in range(3):  # several retries, each a failure, none "damaged"
+            led.add(_record(10 + i))
+            assert led.damage == [] and "damaged" not in (led.last_error or ""), led.last_error
+        assert led.pending == 3 and led.failures >= 3
+        res = CliRunner().invoke(main, ["history", "--ledger", str(ledger)])
+        assert res.exit_code == 0 and res.output.count("KEEP") == 2, res.output
+        for f in ("filler", "filler-tail"):
+            (state / f).unlink()
+        assert led.flush() == 3 and led.ok
+        assert len(Ledger(ledger).list()) == 5

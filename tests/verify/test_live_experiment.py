@@ -20,7 +20,13 @@ from tests.paths import FIXTURES
 SESSIONS = FIXTURES / "sessions"
 
 
-def play(*names: str, on_diagnosis: Callable[[Advisor, Diagnosis], None] | None = None) -> Advisor:
+def play(
+    *names: str,
+    on_diagnosis: Callable[[Advisor, Diagnosis], None] | None = None,
+    until: Callable[[Advisor], bool] | None = None,
+) -> Advisor:
+    """The sessions replayed into one advisor, in time order (``until``: stop at the first page
+    after which it holds)."""
     sessions = [Session.load(SESSIONS / n) for n in names]
     current: list[list[str] | None] = [None]
     clock = ReplayClock()
@@ -41,6 +47,8 @@ def play(*names: str, on_diagnosis: Callable[[Advisor, Diagnosis], None] | None 
                 d = adv.diagnose(clock.t)
                 if on_diagnosis is not None:
                     on_diagnosis(adv, d)
+                if until is not None and until(adv):
+                    return adv
             else:
                 adv.on_log_line(item.text)
     return adv
