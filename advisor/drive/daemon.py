@@ -853,6 +853,21 @@ def observe(
 ) -> Diagnosis:
     """Watch a live server for ``window_s`` (``explain --url``) and diagnose it (``command``:
     the server's launch command as pasted, instead of the process found on this host)."""
+    return observe_advisor(url, cfg, rules, window_s, interval_s, engine_config, progress, sleep, command)[1]
+
+
+def observe_advisor(
+    url: str,
+    cfg: Config,
+    rules: Sequence[Rule],
+    window_s: float,
+    interval_s: float,
+    engine_config: str | None = None,
+    progress: bool | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    command: cmdline_src.PastedCommand | None = None,
+) -> tuple[Advisor, Diagnosis]:
+    """:func:`observe`, with the advisor that watched (its window sizes the replicas)."""
 
     cfg = cfg.with_overrides(
         vllm_url=url,
@@ -889,4 +904,4 @@ def observe(
         raise DaemonError(
             f"not one /metrics page could be read from {url}: {daemon.advisor.stats.last_error}"
         )
-    return d
+    return daemon.advisor, d

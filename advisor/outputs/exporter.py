@@ -28,7 +28,7 @@ from advisor.core import jsonout, names
 from advisor.derive.signals import CATALOG
 from advisor.derive.timeseries import Charts
 from advisor.diagnose.advise import STATUSES
-from advisor.outputs import page
+from advisor.outputs import explain, page
 from advisor.outputs.state import ExportState, History
 from advisor.predict.replicas import Desired
 
@@ -450,12 +450,13 @@ def make_handler(
                 elif path == "/api/v1/diagnosis":
                     st = state()
                     body = (
-                        st.diagnosis.to_json()
+                        explain.diagnosis_json(st.diagnosis, st.replicas)
                         if st.diagnosis
                         else {
                             "status": "insufficient-data",
                             "reason": "no diagnosis yet",
                             "recommendation": None,
+                            "replicas": None,
                         }
                     )
                     self._send(200, jsonout.dumps(body, default=str).encode(), "application/json")

@@ -25,9 +25,10 @@ from advisor.core import knobs
 from advisor.core.units import fmt
 from advisor.derive.timeseries import Charts, Level
 from advisor.outputs import charts as charts_out
+from advisor.outputs import explain
 from advisor.outputs import prediction as prediction_out
 from advisor.outputs.state import AdviceSpan, Deployment, ExportState, FleetState, History, Member
-from advisor.outputs.view import DiagnosisView, Table, replicas_line, view
+from advisor.outputs.view import DiagnosisView, Table, view
 
 HTML = "text/html; charset=utf-8"
 SECURITY_HEADERS = (
@@ -270,7 +271,7 @@ def _details(v: DiagnosisView) -> str:
     if v.latency is not None:
         out.append(table(v.latency))
     if v.replicas is not None:
-        out.append(f'<p id="replicas"><b>Desired replicas:</b> {e(v.replicas)}</p>')
+        out.append(f'<p id="replicas"><b>{e(explain.REPLICAS_TITLE)}:</b> {e(v.replicas)}</p>')
     if v.experiment:
         out.append(f"<p><b>{e(v.experiment)}</b></p>")
     if v.findings:
@@ -389,7 +390,7 @@ def fleet_page(st: FleetState, *, refresh_s: float | None = None) -> str:
         deps.append(
             f"<tr><td>{e(d.model)}</td><td>{e(where)}</td><td class='num'>{d.up}</td>"
             f"<td class='num'>{'unknown' if r is None else r.desired}</td>"
-            f"<td>{e(replicas_line(r) if r else '')}</td></tr>"
+            f"<td>{e(explain.replicas_line(r) if r else '')}</td></tr>"
         )
     if deps:
         parts.append(
