@@ -66,6 +66,9 @@ def _ctx_line(ctx: Mapping[str, Any]) -> str:
     if dev:
         n = ctx.get("gpu_count")
         parts.append(f"{dev}" + (f" x{n}" if n and str(dev).lower() != "cpu" else ""))
+    one = ctx.get("single_page")
+    if isinstance(one, Mapping) and one.get("note"):
+        parts.append(str(one["note"]))  # one page: no window, no rates
     if ctx.get("window_seconds"):
         parts.append(f"window {ctx['window_seconds']:.0f} s")
     if ctx.get("requests_per_second") is not None:

@@ -47,3 +47,36 @@ def test_the_desired_replicas_are_in_the_json(tmp_path: Path) -> None:
     r = json.loads(p.stdout)["replicas"]
     assert r["desired"] == 7 and r["current"] == 1
     assert r["predicted_at_desired"]["replicas"] == 7
+
+
+# ----------------------------------------------------------------------------- one page
+NO_RATES = "one page: no rates; give two pages or --url --window"
+
+
+@pytest.mark.parametrize("page", ["h200-0.25-A_s256-peak.prom", "cpu-0.32-baseline-after.prom"])
+def test_one_committed_page_has_no_rates_whatever_its_files_time(tmp_path: Path, page: str) -> None:
+    """After a clone the file's time is the clone's: explain said "window 173914 s, 0.00 req/s"
+    (rates up to the modification time). One page is one reading: no window, no rates, and it
+    says what would give them (issue 33)."""
+    src = REPO / "tests" / "fixtures" / "pages" / page
+    (tmp_path / page).write_bytes(src.read_bytes())  # a fresh file: its time is now, as after a clone
+    p = cli(tmp_path, "explain", "--metrics-file", page)
+    assert p.returncode in (0, 4), p.stderr
+    text = " ".join(p.stdout.split())
+    assert NO_RATES in text, p.stdout
+    assert " window " not in text and "req/s" not in text, p.stdout
+    assert "Desired replicas" not in text  # no load to size from one reading
+    j = json.loads(cli(tmp_path, "explain", "--metrics-file", page, "--format", "json").stdout)
+    rates = {k: v for k, v in j["signals"].items() if k.endswith("per_second")}
+    assert rates and all(v is None for v in rates.values()), rates
+    assert j["context"]["single_page"]["note"] == NO_RATES and j["replicas"] is None
+
+
+def test_one_page_names_what_it_shows_and_is_not_advised(tmp_path: Path) -> None:
+    """A real H200 page at the peak: 220 waiting, 11 preemptions since the start, the KV cache
+    full. Those are what one page supports; no rule needing a rate can hold."""
+    page = REPO / "tests" / "fixtures" / "pages" / "h200-0.25-A_s256-peak.prom"
+    p = cli(tmp_path, "explain", "--metrics-file", str(page))
+    assert p.returncode == 0, p.stderr
+    first = " ".join(p.stdout.split("Context:")[0].split())
+    assert first.startswith("INCONCLUSIVE: one page shows 220 waiting, 11 preemptions since start"), first
