@@ -180,6 +180,8 @@ class Daemon:
         )
         if fresh and not stale_advice:
             return st
+        if d is not None and not fresh and d.gate != "vllm-down":  # the cycle stalled: old data
+            d = dc_replace(d, gate="stale")
         if stale_advice:
             assert d is not None
             reason = (
@@ -187,7 +189,9 @@ class Daemon:
                 if fresh
                 else f"no scrape of vLLM has completed for {self.fresh_for_s():g}s: advice withdrawn"
             )
-            d = Diagnosis("insufficient-data", reason, None, d.findings, d.engine, d.context, d.at, {})
+            d = Diagnosis(
+                "insufficient-data", reason, None, d.findings, d.engine, d.context, d.at, {}, gate="stale"
+            )
         return dc_replace(st, diagnosis=d, up=st.up and fresh)
 
     def _record_experiments(self, take: bool = True) -> None:

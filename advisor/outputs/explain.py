@@ -651,4 +651,5 @@ def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
         at=float(d.get("at", 0.0)),
         signals=dict(d.get("signals", {})),
         experiment=d.get("experiment"),
+        gate=d.get("gate") if isinstance(d.get("gate"), str) else None,
     )
