@@ -749,8 +749,10 @@ def run_replay(
     cfg: Config, rules: Sequence[Rule], session_dir: str, speed: float, run_seconds: float | None = None
 ) -> int:
     """Serve the exporter while a recorded session plays at ``speed`` (as if live), then hold
-    the final state until stopped. Advice withdrawal by staleness is measured on the
-    replayed clock, so the final state stays what the session ended with."""
+    the final state until stopped, or until ``run_seconds`` after the start (mid-replay too).
+    The replay's clock starts at its first page (the log before it is read at once). Advice
+    withdrawal by staleness is measured on the replayed clock, so the final state stays what
+    the session ended with."""
 
     configure_logging()
     try:
@@ -769,10 +771,18 @@ def run_replay(
         raise DaemonError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from None
     log.info("replaying", session=session_dir, speed=speed, listen=f"{host}:{port}")
     _install_signals(daemon._stop)
+    deadline = None if run_seconds is None else time.monotonic() + run_seconds
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     try:
 
         def pause(x: float) -> None:
-            daemon._stop.wait(x)
+            rest = left()
+            daemon._stop.wait(x if rest is None else min(x, rest))
+            if left() == 0.0:
+                daemon._stop.set()
 
         for item in s.replay(speed=speed, sleep=pause):
             if daemon._stop.is_set():
@@ -787,8 +797,9 @@ def run_replay(
                 else:
                     adv.on_log_line(item.text)
             daemon._record_experiments()
-        log.info("replay finished; holding the final state")
-        daemon._stop.wait(run_seconds)
+        if not daemon._stop.is_set():
+            log.info("replay finished; holding the final state")
+            daemon._stop.wait(left())
     finally:
         daemon.stop()
     return 0

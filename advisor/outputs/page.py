@@ -178,6 +178,8 @@ def _banner(st: ExportState) -> str:
     bits = [badge(status)]
     if st.up:
         bits.append(f"vLLM is <b>up</b>; last page read {e(when(st.last_scrape_t))}")
+    elif d is None and st.last_scrape_t is None:  # nothing tried yet: not down
+        bits.append("vLLM: no page read yet")
     else:
         last = f"; last page read {e(when(st.last_scrape_t))}" if st.last_scrape_t is not None else ""
         bits.append(f"vLLM is <b>DOWN</b> (cannot be read){last}")

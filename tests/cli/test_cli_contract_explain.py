@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+import requests
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "advisor" / "data" / "sessions" / "h200-A_s256"
@@ -80,3 +83,40 @@ def test_one_page_names_what_it_shows_and_is_not_advised(tmp_path: Path) -> None
     assert p.returncode == 0, p.stderr
     first = " ".join(p.stdout.split("Context:")[0].split())
     assert first.startswith("INCONCLUSIVE: one page shows 220 waiting, 11 preemptions since start"), first
+
+
+# ----------------------------------------------------------------------------- run --replay
+def test_a_replay_shows_its_first_diagnosis_at_its_first_page_and_stops_on_time(tmp_path: Path) -> None:
+    """The demo's session: its log starts ~80 s before its first page. Played at 1/1000 of real
+    time, the first page must still be read at once (the log before it is read without waiting)
+    and served as up, not "vLLM is DOWN"; the next page is 5,000 s away, so what is served is the
+    first page's. --run-seconds counts from the start: the process ends mid-replay (before: the
+    whole replay, here ~21 hours, then --run-seconds more). The timeouts are hang guards."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ADVISOR_")}
+    e.update(HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    argv = [sys.executable, "-c", "from advisor.cli import main; main()", "run", "--replay", str(DEMO)]
+    argv += ["--listen", "127.0.0.1:0", "--speed", "0.001", "--run-seconds", "20"]
+    argv += ["--state-dir", str(tmp_path / "state")]
+    proc = subprocess.Popen(
+        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr or ()], daemon=True).start()
+    try:
+        listen = None
+        while True:
+            rec = json.loads(lines.get(timeout=300))  # the daemon's JSON log is on stderr
+            if rec.get("event") == "replaying":
+                listen = rec["listen"]
+            if rec.get("event") == "diagnosis":  # the first page has been read and evaluated
+                break
+        assert listen is not None
+        page = requests.get(f"http://{listen}/", timeout=30).text
+        assert "DOWN" not in page and "vLLM is <b>up</b>" in page
+        api = requests.get(f"http://{listen}/api/v1/diagnosis", timeout=30).json()
+        assert api["status"] == "insufficient-data" and "only 0s of data" in api["reason"]
+        assert proc.wait(timeout=300) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
