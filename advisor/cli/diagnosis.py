@@ -22,6 +22,7 @@ from advisor.cli.common import (
     pasted_command,
     use_color,
 )
+from advisor.cli.rules import rule_docs
 from advisor.core import config as config_mod
 from advisor.core import jsonout
 from advisor.drive import daemon, inputs, inspection, scaling
@@ -94,16 +95,7 @@ def explain(
 
     rules = checked_rules(rules_dir)
     if rule_id:
-        match = [r for r in rules if r.id == rule_id or rule_id in r.aliases]
-        if not match:
-            fail(f"no rule {rule_id!r}; see `vllm-advisor rules list`", EXIT_USAGE)
-        r = match[0]
-        if fmt == "json":
-            click.echo(jsonout.dumps(out.rule_json(r), indent=2))
-        elif fmt == "markdown":
-            click.echo(out.rule_markdown(r, "#"))
-        else:
-            click.echo(out.rule_text(r))
+        rule_docs(rules, rule_id, fmt)
         return
     sources = [
         bool(url),
