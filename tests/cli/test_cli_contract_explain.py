@@ -52,6 +52,31 @@ def test_the_desired_replicas_are_in_the_json(tmp_path: Path) -> None:
     assert r["predicted_at_desired"]["replicas"] == 7
 
 
+def test_explain_daemon_shows_the_daemons_desired_replicas(tmp_path: Path) -> None:
+    """The demo serves the session's diagnosis; `explain --daemon` reads /api/v1/diagnosis and
+    prints the same replicas line as `explain --session` (the JSON carries them)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_ADVISOR_")}
+    e.update(HOME=str(tmp_path), PYTHONUNBUFFERED="1")
+    argv = [sys.executable, "-c", "from advisor.cli import main; main()", "demo", "--listen", "127.0.0.1:0"]
+    proc = subprocess.Popen(
+        [*argv, "--serve-seconds", "300"], cwd=tmp_path, stdout=subprocess.PIPE, text=True, env=e
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or ()], daemon=True).start()
+    try:
+        while not (line := lines.get(timeout=300)).startswith("Page: "):  # a hang guard
+            pass
+        url = line.split()[1].rstrip("/")
+        p = cli(tmp_path, "explain", "--daemon", url)
+        assert p.returncode == 0, p.stderr
+        direct = cli(tmp_path, "explain", "--session", str(DEMO))
+        want = [ln for ln in direct.stdout.splitlines() if "Desired replicas:" in ln]
+        assert want and [ln for ln in p.stdout.splitlines() if "Desired replicas:" in ln] == want, p.stdout
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 # ----------------------------------------------------------------------------- one page
 NO_RATES = "one page: no rates; give two pages or --url --window"
 
