@@ -145,3 +145,10 @@ def test_a_replay_shows_its_first_diagnosis_at_its_first_page_and_stops_on_time(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_predict_on_one_page_says_it_has_no_rates(tmp_path: Path) -> None:
+    page = REPO / "tests" / "fixtures" / "pages" / "h200-0.25-A_s256-peak.prom"
+    p = cli(tmp_path, "predict", "--metrics-file", str(page), "--set", "max_num_seqs=8")
+    assert p.returncode == 4, p.stderr
+    assert p.stderr.splitlines() == [f"error: insufficient data: {NO_RATES}"], p.stderr
