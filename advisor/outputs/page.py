@@ -168,7 +168,7 @@ def server_page(
     nav = [("this page", links.home), ("history", links.history), ("diagnosis JSON", links.diagnosis)]
     if links.fleet is not None:
         nav.insert(0, ("fleet", links.fleet))
-    nav += [("metrics", "/metrics"), ("health", "/healthz")]
+    nav += [("metrics", "/metrics"), ("health", "/healthz"), ("ready", "/readyz")]
     return shell(title, "\n".join(parts), refresh_s, nav)
 
 
@@ -400,7 +400,7 @@ def fleet_page(st: FleetState, *, refresh_s: float | None = None) -> str:
             f"<th>desired</th><th>why</th></tr>{''.join(deps)}</table>"
         )
     nav = [("fleet", "/"), ("diagnosis JSON", "/api/v1/diagnosis"), ("replicas JSON", "/api/v1/replicas")]
-    nav += [("metrics", "/metrics"), ("health", "/healthz")]
+    nav += [("metrics", "/metrics"), ("health", "/healthz"), ("ready", "/readyz")]
     return shell("vllm-advisor fleet", "\n".join(parts), refresh_s, nav)
 
 
