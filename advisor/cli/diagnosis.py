@@ -22,9 +22,10 @@ from advisor.cli.common import (
     pasted_command,
     use_color,
 )
+from advisor.cli.rules import rule_docs
 from advisor.core import config as config_mod
 from advisor.core import jsonout
-from advisor.drive import daemon, inputs, inspection
+from advisor.drive import daemon, inputs, inspection, scaling
 from advisor.drive import predict as predict_cmd
 from advisor.outputs import explain as out
 from advisor.outputs import prediction as prediction_out
@@ -94,16 +95,7 @@ def explain(
 
     rules = checked_rules(rules_dir)
     if rule_id:
-        match = [r for r in rules if r.id == rule_id or rule_id in r.aliases]
-        if not match:
-            fail(f"no rule {rule_id!r}; see `vllm-advisor rules list`", EXIT_USAGE)
-        r = match[0]
-        if fmt == "json":
-            click.echo(jsonout.dumps(out.rule_json(r), indent=2))
-        elif fmt == "markdown":
-            click.echo(out.rule_markdown(r, "#"))
-        else:
-            click.echo(out.rule_text(r))
+        rule_docs(rules, rule_id, fmt)
         return
     sources = [
         bool(url),
@@ -143,15 +135,17 @@ def explain(
             engine_config,
             command,
         )
-    if isinstance(diagnosis, dict):  # from a daemon: already JSON
+    if isinstance(diagnosis, dict):  # from a daemon: already JSON, with its desired replicas
         status = diagnosis.get("status")
         if fmt == "json":
             click.echo(jsonout.dumps(diagnosis, indent=2))
         else:
-            click.echo(out.render(diagnosis_from_json(diagnosis), fmt, use_color()))
+            replicas = out.replicas_from_json(diagnosis.get("replicas"))
+            click.echo(out.render(diagnosis_from_json(diagnosis), fmt, use_color(), replicas))
     else:
+        adv, diagnosis = diagnosis
         status = diagnosis.status
-        click.echo(out.render(diagnosis, fmt, use_color()))
+        click.echo(out.render(diagnosis, fmt, use_color(), scaling.desired_now(adv, diagnosis)))
     if status == "insufficient-data":
         sys.exit(EXIT_NO_DATA)
     if exit_code and status == "advice":
@@ -174,10 +168,10 @@ def _diagnose(
 
     try:
         if session_dir:
-            _, d = inputs.from_session(session_dir, cfg, rules, config_path=engine_config, command=command)
+            adv, d = inputs.from_session(session_dir, cfg, rules, config_path=engine_config, command=command)
             if d is None:
                 fail(f"{session_dir}: the session has no /metrics pages")
-            return d
+            return adv, d
         if metrics_files or log_file:
             # a log alone: its periodic stats lines are the data (evidence.pages_from_stats)
             adv, d = inputs.from_files(
@@ -190,11 +184,13 @@ def _diagnose(
             )
             for line in adv.input_warnings:  # what was skipped on the pages, one line each
                 click.echo(f"warning: {line}", err=True)
-            return d
+            if d is None:
+                fail("nothing to diagnose", EXIT_NO_DATA)
+            return adv, d
 
         if daemon_url:
             return daemon.fetch_diagnosis(daemon_url)
-        return daemon.observe(
+        return daemon.observe_advisor(
             url,
             cfg,
             rules,
@@ -229,7 +225,7 @@ def _diagnose_prometheus(
     except prom_src.PrometheusError as e:
         fail(f"Prometheus: {e}")
         raise
-    return inputs.from_prometheus(history, cfg, rules, t, window_s)[1]
+    return inputs.from_prometheus(history, cfg, rules, t, window_s)
 
 
 # ------------------------------------------------------------------ predict

@@ -1,5 +1,5 @@
-"""``rules``, ``generate`` and ``config``: the symptom table, the files generated from it, and
-the advisor's own settings.
+"""``generate`` and ``config``: the files generated from the symptom table, and the advisor's
+own settings (``rules``, the table itself, is advisor/cli/rules.py).
 """
 
 from __future__ import annotations
@@ -9,75 +9,13 @@ from pathlib import Path
 
 import click
 
-from advisor.cli.common import EXIT_USAGE, TEXT_JSON_OR_MARKDOWN, TEXT_OR_JSON, Group, checked_rules, fail
-from advisor.cli.diagnosis import explain
+from advisor.cli.common import EXIT_USAGE, Group, fail
 from advisor.core import config as config_mod
-from advisor.core import jsonout
 from advisor.core.redact import redact_text, redact_url
 from advisor.core.shown import printable
-from advisor.diagnose.ruleset import RuleError, load_rules, rule_ids
+from advisor.diagnose.ruleset import rule_ids
 from advisor.drive import generate as gen
-from advisor.outputs import explain as out
 from advisor.outputs.alert_config import AlertConfigError, load_alert_config
-
-
-# ------------------------------------------------------------------ rules
-@click.group(cls=Group)
-def rules() -> None:
-    """List, show and check the symptom table (rules/*.yaml)."""
-
-
-@rules.command("list")
-@click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
-@TEXT_OR_JSON
-def rules_list(rules_dir: str | None, fmt: str) -> None:
-    """Every rule with its severity and knob."""
-
-    rs = checked_rules(rules_dir)
-    if fmt == "json":
-        click.echo(jsonout.dumps([out.rule_json(r) for r in rs], indent=2))
-    else:
-        click.echo(out.rules_table(rs))
-
-
-@rules.command("show")
-@click.argument("rule_id")
-@click.option("--rules-dir", type=click.Path(), help="Use these rules instead of the bundled ones.")
-@TEXT_JSON_OR_MARKDOWN
-@click.pass_context
-def rules_show(ctx: click.Context, rule_id: str, rules_dir: str | None, fmt: str) -> None:
-    """A rule's docs (same as `explain RULE_ID`)."""
-    ctx.invoke(
-        explain,
-        rule_id=rule_id,
-        rules_dir=rules_dir,
-        fmt=fmt,
-        url=None,
-        session_dir=None,
-        metrics_files=(),
-        log_file=None,
-        daemon_url=None,
-        window="60s",
-        interval="5s",
-        engine_config=None,
-        config_file=None,
-        command_file=None,
-        exit_code=False,
-    )
-
-
-@rules.command("check")
-@click.argument("directory", required=False, type=click.Path())
-def rules_check(directory: str | None) -> None:
-    """Validate rule files; print every error with file:line."""
-    try:
-        rs = load_rules(directory)
-    except RuleError as e:
-        for err in e.errors:
-            click.echo(err, err=True)
-        click.echo(f"{len(e.errors)} error(s)", err=True)
-        sys.exit(1)
-    click.echo(f"{len(rs)} rules OK")
 
 
 # ------------------------------------------------------------------ generate

@@ -20,7 +20,7 @@ from advisor.cli.common import (
     use_color,
 )
 from advisor.core import config as config_mod
-from advisor.drive import daemon, fleet, history, inputs
+from advisor.drive import daemon, fleet, history, inputs, scaling
 from advisor.outputs import explain as out
 from advisor.sources import session
 from advisor.sources.prometheus import PrometheusError
@@ -260,5 +260,5 @@ def demo(session_dir: str, listen: str | None, serve_seconds: float | None) -> N
         return
     config_mod.parse_listen(cfg.listen)
     click.echo(f"Replayed {session_dir} (recorded from a real vLLM server):\n")
-    click.echo(out.render(d, "text", use_color()))
+    click.echo(out.render(d, "text", use_color(), scaling.desired_now(adv, d)))
     sys.exit(daemon.serve_static(adv, d, cfg, serve_seconds, advice))

@@ -111,11 +111,13 @@ class Diagnosis:
     at: float
     signals: dict[str, float | None] = field(default_factory=dict)
     experiment: dict[str, Any] | None = None
+    gate: str | None = None  # why no advice may be given now, as a word (GATES); None: none held it
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "reason": self.reason,
+            "gate": self.gate,
             "recommendation": self.recommendation.to_json() if self.recommendation else None,
             "findings": list(self.findings),
             "engine": self.engine,
@@ -201,33 +203,54 @@ def engine_json(engine: EngineInfo) -> dict[str, Any]:
     return to_json(engine)
 
 
+GATES = {
+    "no-data": "no page read yet, or none of the signals the rules need",
+    "vllm-down": "vLLM cannot be read",
+    "stale": "the last good page or evaluation is too old",
+    "window-too-short": "less data than min_window",
+    "warming-up": "the engine restarted less than warmup ago",
+    "just-changed": "a knob changed: observing it before new advice",
+    "idle-unknown": "no running gauge: idle or not cannot be told",
+    "idle": "nothing to serve in the window",
+}
+"""The reasons no advice may be given now, each as the word ``Diagnosis.gate`` holds."""
+
+
 def significance(
     window: Window, values: Mapping[str, float | None], cfg: Config, now: float, last_change: float | None
-) -> str | None:
-    """Why no advice may be given now (idle, warming up, just changed, too little data), or None."""
+) -> tuple[str, str] | None:
+    """Why no advice may be given now (idle, warming up, just changed, too little data), as
+    (the gate's word in GATES, the sentence), or None."""
     latest = window.latest
     if latest is None:
-        return "no /metrics page read yet"
+        return "no-data", "no /metrics page read yet"
     if now - latest.t > cfg.stale_after_s:
-        return f"the last good /metrics page is {now - latest.t:.0f}s old: vLLM is down or unreadable"
+        return (
+            "stale",
+            f"the last good /metrics page is {now - latest.t:.0f}s old: vLLM is down or unreadable",
+        )
     span = values.get("window_seconds") or 0.0
     if span < cfg.min_window_s:
-        return f"only {span:.0f}s of data (need {cfg.min_window_s:.0f}s)"
+        return "window-too-short", f"only {span:.0f}s of data (need {cfg.min_window_s:.0f}s)"
     restarts = [t for t in window.restart_times() if t >= now - cfg.window_s]
     if restarts and now - restarts[-1] < cfg.warmup_s:
-        return f"the engine restarted {now - restarts[-1]:.0f}s ago: warming up"
+        return "warming-up", f"the engine restarted {now - restarts[-1]:.0f}s ago: warming up"
     if last_change is not None and now - last_change < cfg.observe_after_change_s:
         left = cfg.observe_after_change_s - (now - last_change)
         return (
-            f"a knob changed {now - last_change:.0f}s ago: observing for {left:.0f}s more before new advice"
+            "just-changed",
+            f"a knob changed {now - last_change:.0f}s ago: observing for {left:.0f}s more before new advice",
         )
     finished = values.get("requests_finished") or 0.0
     running = values.get("requests_running_avg")
     waiting = values.get("requests_waiting_avg") or 0.0
     if finished < cfg.min_requests and (running or 0.0) < 1 and waiting < 1:
         if running is None:  # unknown is not zero
-            return "cannot tell whether vLLM is idle: no vllm:num_requests_running in the data"
-        return f"idle: {finished:.0f} requests finished in the window and none running"
+            return (
+                "idle-unknown",
+                "cannot tell whether vLLM is idle: no vllm:num_requests_running in the data",
+            )
+        return "idle", f"idle: {finished:.0f} requests finished in the window and none running"
     return None
 
 
@@ -253,13 +276,14 @@ def diagnose(
         evaluator.reset()
         return Diagnosis(
             "insufficient-data",
-            not_now,
+            not_now[1],
             None,
             tuple(arbitration.finding_json(f) for f in findings),
             eng,
             ctx,
             now,
             values,
+            gate=not_now[0],
         )
     # issue 23: an engine that stopped counting tokens while requests wait is stalled, a finding
     # of its own that no knob answers (derive/trust.py); never advice, never healthy
@@ -300,8 +324,11 @@ def diagnose(
         unknown = [f for f in findings if f.state == "unknown"]
         if unknown and len(unknown) == len(findings) and not breached:
             missing = sorted({m for f in unknown for m in f.missing})
-            return without_advice(
-                "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
+            return replace(
+                without_advice(
+                    "insufficient-data", f"no rule could be checked: missing {', '.join(missing)}"
+                ),
+                gate="no-data",
             )
         # issue 23: readings of the window that could not be trusted (NaN, a duplicate series, a
         # counter that went down without a restart) are not read as calm

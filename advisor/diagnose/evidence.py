@@ -2,11 +2,11 @@
 or only a log's periodic stats lines. Pure functions; ``inputs`` feeds their output to the
 advisor like any page.
 
-* One page: its counters and histograms count from the process start (vLLM exports
-  ``process_start_time_seconds``, and each counter's ``_created``). :func:`start_baseline`
-  is that start as a page whose counters are all zero, so the window's deltas are the
-  counts since the start and its rates averages over the uptime. Gauges are left out of it
-  (they are read from the page alone).
+* One page: a rate is a difference between two readings, and one page is one reading (the
+  file's modification time is when it was copied, not when it was scraped: a clone sets it
+  to now). So a lone page has no rates (:data:`NO_RATES`); its gauges (running, waiting, KV
+  usage) and its counters read as counts since the process started are what it supports
+  (:func:`single_page_verdict`).
 * A log: each ``engine_stats`` line (running, waiting, KV usage, throughputs, V0 swapped)
   becomes a page (:func:`pages_from_stats`), throughputs integrated into token counters,
   V0 preemption warnings into the preemption counter.
@@ -16,56 +16,16 @@ advisor like any page.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from advisor.core import names
-from advisor.core.model import EngineInfo, Family, Histogram, LogEvent, Snapshot, label_key
+from advisor.core.model import EngineInfo, Family, LogEvent, Snapshot, label_key
 from advisor.diagnose.advise import Diagnosis, engine_json, no_rule_fired
 
-# A counter's creation stamp as prometheus_client prints it (the parser drops these lines).
-_CREATED_RE = re.compile(r"^(?:ray_)?vllm:\S*?_created(?:\{[^}]*\})?\s+([0-9.eE+-]+)\s*$", re.MULTILINE)
-START_FAMILY = "process_start_time_seconds"
-
-
-def process_start(text: str, snap: Snapshot) -> tuple[float | None, str]:
-    """When the server process started (Unix time) and which series said so; ``(None, why)``
-    when the page does not say."""
-    t = snap.total(START_FAMILY)
-    if t is not None and t > 0:
-        return t, START_FAMILY
-    stamps = []
-    for m in _CREATED_RE.finditer(text):
-        try:
-            v = float(m.group(1))
-        except ValueError:
-            continue
-        if v > 0:
-            stamps.append(v)
-    if stamps:
-        return min(stamps), "the earliest vllm:*_created stamp"
-    return None, f"no {START_FAMILY} and no vllm:*_created series"
-
-
-def start_baseline(snap: Snapshot, start: float) -> Snapshot:
-    """The page's counters and histograms at ``start``: every series zero. Gauges left out."""
-    fams: dict[str, Family] = {}
-    series: dict[Any, Any]
-    for name, fam in snap.families.items():
-        if fam.type == "counter":
-            series = dict.fromkeys(fam.series, 0.0)
-        elif fam.type in ("histogram", "gaugehistogram"):
-            series = {
-                k: Histogram(tuple((b, 0.0) for b, _ in h.buckets), 0.0, 0.0)
-                for k, h in fam.series.items()
-                if isinstance(h, Histogram)
-            }
-        else:
-            continue
-        fams[name] = Family(name, fam.type, fam.help, series, fam.source_name)
-    return Snapshot(t=start, families=fams)
+NO_RATES = "one page: no rates; give two pages or --url --window"
+"""What a lone page cannot give, and what would (the context line and the verdicts say it)."""
 
 
 # --------------------------------------------------------------------------- pressure
@@ -113,29 +73,25 @@ def _withhold(d: Diagnosis, status: str, reason: str) -> Diagnosis:
     return replace(d, status=status, reason=reason, recommendation=None)
 
 
-def single_page_verdict(d: Diagnosis, page: Snapshot, start: float | None, start_why: str) -> Diagnosis:
-    """What one page supports. Counters since the process start (``start``) give rates
-    averaged over the uptime (the page carries no time of its own: the file's modification
-    time stands for it, so they are lower bounds). "healthy" needs the running and waiting
-    gauges, a time base, and no sign of pressure; otherwise the verdict says what is missing
-    or what the page shows."""
+def single_page_verdict(d: Diagnosis, page: Snapshot) -> Diagnosis:
+    """What one page supports: no rates (:data:`NO_RATES`), so no rule that needs one can hold;
+    its gauges and its counters as counts since the process started. "healthy" needs the
+    running and waiting gauges and no sign of pressure (no queue, no preemption since the
+    start, a KV cache not full); otherwise the verdict says what is missing or what the page
+    shows."""
     p = pressure(page)
-    ctx = dict(d.context)
+    ctx = {k: v for k, v in d.context.items() if k not in ("window_seconds", "requests_per_second")}
     ctx["single_page"] = {
-        "process_start": start,
-        "time_base": start_why if start is not None else None,
-        "missing_time_base": None if start is not None else start_why,
         "running": p.running,
         "waiting": p.waiting,
         "kv_cache_usage": p.kv_usage,
         "preemptions_since_start": p.preemptions_since_start,
-        "note": "one page: counters are read as counts since the process started, rates as "
-        "averages since then up to the file's modification time (a lower bound)",
+        "note": NO_RATES,
     }
     d = replace(d, context=ctx)
-    if d.recommendation is not None:
+    if d.recommendation is not None:  # a rule that holds on the page's gauges alone
         rec = d.recommendation
-        said = "From one page: rates are averages since the process started (a lower bound)."
+        said = "From one page: its gauges, no rates."
         d = replace(d, recommendation=replace(rec, note=f"{rec.note} {said}".strip()))
     quiet = no_rule_fired(d)
     if not quiet and d.status != "insufficient-data":
@@ -145,24 +101,30 @@ def single_page_verdict(d: Diagnosis, page: Snapshot, start: float | None, start
     if d.status == "insufficient-data" and d.reason.startswith("idle") and (missing or signs):
         # "idle" from a page that lacks the gauges, or whose gauges show work, is no verdict
         what = f"it lacks {', '.join(missing)}" if missing else f"it shows {', '.join(signs)}"
-        return _withhold(d, "insufficient-data", f"one page cannot tell whether vLLM is idle: {what}")
+        return _withhold(
+            d, "insufficient-data", f"one page cannot tell whether vLLM is idle: {what}; {NO_RATES}"
+        )
+    if d.status == "insufficient-data" and d.reason.startswith("idle"):  # the gauges, not a window, say it
+        return _withhold(
+            d, "insufficient-data", f"nothing running or waiting when the page was read ({NO_RATES})"
+        )
     if not quiet:
         return d
     if signs:
         return _withhold(
             d,
             "inconclusive",
-            f"one page shows {', '.join(signs)}, but no rule could confirm a cause from it; "
-            "observe a window (--url with --window, or several --metrics-file pages)",
+            f"one page shows {', '.join(signs)}, but no rule can confirm a cause from it ({NO_RATES})",
         )
-    if not missing and start is not None:
-        return replace(d, reason=f"{d.reason} (one page: counters read since the process started)")
-    if missing or start is None:
-        need = [*missing] + ([] if start is not None else [f"{START_FAMILY} or vllm:*_created ({start_why})"])
+    if missing:
         return _withhold(
-            d, "insufficient-data", f"one page is not enough to call it healthy: missing {', '.join(need)}"
+            d,
+            "insufficient-data",
+            f"one page is not enough to call it healthy: missing {', '.join(missing)} ({NO_RATES})",
         )
-    return d
+    return replace(
+        d, reason=f"{d.reason} (one page: its gauges and counts since the process started; {NO_RATES})"
+    )
 
 
 def log_pressure(pages: Sequence[Snapshot]) -> list[str]:
@@ -290,7 +252,5 @@ __all__ = [
     "no_stats_diagnosis",
     "pages_from_stats",
     "pressure",
-    "process_start",
     "single_page_verdict",
-    "start_baseline",
 ]

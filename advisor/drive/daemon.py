@@ -225,6 +225,8 @@ class Daemon:
         )
         if fresh and not stale_advice:
             return st
+        if d is not None and not fresh and d.gate != "vllm-down":  # the cycle stalled: old data
+            d = dc_replace(d, gate="stale")
         if stale_advice:
             assert d is not None
             reason = (
@@ -232,7 +234,9 @@ class Daemon:
                 if fresh
                 else f"no scrape of vLLM has completed for {self.fresh_for_s():g}s: advice withdrawn"
             )
-            d = Diagnosis("insufficient-data", reason, None, d.findings, d.engine, d.context, d.at, {})
+            d = Diagnosis(
+                "insufficient-data", reason, None, d.findings, d.engine, d.context, d.at, {}, gate="stale"
+            )
         return dc_replace(st, diagnosis=d, up=st.up and fresh)
 
     def _record_experiments(self, take: bool = True) -> None:
@@ -845,8 +849,10 @@ def run_replay(
     cfg: Config, rules: Sequence[Rule], session_dir: str, speed: float, run_seconds: float | None = None
 ) -> int:
     """Serve the exporter while a recorded session plays at ``speed`` (as if live), then hold
-    the final state until stopped. Advice withdrawal by staleness is measured on the
-    replayed clock, so the final state stays what the session ended with."""
+    the final state until stopped, or until ``run_seconds`` after the start (mid-replay too).
+    The replay's clock starts at its first page (the log before it is read at once). Advice
+    withdrawal by staleness is measured on the replayed clock, so the final state stays what
+    the session ended with."""
 
     configure_logging()
     try:
@@ -865,10 +871,18 @@ def run_replay(
         raise DaemonError(f"cannot listen on {cfg.listen}: {e.strerror or e}") from None
     log.info("replaying", session=session_dir, speed=speed, listen=f"{host}:{port}")
     _install_signals(daemon._stop)
+    deadline = None if run_seconds is None else time.monotonic() + run_seconds
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
     try:
 
         def pause(x: float) -> None:
-            daemon._stop.wait(x)
+            rest = left()
+            daemon._stop.wait(x if rest is None else min(x, rest))
+            if left() == 0.0:
+                daemon._stop.set()
 
         for item in s.replay(speed=speed, sleep=pause):
             if daemon._stop.is_set():
@@ -883,8 +897,9 @@ def run_replay(
                 else:
                     adv.on_log_line(item.text)
             daemon._record_experiments()
-        log.info("replay finished; holding the final state")
-        daemon._stop.wait(run_seconds)
+        if not daemon._stop.is_set():
+            log.info("replay finished; holding the final state")
+            daemon._stop.wait(left())
     finally:
         daemon.stop()
     return 0
@@ -953,6 +968,21 @@ def observe(
 ) -> Diagnosis:
     """Watch a live server for ``window_s`` (``explain --url``) and diagnose it (``command``:
     the server's launch command as pasted, instead of the process found on this host)."""
+    return observe_advisor(url, cfg, rules, window_s, interval_s, engine_config, progress, sleep, command)[1]
+
+
+def observe_advisor(
+    url: str,
+    cfg: Config,
+    rules: Sequence[Rule],
+    window_s: float,
+    interval_s: float,
+    engine_config: str | None = None,
+    progress: bool | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    command: cmdline_src.PastedCommand | None = None,
+) -> tuple[Advisor, Diagnosis]:
+    """:func:`observe`, with the advisor that watched (its window sizes the replicas)."""
 
     cfg = cfg.with_overrides(
         vllm_url=url,
@@ -989,4 +1019,4 @@ def observe(
         raise DaemonError(
             f"not one /metrics page could be read from {url}: {daemon.advisor.stats.last_error}"
         )
-    return d
+    return daemon.advisor, d

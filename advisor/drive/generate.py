@@ -55,7 +55,12 @@ def render_all(
         "deploy/kubernetes/vllm-logging-configmap.yaml": deploy.render_yaml(
             deploy.k8s_logging_configmap(), k8s_note
         ),
-        "deploy/kubernetes/deployment.yaml": deploy.render_yaml(deploy.k8s_deployment(), k8s_note),
+        "deploy/kubernetes/deployment.yaml": deploy.render_yaml(
+            deploy.k8s_deployment(),
+            k8s_note + "\n"
+            "The sidecar's readinessProbe is /metrics, not /readyz: a pod is ready when all its containers\n"
+            "are, and vLLM must not lose its traffic while the advisor waits for a window of it.",
+        ),
         "deploy/kubernetes/service.yaml": deploy.render_yaml(deploy.k8s_service()),
         "deploy/kubernetes/servicemonitor.yaml": deploy.render_yaml(
             deploy.k8s_servicemonitor(),

@@ -19,7 +19,7 @@ from advisor.diagnose.ruleset import Rule
 from advisor.drive.runner import Advisor, ReplayClock, base_from_session_engine, replay
 from advisor.sources import prometheus as prom_src
 from advisor.sources.cmdline import PastedCommand
-from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warning, parse_page
+from advisor.sources.metrics import MAX_PAGE_BYTES, MetricsError, describe_warning
 from advisor.sources.session import Session
 
 
@@ -89,9 +89,9 @@ def from_files(
     else ``interval_s`` apart. A few pages are no time series: ``for:`` hold times are
     not applied and the minimum window is the pages' span.
 
-    One page alone: its counters count from the process start (``evidence.start_baseline``),
-    and a verdict it cannot support is withheld (``evidence.single_page_verdict``). A log
-    alone: its periodic stats lines become the pages (``evidence.pages_from_stats``)."""
+    One page alone has no rates (one reading; its file's time is when it was copied), and a
+    verdict it cannot support is withheld (``evidence.single_page_verdict``). A log alone:
+    its periodic stats lines become the pages (``evidence.pages_from_stats``)."""
     clock = ReplayClock()
     inf = float("inf")
     cfg1 = replace(cfg, min_window_s=0.0, warmup_s=0.0, stale_after_s=inf, window_s=inf, retention_s=inf)
@@ -119,37 +119,18 @@ def from_files(
     if not metric_files:
         return adv, _from_log_stats(adv, clock, log_file) if log_file else None
     times = _times(metric_files, interval_s)
-    start: tuple[float | None, str] = (None, "")
     for path, t in zip(metric_files, times, strict=True):
         text = _read_page(path)
         if not text.strip():  # read fine, nothing in it: too little data, as an empty log
             raise NoData(f"{path}: an empty page, no samples: too little data to diagnose")
         clock.t = t
-        if len(metric_files) == 1:
-            start = _single_page_start(adv, text, t)
         if not adv.on_page(text, t):
             raise InputError(f"{path}: {adv.stats.last_error}")
         adv.input_warnings.extend(describe_warning(w, path) for w in adv.last_page_warnings)
     d = adv.diagnose(times[-1])
     if len(metric_files) == 1 and adv.window.latest is not None:
-        d = evidence.single_page_verdict(d, adv.window.latest, start[0], start[1])
+        d = evidence.single_page_verdict(d, adv.window.latest)
     return adv, d
-
-
-def _single_page_start(adv: Advisor, text: str, t: float) -> tuple[float | None, str]:
-    """Put the process start (all counters zero) before a lone page; (start, which series
-    said it) or (None, why not)."""
-    try:
-        snap = parse_page(text, t)
-    except MetricsError:
-        return None, "the page cannot be read"  # on_page says why
-    start, why = evidence.process_start(text, snap)
-    if start is None:
-        return None, why
-    if start >= t:
-        return None, f"the process started ({why}) after the file was last written: no time base"
-    adv.window.add_snapshot(evidence.start_baseline(snap, start))
-    return start, why
 
 
 def _from_log_stats(adv: Advisor, clock: ReplayClock, log_file: str) -> Diagnosis:

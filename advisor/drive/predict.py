@@ -10,6 +10,7 @@ from typing import Any
 from advisor.core import knobs, units
 from advisor.derive import sketches
 from advisor.derive.signals import Context, Values, latency_sources
+from advisor.diagnose import evidence
 from advisor.drive import inputs
 from advisor.drive.daemon import Daemon, DaemonError
 from advisor.predict import perfmodel as pm
@@ -122,6 +123,8 @@ def from_source_exact(
         raise ValueError("give --session, --metrics-file or --url")
     if d is None:
         raise pm.InsufficientData("no /metrics page to read")
+    if len(metrics_files) == 1:  # one reading: nothing to fit a step time to (the log gives facts)
+        raise pm.InsufficientData(evidence.NO_RATES)
     # the model wants the whole recording, not only the evaluation window
     ctx = Context(adv.window, adv.engine, None, dict(cfg.targets))
     values = Values(ctx).all()

@@ -317,6 +317,7 @@ class Advisor:
                 status="insufficient-data",
                 reason=f"vLLM cannot be read: {self.stats.last_error}",
                 recommendation=None,
+                gate="vllm-down",
             )
         return d
 

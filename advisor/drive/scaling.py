@@ -82,6 +82,15 @@ class Sizer:
         return sizing
 
 
+def desired_now(adv: Advisor, d: Diagnosis | None) -> rp.Desired | None:
+    """The desired replicas of one diagnosis, as the demo's page and ``explain`` show them: the
+    server as the only replica of its load, sized once at ``d`` (no scale-in hold has history
+    yet); None where the model cannot say."""
+    if d is None or not (d.signals.get("window_seconds") or 0.0) > 0:  # one page: no load to size
+        return None
+    return rp.Hold(adv.cfg.scale_in_hold_s).update(d.at, instance_sizing(adv, d, 1))
+
+
 DEPLOYMENT_LABELS = ("model_name", "namespace", "job", "service")
 """The labels that make servers one deployment in fleet mode (docs/autoscaling.md)."""
 

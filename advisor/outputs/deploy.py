@@ -342,7 +342,14 @@ def k8s_fleet() -> list[dict[str, Any]]:
             "15s",
         ],
         "ports": [{"name": ADVISOR_PORT_NAME, "containerPort": ADVISOR_PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": ADVISOR_PORT_NAME}, "periodSeconds": 15},
+        # liveness is /healthz (the process works); readiness is /readyz (Prometheus read: the fleet's
+        # advice can be trusted). Prometheus scrapes not-ready endpoints too, so its series go on.
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": ADVISOR_PORT_NAME},
+            "periodSeconds": 30,
+            "failureThreshold": 4,
+        },
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": ADVISOR_PORT_NAME}, "periodSeconds": 15},
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": dict(ADVISOR_SECURITY),
     }

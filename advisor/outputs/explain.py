@@ -21,6 +21,7 @@ from advisor.derive.signals import CATALOG, help_for
 from advisor.diagnose.advise import Diagnosis, Evidence, Recommendation
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs import prediction as prediction_out
+from advisor.predict.replicas import Desired, Point, Sizing
 
 PERCENT_HINTS = ("usage", "hit_ratio", "share", "abort_ratio")
 
@@ -65,6 +66,9 @@ def _ctx_line(ctx: Mapping[str, Any]) -> str:
     if dev:
         n = ctx.get("gpu_count")
         parts.append(f"{dev}" + (f" x{n}" if n and str(dev).lower() != "cpu" else ""))
+    one = ctx.get("single_page")
+    if isinstance(one, Mapping) and one.get("note"):
+        parts.append(str(one["note"]))  # one page: no window, no rates
     if ctx.get("window_seconds"):
         parts.append(f"window {ctx['window_seconds']:.0f} s")
     if ctx.get("requests_per_second") is not None:
@@ -88,13 +92,58 @@ def _ctx_line(ctx: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "no context known"
 
 
+REPLICAS_TITLE = "Desired replicas"
+
+
+def replicas_line(r: Desired) -> str:
+    """The desired replica count, what it rests on and the latencies predicted at it."""
+    s = r.sizing
+    held = "; held while a scale-in waits out its hold" if r.held else ""
+    at = ""
+    p = r.at_desired
+    if p is not None and (p.ttft_p95 is not None or p.itl_p95 is not None):
+        at = f"; predicted at {p.replicas}: TTFT p95 {fmt(p.ttft_p95, 's')}, ITL p95 {fmt(p.itl_p95, 's')}"
+    return f"{r.desired} ({s.current} now{held}): {s.reason}{at}"
+
+
+def replicas_from_json(r: Any) -> Desired | None:
+    """The desired replicas as ``Desired.to_json`` wrote them (``explain --daemon``); None when
+    absent or not that shape."""
+    if not isinstance(r, Mapping) or not isinstance(r.get("desired"), int):
+        return None
+
+    def pt(x: Any) -> Point | None:
+        if not isinstance(x, Mapping) or not isinstance(x.get("replicas"), int):
+            return None
+        return Point(x["replicas"], x.get("ttft_seconds_p95"), x.get("itl_seconds_p95"))
+
+    try:
+        sizing = Sizing(
+            current=int(r.get("current", 1)),
+            needed=int(r.get("needed", r["desired"])),
+            meets_targets=bool(r.get("meets_targets")),
+            knob_first=bool(r.get("knob_first")),
+            reason=str(r.get("reason", "")),
+            confidence=r.get("confidence"),
+        )
+    except (TypeError, ValueError):
+        return None
+    return Desired(
+        r["desired"],
+        sizing,
+        pt(r.get("predicted_at_desired")),
+        pt(r.get("predicted_at_one_fewer")),
+        bool(r.get("held")),
+    )
+
+
 def _current(rec: Recommendation) -> str:
     src = f" (current value from {rec.current_source})" if rec.current_source else ""
     return src
 
 
 # ------------------------------------------------------------------ text
-def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
+def render_text(d: Diagnosis, width: int = 100, color: bool = False, replicas: Desired | None = None) -> str:
     buf = io.StringIO()
     con = Console(
         file=buf,
@@ -107,6 +156,7 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
     if rec is None:
         style = {"healthy": "bold green", "inconclusive": "bold yellow"}.get(d.status, "bold")
         con.print(Text(f"{d.status.upper()}: {d.reason}", style=style))
+        _replicas(con, replicas)
         con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
         _findings(con, d)
         if d.context.get("latency_by_bucket"):
@@ -141,9 +191,15 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False) -> str:
         con.print(Text(f"{title}: ", style="bold"), Text(body))
     con.print(Text("Verify: ", style="bold"), Text(verify_text(rec)))
     con.print(Text("Roll back: ", style="bold"), Text(rec.rollback))
+    _replicas(con, replicas)
     con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
     _findings(con, d)
     return _tidy(buf.getvalue())
+
+
+def _replicas(con: Console, replicas: Desired | None) -> None:
+    if replicas is not None:
+        con.print(Text(f"{REPLICAS_TITLE}: ", style="bold"), Text(replicas_line(replicas)))
 
 
 def verify_text(rec: Recommendation) -> str:
@@ -305,16 +361,23 @@ def finding_lines(d: Diagnosis) -> list[str]:
 
 
 # ------------------------------------------------------------------ JSON
-def render_json(d: Diagnosis) -> str:
-    return jsonout.dumps(d.to_json(), indent=2, sort_keys=False, default=str)
+def diagnosis_json(d: Diagnosis, replicas: Desired | None = None) -> dict[str, Any]:
+    """``explain --format json`` and the daemon's ``/api/v1/diagnosis``: the diagnosis and the
+    desired replicas (null: unknown)."""
+    return {**d.to_json(), "replicas": replicas.to_json() if replicas is not None else None}
+
+
+def render_json(d: Diagnosis, replicas: Desired | None = None) -> str:
+    return jsonout.dumps(diagnosis_json(d, replicas), indent=2, sort_keys=False, default=str)
 
 
 # ------------------------------------------------------------------ markdown
-def render_markdown(d: Diagnosis) -> str:
+def render_markdown(d: Diagnosis, replicas: Desired | None = None) -> str:
     out = [f"## vLLM advisor: {d.status}", ""]
     rec = d.recommendation
+    shown = [f"**{REPLICAS_TITLE}:** {replicas_line(replicas)}", ""] if replicas is not None else []
     if rec is None:
-        out += [d.reason, "", f"Context: {_ctx_line(d.context)}", *_latency_markdown(d.context), ""]
+        out += [d.reason, "", *shown, f"Context: {_ctx_line(d.context)}", *_latency_markdown(d.context), ""]
         return "\n".join(out)
     out += [
         f"**Change:** `{rec.change}`{_current(rec)}",
@@ -355,6 +418,7 @@ def render_markdown(d: Diagnosis) -> str:
         "",
         f"**Roll back:** {rec.rollback}",
         "",
+        *shown,
         f"Context: {_ctx_line(d.context)}",
         "",
     ]
@@ -376,12 +440,13 @@ def _latency_markdown(context: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def render(d: Diagnosis, fmt: str, color: bool = False) -> str:
+def render(d: Diagnosis, fmt: str, color: bool = False, replicas: Desired | None = None) -> str:
+    """``d`` as ``fmt`` (text, json, markdown), with the desired replicas where they are known."""
     if fmt == "json":
-        return render_json(d)
+        return render_json(d, replicas)
     if fmt == "markdown":
-        return render_markdown(d)
-    return render_text(d, color=color)
+        return render_markdown(d, replicas)
+    return render_text(d, color=color, replicas=replicas)
 
 
 # ------------------------------------------------------------------ a rule's own docs
@@ -586,4 +651,5 @@ def diagnosis_from_json(d: Mapping[str, Any]) -> Diagnosis:
         at=float(d.get("at", 0.0)),
         signals=dict(d.get("signals", {})),
         experiment=d.get("experiment"),
+        gate=d.get("gate") if isinstance(d.get("gate"), str) else None,
     )

@@ -28,8 +28,8 @@ from advisor.core import jsonout, names
 from advisor.derive.signals import CATALOG
 from advisor.derive.timeseries import Charts
 from advisor.diagnose.advise import STATUSES
-from advisor.outputs import page
-from advisor.outputs.state import ExportState, History
+from advisor.outputs import explain, page
+from advisor.outputs.state import ExportState, History, readiness
 from advisor.predict.replicas import Desired
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -450,19 +450,23 @@ def make_handler(
                 elif path == "/api/v1/diagnosis":
                     st = state()
                     body = (
-                        st.diagnosis.to_json()
+                        explain.diagnosis_json(st.diagnosis, st.replicas)
                         if st.diagnosis
                         else {
                             "status": "insufficient-data",
                             "reason": "no diagnosis yet",
                             "recommendation": None,
+                            "replicas": None,
                         }
                     )
                     self._send(200, jsonout.dumps(body, default=str).encode(), "application/json")
                 elif path == "/api/v1/replicas":
                     r = state().replicas
                     self._json(200, {"replicas": r.to_json() if r is not None else None})
-                elif path == "/healthz":
+                elif path == "/readyz":  # the advice can be trusted (200) or why not (503)
+                    ok, ready = readiness(state())
+                    self._json(200 if ok else 503, ready)
+                elif path == "/healthz":  # liveness: 200 while the process works, vLLM up or not
                     st = state()
                     body = {
                         "ok": True,

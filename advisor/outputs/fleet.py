@@ -33,7 +33,7 @@ from advisor.outputs.exporter import (
     charts_or_none,
     replicas_families,
 )
-from advisor.outputs.state import Deployment, FleetState, History, Member
+from advisor.outputs.state import Deployment, FleetState, History, Member, readiness
 
 INSTANCE = "instance"
 MODEL = names.MODEL_LABEL
@@ -124,6 +124,20 @@ def deployment_json(d: Deployment) -> dict[str, Any]:
     }
 
 
+def fleet_readiness(st: FleetState) -> tuple[bool, dict[str, Any]]:
+    """The fleet daemon's ``/readyz``: 503 until its first cycle and while Prometheus cannot be
+    read (no server's advice can be trusted then); 200 otherwise, with each server's own
+    readiness (one server down does not make the fleet's advice of the others untrusted)."""
+    servers = {m.server.instance: readiness(m.state)[1]["why"] for m in st.members}
+    why, reason = None, ""
+    if st.cycles == 0:
+        why, reason = "starting", "no cycle has run yet"
+    elif not st.prometheus_up:
+        why, reason = "prometheus-down", st.last_error or "Prometheus cannot be read"
+    body = {"ready": why is None, "why": why, "reason": reason, "servers": servers}
+    return why is None, body
+
+
 def fleet_json(st: FleetState) -> dict[str, Any]:
     members = st.worst_first()
     worst = summary(members[0])["status"] if members else "insufficient-data"
@@ -190,6 +204,9 @@ def make_handler(
                         self._json(200, {**m.state.diagnosis.to_json(), **member_labels(m)})
                 elif path == "/api/v1/replicas":
                     self._json(200, {"deployments": [deployment_json(d) for d in state().deployments]})
+                elif path == "/readyz":
+                    ok, body = fleet_readiness(state())
+                    self._json(200 if ok else 503, body)
                 elif path == "/healthz":
                     st = state()
                     self._json(

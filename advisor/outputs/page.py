@@ -25,9 +25,10 @@ from advisor.core import knobs
 from advisor.core.units import fmt
 from advisor.derive.timeseries import Charts, Level
 from advisor.outputs import charts as charts_out
+from advisor.outputs import explain
 from advisor.outputs import prediction as prediction_out
 from advisor.outputs.state import AdviceSpan, Deployment, ExportState, FleetState, History, Member
-from advisor.outputs.view import DiagnosisView, Table, replicas_line, view
+from advisor.outputs.view import DiagnosisView, Table, view
 
 HTML = "text/html; charset=utf-8"
 SECURITY_HEADERS = (
@@ -167,7 +168,7 @@ def server_page(
     nav = [("this page", links.home), ("history", links.history), ("diagnosis JSON", links.diagnosis)]
     if links.fleet is not None:
         nav.insert(0, ("fleet", links.fleet))
-    nav += [("metrics", "/metrics"), ("health", "/healthz")]
+    nav += [("metrics", "/metrics"), ("health", "/healthz"), ("ready", "/readyz")]
     return shell(title, "\n".join(parts), refresh_s, nav)
 
 
@@ -177,6 +178,8 @@ def _banner(st: ExportState) -> str:
     bits = [badge(status)]
     if st.up:
         bits.append(f"vLLM is <b>up</b>; last page read {e(when(st.last_scrape_t))}")
+    elif d is None and st.last_scrape_t is None:  # nothing tried yet: not down
+        bits.append("vLLM: no page read yet")
     else:
         last = f"; last page read {e(when(st.last_scrape_t))}" if st.last_scrape_t is not None else ""
         bits.append(f"vLLM is <b>DOWN</b> (cannot be read){last}")
@@ -270,7 +273,7 @@ def _details(v: DiagnosisView) -> str:
     if v.latency is not None:
         out.append(table(v.latency))
     if v.replicas is not None:
-        out.append(f'<p id="replicas"><b>Desired replicas:</b> {e(v.replicas)}</p>')
+        out.append(f'<p id="replicas"><b>{e(explain.REPLICAS_TITLE)}:</b> {e(v.replicas)}</p>')
     if v.experiment:
         out.append(f"<p><b>{e(v.experiment)}</b></p>")
     if v.findings:
@@ -389,7 +392,7 @@ def fleet_page(st: FleetState, *, refresh_s: float | None = None) -> str:
         deps.append(
             f"<tr><td>{e(d.model)}</td><td>{e(where)}</td><td class='num'>{d.up}</td>"
             f"<td class='num'>{'unknown' if r is None else r.desired}</td>"
-            f"<td>{e(replicas_line(r) if r else '')}</td></tr>"
+            f"<td>{e(explain.replicas_line(r) if r else '')}</td></tr>"
         )
     if deps:
         parts.append(
@@ -397,7 +400,7 @@ def fleet_page(st: FleetState, *, refresh_s: float | None = None) -> str:
             f"<th>desired</th><th>why</th></tr>{''.join(deps)}</table>"
         )
     nav = [("fleet", "/"), ("diagnosis JSON", "/api/v1/diagnosis"), ("replicas JSON", "/api/v1/replicas")]
-    nav += [("metrics", "/metrics"), ("health", "/healthz")]
+    nav += [("metrics", "/metrics"), ("health", "/healthz"), ("ready", "/readyz")]
     return shell("vllm-advisor fleet", "\n".join(parts), refresh_s, nav)
 
 

@@ -47,6 +47,46 @@ class ExportState:
     page_skipped: dict[str, int] = field(default_factory=dict)  # the last page's samples not kept, by why
 
 
+NOT_READY_GATES = (
+    "no-data",
+    "vllm-down",
+    "stale",
+    "window-too-short",
+    "warming-up",
+    "just-changed",
+    "idle-unknown",
+)
+"""The gates (``advise.GATES``) under which the advice cannot be trusted: ``/readyz`` is 503.
+Idle is not one of them: nothing to advise at no load is advice that holds."""
+
+
+def readiness(st: ExportState) -> tuple[bool, dict[str, Any]]:
+    """``/readyz``: whether the advice of ``st`` can be trusted now, and the JSON body saying
+    why not (``why``: one word, ``reason``: the sentence). ``/healthz`` is the process's own
+    liveness and answers 200 whatever this says."""
+    d = st.diagnosis
+    why: str | None = None
+    reason = ""
+    if d is None:
+        why, reason = "starting", "no evaluation yet"
+    elif not st.up and d.gate == "stale":  # no scrape completed for two intervals: a stalled cycle
+        why, reason = "stale", d.reason if d.status == "insufficient-data" else "no scrape completed lately"
+    elif not st.up:
+        why, reason = "vllm-down", d.reason if d.gate == "vllm-down" else "vLLM cannot be read"
+    elif st.several_servers:
+        why, reason = "several-servers", d.reason
+    elif d.status == "insufficient-data" and d.gate != "idle":
+        why, reason = (d.gate if d.gate in NOT_READY_GATES else "insufficient-data"), d.reason
+    body: dict[str, Any] = {
+        "ready": why is None,
+        "why": why,
+        "reason": reason or (d.reason if d is not None else ""),
+        "status": d.status if d is not None else None,
+        "vllm_up": st.up,
+    }
+    return why is None, body
+
+
 @dataclass(frozen=True)
 class AdviceSpan:
     """One piece of advice as it was given: from the cycle it first appeared to the one it was

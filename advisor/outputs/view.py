@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from advisor.core.units import fmt
 from advisor.diagnose.advise import Diagnosis
 from advisor.outputs import explain
 from advisor.predict.replicas import Desired
@@ -53,17 +52,6 @@ class DiagnosisView:
     replicas: str | None = None
 
 
-def replicas_line(r: Desired) -> str:
-    """The desired replica count, what it rests on and the latencies predicted at it."""
-    s = r.sizing
-    held = "; held while a scale-in waits out its hold" if r.held else ""
-    at = ""
-    p = r.at_desired
-    if p is not None and (p.ttft_p95 is not None or p.itl_p95 is not None):
-        at = f"; predicted at {p.replicas}: TTFT p95 {fmt(p.ttft_p95, 's')}, ITL p95 {fmt(p.itl_p95, 's')}"
-    return f"{r.desired} ({s.current} now{held}): {s.reason}{at}"
-
-
 def view(d: Diagnosis, replicas: Desired | None = None) -> DiagnosisView:
     """The parts of ``d`` in the order the text rendering prints them."""
     title, rows = explain.latency_rows(d.context)
@@ -78,7 +66,7 @@ def view(d: Diagnosis, replicas: Desired | None = None) -> DiagnosisView:
         context=explain._ctx_line(d.context),
         experiment=explain.experiment_line(d.experiment),
         findings=tuple(explain.finding_lines(d)),
-        replicas=replicas_line(replicas) if replicas is not None else None,
+        replicas=explain.replicas_line(replicas) if replicas is not None else None,
     )
     rec = d.recommendation
     if rec is None:

@@ -769,7 +769,9 @@ class Session:
 
         ``speed`` None: as fast as possible; ``speed`` 10: ten times real time, pacing with the
         injected ``clock``/``sleep`` against the session's own timeline (no drift: each item
-        waits for its own due time, not a fixed gap after the previous one).
+        waits for its own due time, not a fixed gap after the previous one). The pacing starts
+        at the first page: log lines before it (a server's start-up, written before the first
+        scrape) are yielded at once, so a replay's first diagnosis comes with its first item.
         """
         if speed is not None and not speed > 0:
             raise ValueError(f"speed must be > 0 or None, got {speed!r}")
@@ -778,7 +780,8 @@ class Session:
         for eff, kind, t, payload in self.timeline():
             if speed is not None:
                 if wall0 is None:
-                    wall0, t0 = clock(), eff
+                    if kind == "scrape":
+                        wall0, t0 = clock(), eff
                 else:
                     delay = (eff - t0) / speed - (clock() - wall0)
                     if delay > 0:

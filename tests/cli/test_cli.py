@@ -93,7 +93,10 @@ def test_every_command_has_help(cmd: list[str]) -> None:
 
 def _commands(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
     out: list[tuple[tuple[str, ...], click.Command]] = []
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)  # the top group loads its commands when asked (advisor/cli/__init__.py)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         out.append(((*path, name), cmd))
         if isinstance(cmd, click.Group):
             out.extend(_commands(cmd, (*path, name)))

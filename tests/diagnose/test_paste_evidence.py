@@ -8,11 +8,11 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.core import config as config_mod
+from advisor.diagnose.evidence import NO_RATES
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import inputs
 from tests.paths import FIXTURES
@@ -39,38 +39,40 @@ def _diagnose(metric_files: list[str], log_file: str | None = None):  # type: ig
 
 def test_a_page_with_a_long_queue_and_preemptions_is_not_healthy(tmp_path: Path) -> None:
     """719 waiting, 11 running, 353 preemptions since start (a real H200 page with those
-    gauges edited): the counters since process_start_time_seconds make the preemption rules
-    checkable, and the one that fires is the KV-capacity one (11 running of 256)."""
+    gauges edited): one reading has no rates, so no rule can confirm a cause; the verdict
+    names what the page shows, and its file's time (here 10 minutes after the process
+    started) makes no rate of it (issue 33: it used to, up to the file's mtime)."""
     d = _diagnose([_page(tmp_path, "v1-queue-preempt.prom", H200_START + 600)])
-    assert d.status == "advice", d.reason
-    assert d.recommendation is not None and d.recommendation.rule == "kv-preemption-capacity"
-    assert d.context["single_page"]["preemptions_since_start"] == 353
-    assert "From one page" in d.recommendation.note
-    assert d.context["single_page"]["time_base"] == "process_start_time_seconds"
-    assert d.signals["preemptions_per_second"] is not None
-    assert abs(d.signals["preemptions_per_second"] - 353 / 600) < 1e-6
-
-
-def test_the_same_page_without_a_time_base_names_what_it_shows(tmp_path: Path) -> None:
-    """The file's time before the process start: no rates, so no rule can check the
-    preemptions; the verdict names the queue and the preemptions instead of "healthy"."""
-    d = _diagnose([_page(tmp_path, "v1-queue-preempt.prom", H200_START - 10)])
-    assert d.status == "inconclusive"
+    assert d.status == "inconclusive", d.reason
     assert "719 waiting" in d.reason and "353 preemptions since start" in d.reason
+    assert NO_RATES in d.reason
+    assert d.context["single_page"]["preemptions_since_start"] == 353
+    assert d.signals["preemptions_per_second"] is None
+
+
+def test_the_files_time_changes_nothing(tmp_path: Path) -> None:
+    """The same page with its file's time before the process start, or a day after: the same
+    verdict, word for word."""
+    early = _diagnose([_page(tmp_path, "v1-queue-preempt.prom", H200_START - 10)])
+    (tmp_path / "later").mkdir()
+    late = _diagnose([_page(tmp_path / "later", "v1-queue-preempt.prom", H200_START + 86_400)])
+    assert early.status == late.status == "inconclusive"
+    assert early.reason == late.reason
 
 
 def test_a_page_without_the_running_gauge_is_not_idle(tmp_path: Path) -> None:
     d = _diagnose([_page(tmp_path, "v1-no-running-gauge.prom", None)])
     assert d.status == "insufficient-data"
-    assert "idle:" not in d.reason
+    assert not d.reason.startswith("idle")  # not called idle: "cannot tell whether vLLM is idle: ..."
     assert "vllm:num_requests_running" in d.reason
 
 
 def test_a_quiet_page_without_a_start_time_is_not_called_healthy(tmp_path: Path) -> None:
-    """A real idle CPU page with process_start_time_seconds and every _created line cut."""
+    """A real idle CPU page with process_start_time_seconds and every _created line cut:
+    nothing running or waiting when it was read, which is no verdict (exit 4)."""
     d = _diagnose([_page(tmp_path, "v1-no-start-time.prom", None)])
     assert d.status == "insufficient-data"
-    assert d.context["single_page"]["missing_time_base"] is not None
+    assert "nothing running or waiting" in d.reason and NO_RATES in d.reason
 
 
 def test_a_v0_page_gets_v0_defaults_and_no_health_verdict(tmp_path: Path) -> None:
@@ -149,20 +151,3 @@ def test_log_stats_lines_become_pages_with_v1_preemption_counts() -> None:
     assert [p.total(names.NUM_WAITING) for p in pages] == [0.0, 4.0, 2.0]
     assert pages[2].total(names.PROMPT_TOKENS) - pages[0].total(names.PROMPT_TOKENS) == 2000.0  # type: ignore[operator]
     assert pages[1].mean(names.KV_CACHE_USAGE) == 0.99
-
-
-def test_the_counters_created_stamps_stand_in_for_a_missing_start_time(tmp_path: Path) -> None:
-    """process_start_time_seconds cut from the page (a paste of the vllm: lines only): the
-    earliest *_created stamp (the engine's counters, created at its start) is the time base."""
-    text = (PAGES / "v1-queue-preempt.prom").read_text()
-    cut = "\n".join(ln for ln in text.splitlines() if "process_start_time_seconds" not in ln) + "\n"
-    page = tmp_path / "no-process-start.prom"
-    page.write_text(cut)
-    created = min(
-        float(ln.split()[-1]) for ln in cut.splitlines() if not ln.startswith("#") and "_created" in ln
-    )
-    os.utime(page, (created + 600, created + 600))
-    d = _diagnose([str(page)])
-    assert d.context["single_page"]["time_base"] == "the earliest vllm:*_created stamp"
-    assert d.context["single_page"]["process_start"] == created
-    assert d.status == "advice" and d.signals["preemptions_per_second"] == pytest.approx(353 / 600)

@@ -49,7 +49,7 @@ def test_the_daemon_never_shows_a_url_password(tmp_path: Path, capsys: pytest.Ca
     pages = session_pages(FIXTURES / "sessions" / "cpu-healthy")
     clock = Clock()
     surfaces: dict[str, str] = {}
-    paths = ("/metrics", "/api/v1/diagnosis", "/healthz", "/")
+    paths = ("/metrics", "/api/v1/diagnosis", "/healthz", "/readyz", "/")
     d: Daemon | None = None
     try:
         with serve(StandIn(pages)) as base:
@@ -73,6 +73,7 @@ def test_the_daemon_never_shows_a_url_password(tmp_path: Path, capsys: pytest.Ca
             d.stop()
     outage = json.loads(surfaces["/api/v1/diagnosis (outage)"])
     assert outage["status"] == "insufficient-data"
+    assert json.loads(surfaces["/readyz (outage)"])["why"] == "vllm-down"  # its reason names the URL
     for where, text in surfaces.items():
         _clean(text, where)
     _clean((tmp_path / "state" / "diagnosis.json").read_text(), "state/diagnosis.json")

@@ -255,6 +255,20 @@ def test_replay_speed_paces_by_the_session_timeline(tmp_path: Path) -> None:
     assert [k for _, k in walls] == ["scrape", "scrape", "log", "scrape", "scrape"]
 
 
+def test_replay_reads_the_log_before_the_first_page_at_once(tmp_path: Path) -> None:
+    """A log that starts 80 s before the first page (a server's start-up): its lines come at
+    once and the pacing starts at the first page (issue 33: `run --replay` showed vLLM DOWN for
+    those 80 s)."""
+    lines = [line_at("23:24:43", "start-up"), line_at("23:25:33", "loaded"), line_at("23:26:02", "x")]
+    d = make_session(tmp_path / "s", [0.0, 4.0], lines)
+    ft = FakeTime()
+    walls = [
+        (ft.now - 1000.0, k) for k, _, _ in Session.load(d).replay(speed=1, clock=ft.clock, sleep=ft.sleep)
+    ]
+    assert [k for _, k in walls] == ["log", "log", "scrape", "log", "scrape"]
+    assert [w for w, _ in walls] == pytest.approx([0.0, 0.0, 0.0, 2.0, 4.0])
+
+
 def test_replay_does_not_drift_when_the_consumer_is_slow(tmp_path: Path) -> None:
     d = make_session(tmp_path / "s", [0.0, 2.0, 4.0], [])
     ft = FakeTime()
