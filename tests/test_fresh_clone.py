@@ -9,6 +9,7 @@ the repository, no test can depend on a file only one machine has.)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,12 @@ def test_a_clone_alone_in_its_folder_passes_the_path_checks(tmp_path: Path) -> N
         timeout=300,
     )
     assert collect.returncode == 0, collect.stdout[-3000:] + collect.stderr[-3000:]
+    # README's count of the suite stays true (issue 33): within 3% of what the clone collects
+    collected = int(re.findall(r"(\d+) tests? collected", collect.stdout)[-1])
+    said = int(
+        re.search(r"([\d,]+) tests, among them", (clone / "README.md").read_text())[1].replace(",", "")
+    )
+    assert abs(said - collected) <= 0.03 * collected, f"README says {said} tests, {collected} are collected"
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PATH_CHECKS],
         cwd=clone,
