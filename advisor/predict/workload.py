@@ -66,8 +66,18 @@ def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
     counts = [
         max(0.0, (b.finished + b.in_system - a.in_system) * b.engines) for a, b in itertools.pairwise(busy)
     ]
-    span = sum(b.dt for b in busy[1:])
-    rate = sum(counts) / span if span > 0 else 0.0
+    # the rate over the intervals that had arrivals: a drain at the end of a finite load (or a
+    # lull before its start) is not part of the rate the server was offered
+    # (an interval "has arrivals" at a quarter of the median count: the pages' two-end averages
+    # leave a request or two of noise in a drain)
+    floor = max(0.5 * busy[0].engines, 0.25 * statistics.median(counts)) if counts else 0.0
+    arriving = [i for i, c in enumerate(counts) if c >= floor]
+    if arriving:
+        lo, hi = arriving[0], arriving[-1] + 1
+        span = sum(b.dt for b in busy[lo + 1 : hi + 1])
+        rate = sum(counts[lo:hi]) / span if span > 0 else 0.0
+    else:
+        span, rate = sum(b.dt for b in busy[1:]), 0.0
     spans = span_rows >= max(3, PLATEAU_SHARE * len(busy))
     if held >= HELD and spans and plateau >= 1:
         n = max(1, round(plateau * busy[0].engines))
