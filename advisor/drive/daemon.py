@@ -52,6 +52,10 @@ from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger, Ledge
 log = structlog.get_logger("vllm-advisor")
 HISTORY_ROWS = 50  # experiments /history shows
 PAGE_WAIT_S = 2.0  # a page waits this long for a cycle to let go of the window
+# The wall clock moved this much more (or less) than the monotonic clock between two cycles: a
+# step (NTP stepping a clock that was far off, a hand-set clock, a VM resumed), not a slew (NTP
+# slews at most 0.5 ms/s: 2.5 ms over a 5 s interval).
+CLOCK_STEP_S = 1.0
 
 
 def metrics_url(url: str) -> str:
@@ -69,11 +73,21 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         persist: bool = True,
         http: http_src.Client | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.cfg = cfg
         self.persist = persist
         self.rules = tuple(rules)
+        # ``clock``: wall time, for what is stamped, shown and stored (pages, advice, the
+        # ledger); ``monotonic``: for every interval and staleness (time.monotonic; an injected
+        # wall clock without one, a replay's or a test's, is taken as both)
         self.clock = clock
+        self.mono = monotonic if monotonic is not None else (time.monotonic if clock is time.time else clock)
+        self._scrape_mono: float | None = None  # monotonic time of the last completed scrape
+        self._diag_mono: float | None = None  # ... of the published diagnosis
+        self._wall_offset: float | None = None  # wall minus monotonic at the last cycle
+        self.clock_step: tuple[float, float] | None = None  # the last step: seconds, monotonic time
+        self.clock_steps = 0
         self.cycle_duration_s: float | None = None  # the last cycle's wall time
         self.cycle_interval_s: float | None = None  # the achieved time between cycle starts (EWMA)
         self._cycle_started: float | None = None
@@ -169,14 +183,26 @@ class Daemon:
                 ledger_error=led.last_error,
                 state_write_ok=self.state_ok,
             )
-        now = self.clock()
+        # ages on the monotonic clock: a wall clock stepped back an hour must not keep a stale
+        # scrape fresh for that hour, nor one stepped forward call vLLM down (a replay or the
+        # demo, which run no cycle, judge on their own clock)
+        now, mono = self.clock(), self.mono()
         last = st.last_scrape_t
-        fresh = last is not None and now - last <= self.fresh_for_s()
+        scrape_age = (
+            mono - self._scrape_mono
+            if self._scrape_mono is not None
+            else (now - last if last is not None else None)
+        )
+        fresh = scrape_age is not None and scrape_age <= self.fresh_for_s()
         d = st.diagnosis
         stale_advice = (
             d is not None
             and d.status == "advice"
-            and (not fresh or now - d.at > max(1.5 * self.fresh_for_s(), self.cfg.stale_after_s))
+            and (
+                not fresh
+                or (mono - self._diag_mono if self._diag_mono is not None else now - d.at)
+                > max(1.5 * self.fresh_for_s(), self.cfg.stale_after_s)
+            )
         )
         if fresh and not stale_advice:
             return st
@@ -279,7 +305,7 @@ class Daemon:
     def cycle(self) -> Diagnosis:
         """Scrape once, evaluate, publish. Never raises: whatever goes wrong is one log line
         with the error, a failed scrape in ``scrapes_total``, and a fresh state."""
-        started, t0 = self.clock(), time.monotonic()
+        started, t0 = self.mono(), time.monotonic()
         if self._cycle_started is not None and started > self._cycle_started:
             gap = started - self._cycle_started
             prev = self.cycle_interval_s
@@ -318,16 +344,20 @@ class Daemon:
             err: Exception | None = None
         except metrics_src.MetricsError as e:
             text, t, dur, err = "", self.clock(), time.monotonic() - t0, e
+        m = self.mono()
         with self._lock:
+            self._check_clock(t, m)
             if err is None and not self._same_server(text, t):
                 self._scrape_ok()
                 self.advisor.stats.scrapes["other_server"] = (
                     self.advisor.stats.scrapes.get("other_server", 0) + 1
                 )
                 self.advisor.stats.last_scrape_t = t  # a scrape completed: vLLM is up
+                self._scrape_mono = m
             elif err is None:
                 ok = self.advisor.on_page(text, t, dur)
                 if ok:
+                    self._scrape_mono = m
                     self._scrape_ok()
                 else:
                     self._scrape_failed("bad page", self.advisor.stats.last_error or "unreadable page")
@@ -359,7 +389,9 @@ class Daemon:
                     d.at,
                     {},
                 )
+            d = self._name_clock_step(d, m)
             self._state = self._build_state(d)
+            self._diag_mono = m
             settled = self.servers.settled()  # not while a switch may be a load balancer
         self._log_status(d)
         if self.persist:
@@ -400,8 +432,48 @@ class Daemon:
         self._scrape_failed("cycle failed", error, level="error")
         d = Diagnosis("insufficient-data", f"internal error: {error}", None, (), {}, {}, t, {})
         self._state = dc_replace(self._build_state(d), up=False)
+        self._diag_mono = self.mono()
         self._log_status(d)
         return d
+
+    def _check_clock(self, t: float, m: float) -> None:
+        """Name a step of the wall clock (once, when the cycle after it sees it) and restart
+        the window on the new time line: pages stamped on both sides of the step cannot be
+        ordered, nor a rate taken over it (under the lock)."""
+        offset = t - m
+        before, self._wall_offset = self._wall_offset, offset
+        if before is None or abs(offset - before) <= CLOCK_STEP_S:
+            return
+        step = offset - before
+        self.clock_step, self.clock_steps = (step, m), self.clock_steps + 1
+        log.warning(
+            "the wall clock stepped",
+            step_s=round(step, 3),
+            before=_iso(m + before),
+            now=_iso(t),
+            hint="intervals and staleness are timed on the monotonic clock; the window restarts "
+            "on the new time line (no advice until it holds min_window of pages)",
+        )
+        self.advisor.restart_window(step, t)
+        self.advice.close(m + before, f"the wall clock stepped by {step:+.0f} s")
+        self.replica_hold = rp.Hold(self.cfg.scale_in_hold_s)
+        self.servers = identity.ServerTracker()
+
+    def _name_clock_step(self, d: Diagnosis, m: float) -> Diagnosis:
+        """Too little data because the window restarted at a clock step: say why."""
+        step = self.clock_step
+        if (
+            step is None
+            or d.status != "insufficient-data"
+            or not self.advisor.up
+            or m - step[1] > self.cfg.window_s
+        ):
+            return d
+        return dc_replace(
+            d,
+            reason=f"the wall clock stepped by {step[0]:+.0f} s {m - step[1]:.0f} s ago: the window "
+            f"restarted; {d.reason}",
+        )
 
     def _scrape_failed(self, event: str, error: str, level: str = "warning") -> None:
         """One line per distinct failure, not one per cycle (a server down for an hour
@@ -638,6 +710,10 @@ class Daemon:
         """Block until SIGINT/SIGTERM (or ``seconds``)."""
         _install_signals(self._stop, self.http.abort)
         self._stop.wait(seconds)
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
 
 
 def _now_dt() -> Any:

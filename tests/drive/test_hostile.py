@@ -30,7 +30,7 @@ from advisor.cli.common import DEMO_SESSION
 from advisor.drive.daemon import Daemon
 from advisor.outputs.exporter import BoundedHTTPServer
 from advisor.sources import http as http_src
-from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
+from tests.daemon_helpers import Clock, SteppedClock, exported, make, run_cycles, start_run
 from tests.vllm_standin import StandIn, serve, session_pages
 
 
@@ -47,9 +47,10 @@ def preempting() -> StandIn:
 
 
 @pytest.fixture()
-def advised(tmp_path: Path, preempting: StandIn) -> Iterator[tuple[Daemon, Clock, StandIn]]:
-    """A daemon that has scraped the preemption run up to the point of advice."""
-    clock = Clock()
+def advised(tmp_path: Path, preempting: StandIn) -> Iterator[tuple[Daemon, SteppedClock, StandIn]]:
+    """A daemon that has scraped the preemption run up to the point of advice (its wall clock
+    can be stepped apart from its monotonic one)."""
+    clock = SteppedClock()
     with serve(preempting) as url:
         d = make(url, tmp_path, clock)
         d.serve()
@@ -338,6 +339,111 @@ def test_out_of_file_descriptors_does_not_spin_the_accept_loop(tmp_path: Path) -
             s.close()
         p.terminate()
         p.wait(timeout=5)
+
+
+# ------------------------------------------------------------------ G4: the wall clock steps
+
+
+def _logged(capsys: pytest.CaptureFixture[str], event: str) -> list[dict[str, object]]:
+    lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    return [ln for ln in lines if ln["event"] == event]
+
+
+def test_a_wall_clock_stepped_back_an_hour_is_named_once_and_a_stall_after_it_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, G4. The loaded part of the recording, then its last page again and again (the
+    engine stalls: 118 waiting, 35 running, no token counted); the wall clock steps back an hour
+    as the stall begins (the system clock is not touched: the daemon's clocks are injected).
+    Before: every page after the step was older than the window's newest and was dropped, so the
+    advice from before the step was served as current, `up` 1, and the stall never reported.
+    Now: one log line names the step, the window restarts on the new time line (the advice is
+    withdrawn, the reason says why), and the stall is reported 30 s of pages after it."""
+    from advisor.core.log import configure_logging
+
+    configure_logging(json_logs=True)
+    standin = StandIn(session_pages(DEMO_SESSION)[:30])
+    clock = SteppedClock()
+    with serve(standin) as url:
+        d = make(url, tmp_path, clock)
+        d.serve()
+        try:
+            run_cycles(d, clock, 30)
+            assert d.state().diagnosis.status == "advice"  # type: ignore[union-attr]
+            capsys.readouterr()
+            clock.offset = -3600.0
+            run_cycles(d, clock, 1)
+            st = d.state()
+            text = exported(d)
+            assert st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+            assert st.diagnosis.reason.startswith(
+                "the wall clock stepped by -3600 s 0 s ago: the window restarted"
+            )
+            assert value(text, "vllm_advisor_up") == 1.0
+            assert "vllm_advisor_recommendation_info{" not in text
+            run_cycles(d, clock, 24)  # 50 s of the stall on the new time line
+            st = d.state()
+        finally:
+            d.stop()
+    assert st.diagnosis is not None and st.diagnosis.status == "inconclusive"
+    assert st.diagnosis.reason.startswith("engine stalled: 118 waiting, 35 running")
+    stepped = _logged(capsys, "the wall clock stepped")
+    assert len(stepped) == 1 and stepped[0]["step_s"] == -3600.0, stepped  # once, not once per cycle
+    assert d.advice.spans[-1].end_reason == "the wall clock stepped by -3600 s"
+
+
+def test_after_the_wall_clock_steps_back_a_stuck_cycle_still_takes_up_down(
+    advised: tuple[Daemon, SteppedClock, StandIn],
+) -> None:
+    """G4: no cycle completes after the wall clock stepped back an hour. Staleness is timed on
+    the monotonic clock: two intervals later `up` is 0 and the advice withdrawn (before: the last
+    scrape looked an hour in the future, so fresh, and the advice current, for that hour)."""
+    d, clock, _ = advised
+    fresh = d.fresh_for_s()
+    clock.offset = -3600.0
+    clock.t += fresh - 0.1
+    assert value(exported(d), "vllm_advisor_up") == 1.0
+    clock.t += 0.2
+    text = exported(d)
+    assert value(text, "vllm_advisor_up") == 0.0
+    assert "vllm_advisor_recommendation_info{" not in text
+
+
+def test_a_wall_clock_stepped_forward_is_not_vllm_down_and_restarts_the_window(
+    advised: tuple[Daemon, SteppedClock, StandIn], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """G4: the wall clock jumps an hour ahead (a VM resumed, NTP catching up). Before the next
+    cycle the state is still fresh (before: the last scrape looked an hour old: `up` 0 and the
+    advice withdrawn, vLLM reported down); the next cycle names the step and restarts the
+    window (a rate over the step would be wrong by an hour)."""
+    from advisor.core.log import configure_logging
+
+    configure_logging(json_logs=True)
+    d, clock, _ = advised
+    capsys.readouterr()
+    clock.offset = 3600.0
+    clock.t += 1.0
+    text = exported(d)
+    assert value(text, "vllm_advisor_up") == 1.0
+    assert "vllm_advisor_recommendation_info{" in text
+    run_cycles(d, clock, 1)
+    st = d.state()
+    assert st.up is True and st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+    assert "the wall clock stepped by +3600 s" in st.diagnosis.reason
+    assert d.advisor.window.oldest_t == clock()  # one page, on the new time line
+    stepped = _logged(capsys, "the wall clock stepped")
+    assert len(stepped) == 1 and stepped[0]["step_s"] == 3600.0
+
+
+def test_a_slewed_clock_is_no_step(advised: tuple[Daemon, SteppedClock, StandIn]) -> None:
+    """*(guard)* NTP slewing (at most 0.5 ms/s) and a sub-second correction are not steps: the
+    window and the advice stay."""
+    d, clock, _ = advised
+    for _ in range(3):
+        clock.offset += 0.4
+        run_cycles(d, clock, 1)
+    assert d.clock_steps == 0
+    assert d.state().diagnosis.status == "advice"  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------ 4: a load balancer in front
