@@ -123,6 +123,9 @@ class Daemon:
         self.last_logged_status: str | None = None
         self.log_source_up: bool | None = None  # None: no log source configured
         self.log_source_restarts = 0
+        self.log_skipped_lines = 0  # lines the log reader skipped when it fell behind (all sources)
+        self.log_skipped_bytes = 0
+        self._log_behind: tuple[int, int] | None = None  # behind since: skipped lines, bytes then
         self._last_failure: str | None = None  # the scrape error last logged (logged once, not per cycle)
         self._repeats = 0
         # what was judged is never lost: writes queued and retried (verify/ledger.py)
@@ -169,9 +172,17 @@ class Daemon:
         cycle that is stuck or a scheduler that stopped cannot leave a stale ``up`` or stale
         advice behind."""
         st = self._state
-        if st.log_source_up != self.log_source_up or st.log_source_restarts != self.log_source_restarts:
+        if (
+            st.log_source_up != self.log_source_up
+            or st.log_source_restarts != self.log_source_restarts
+            or st.log_skipped_lines != self.log_skipped_lines
+        ):
             st = dc_replace(
-                st, log_source_up=self.log_source_up, log_source_restarts=self.log_source_restarts
+                st,
+                log_source_up=self.log_source_up,
+                log_source_restarts=self.log_source_restarts,
+                log_skipped_lines=self.log_skipped_lines,
+                log_skipped_bytes=self.log_skipped_bytes,
             )
         led = self.ledger
         if led is not None:
@@ -560,9 +571,12 @@ class Daemon:
 
     def _drain(self, follower: follow.LogFollower) -> str:
         """Feed the follower's lines until it ends; returns why it ended."""
+        lines0, bytes0 = self.log_skipped_lines, self.log_skipped_bytes
         try:
             for line in follower.lines():
                 self.log_source_up = True
+                if follower.skips or self._log_behind is not None:
+                    self._note_behind(follower, lines0, bytes0)
                 events = self.advisor.parse_log_line(line)  # outside the lock: parsing may take long
                 if events:
                     with self._lock:
@@ -574,6 +588,30 @@ class Daemon:
         if isinstance(follower, follow.CommandFollower):
             return follower.describe_exit()
         return "the log source ended"
+
+    def _note_behind(self, follower: follow.LogFollower, lines0: int, bytes0: int) -> None:
+        """The log reader fell behind its source and skipped to the tail: one line when that
+        begins, one when it reads at the tail again (with what the episode skipped)."""
+        before = (self.log_skipped_lines, self.log_skipped_bytes)
+        self.log_skipped_lines = lines0 + follower.skipped_lines
+        self.log_skipped_bytes = bytes0 + follower.skipped_bytes
+        if follower.behind and self._log_behind is None:
+            self._log_behind = before
+            log.warning(
+                "the log reader fell behind its source; skipping to the tail",
+                skipped_lines=self.log_skipped_lines - before[0],
+                skipped_bytes=self.log_skipped_bytes - before[1],
+                hint="the log grows faster than its lines are read: what is skipped is counted "
+                "(vllm_advisor_log_skipped_lines_total) and the latest lines are read",
+            )
+        elif not follower.behind and self._log_behind is not None:
+            lines_then, bytes_then = self._log_behind
+            self._log_behind = None
+            log.info(
+                "the log reader is at the tail again",
+                skipped_lines=self.log_skipped_lines - lines_then,
+                skipped_bytes=self.log_skipped_bytes - bytes_then,
+            )
 
     def _start_logs(self) -> None:
         if not (self.cfg.log_file or self.cfg.log_cmd):
