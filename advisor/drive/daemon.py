@@ -1,6 +1,9 @@
 """The only place with threads, timers and sleeps.
 
-``run``: apscheduler scrapes vLLM every ``interval`` and evaluates after each scrape;
+``run``: a cycle thread scrapes vLLM every ``interval`` and evaluates after each scrape (timed
+on the monotonic clock: a wall clock that steps neither freezes it nor makes it run the missed
+cycles; a cycle longer than the interval is followed at once by the next, and the daemon says so
+once per episode);
 a thread follows the log; the exporter serves the latest immutable state; SIGINT and
 SIGTERM shut everything down cleanly. ``observe`` watches a URL for ``explain --url``;
 ``replay`` drives a recorded session in real time (or faster) for demos and tests.
@@ -24,7 +27,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import structlog
-from apscheduler.schedulers.background import BackgroundScheduler
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from advisor.core import jsonout, urls
@@ -116,7 +118,6 @@ class Daemon:
         self.replica_hold = rp.Hold(cfg.scale_in_hold_s)  # the desired replicas' scale-in hold
         self.sizer = scaling.Sizer()
         self._state = self._build_state()
-        self.scheduler: BackgroundScheduler | None = None
         self.follower: follow.LogFollower | None = None
         self.server: Any = None
         self._threads: list[threading.Thread] = []
@@ -161,7 +162,7 @@ class Daemon:
     def fresh_for_s(self) -> float:
         """A scrape this recent means vLLM is up; older, `up` falls to 0 and advice is withdrawn.
         Judged against the interval the daemon achieves, not only the one asked for: cycles that
-        take longer than the interval run back to back (apscheduler coalesces the runs missed),
+        take longer than the interval run back to back (the runs missed are not made up),
         and a slow cycle is reported as such (``cycle_duration_seconds``), never taken for vLLM
         being unreadable."""
         return 2 * max(self.cfg.interval_s, self.cycle_interval_s or 0.0) + (self.cycle_duration_s or 0.0)
@@ -691,17 +692,9 @@ class Daemon:
     def start(self) -> tuple[str, int]:
         addr = self.serve()
         self._start_logs()
-        self.scheduler = BackgroundScheduler(daemon=True)
-        self.scheduler.add_job(
-            self.cycle,
-            "interval",
-            seconds=self.cfg.interval_s,
-            max_instances=1,
-            coalesce=True,
-            next_run_time=_now_dt(),
-            id="scrape",
-        )
-        self.scheduler.start()
+        th = threading.Thread(target=self._run_cycles, name="cycles", daemon=True)
+        th.start()
+        self._threads.append(th)
         log.info(
             "started",
             vllm_url=self.cfg.vllm_url,
@@ -712,13 +705,21 @@ class Daemon:
         )
         return addr
 
+    def _run_cycles(self) -> None:
+        """A cycle every ``interval`` from the start of the one before, on the monotonic clock
+        (time.monotonic: the real one, whatever clock the state is stamped with); one that ran
+        longer is followed at once by the next (the runs missed are not made up: one cycle
+        reads the latest page). Slow cycles are said once per episode (``_note_slow``)."""
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            self.cycle()
+            self._stop.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - t0)))
+
     def stop(self) -> None:
-        """Stop within seconds whatever vLLM does: fetches in flight are aborted, the
-        scheduler is not waited for beyond a short grace."""
+        """Stop within seconds whatever vLLM does: fetches in flight are aborted, the cycle
+        thread is not waited for beyond a short grace."""
         self._stop.set()
         self.http.abort()
-        if self.scheduler is not None:
-            self.scheduler.shutdown(wait=False)
         if self.follower is not None:
             self.follower.close()
         if self.server is not None:
@@ -752,11 +753,6 @@ class Daemon:
 
 def _iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
-
-
-def _now_dt() -> Any:
-
-    return dt.datetime.now(dt.UTC)
 
 
 def _install_signals(stop: threading.Event, abort: Callable[[], None] | None = None) -> None:
