@@ -393,7 +393,7 @@ class Daemon:
             if self.servers.several:
                 d = Diagnosis(
                     "insufficient-data",
-                    identity.SEVERAL_SERVERS,
+                    self.servers.reason,
                     None,
                     d.findings,
                     d.engine,
@@ -415,13 +415,15 @@ class Daemon:
         """False for a page from another server than the one followed (a load balancer in
         front of replicas): it is not fed, and what the switch looked like is undone."""
         was = self.servers.several
-        same = self.servers.observe(identity.of_page(text), t)
+        ident = identity.of_page(text)
+        progress = identity.progress_of_page(text) if ident is None else None
+        same = self.servers.observe(ident, t, progress)
         if self.servers.several and not was:
             since = self.servers.switched_at
             dropped = self.advisor.discard_changes_since(since) if since is not None else 0
             log.warning(
                 "several servers",
-                error=identity.SEVERAL_SERVERS,
+                error=self.servers.reason,
                 url=self.cfg.vllm_url,
                 discarded_changes=dropped,
             )

@@ -547,6 +547,61 @@ def test_a_url_that_alternates_between_two_engines_is_said_and_writes_no_experim
     assert len(warned) == 1 and "point the advisor at one" in warned[0]["error"]
 
 
+def _without_start_time(page: str) -> str:
+    return "".join(
+        ln for ln in page.splitlines(keepends=True) if not ln.startswith("process_start_time_seconds")
+    )
+
+
+def test_two_engines_behind_one_url_without_a_start_time_are_named_not_warming_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, F25: two engines behind one URL whose pages show no process start time (Ray's
+    exporter, a proxy that drops it): scrapes alternate between them, so the token counters go
+    down on one page and back up onto the other engine's line on the next. Before: every
+    page down read as a restart, "warming up" for as long as both answered. Now: named, "two
+    engines behind one URL", the several-servers series set, one warning, no experiment.
+    The two engines are the recording at two points (tests/vllm_standin.py): a real vLLM cannot
+    be put behind a round-robin URL with its start time removed here."""
+    from advisor.core.log import configure_logging
+
+    configure_logging(json_logs=True)
+    pages = [_without_start_time(p) for p in session_pages(DEMO_SESSION)]
+    a, b = pages[14:], pages[24:]
+    mixed = [p for pair in zip(a, b, strict=False) for p in pair]
+    clock = Clock()
+    with serve(StandIn(mixed)) as url:
+        d = make(url, tmp_path, clock)
+        d.serve()
+        try:
+            capsys.readouterr()
+            run_cycles(d, clock, 20)
+            st = d.state()
+            text = exported(d)
+        finally:
+            d.stop()
+    assert st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+    assert st.diagnosis.reason.startswith("two engines behind one URL"), st.diagnosis.reason
+    assert "warming up" not in st.diagnosis.reason
+    assert value(text, "vllm_advisor_several_servers") == 1.0 and st.up is True
+    assert not d.advisor.changes and d.advisor.experiment is None
+    logs = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    warned = [ln for ln in logs if ln["event"] == "several servers"]
+    assert len(warned) == 1 and warned[0]["error"].startswith("two engines behind one URL")
+
+
+def test_a_restart_without_a_start_time_is_not_taken_for_two_engines(tmp_path: Path) -> None:
+    """*(guard)* F25: no start time, and the engine restarts (its counters from zero, then
+    rising again, past where they were): one restart, never two engines."""
+    pages = [_without_start_time(p) for p in session_pages(DEMO_SESSION)]
+    clock = Clock()
+    with serve(StandIn(pages[20:30] + pages[14:])) as url:
+        d = make(url, tmp_path, clock)
+        run_cycles(d, clock, 35)
+    assert d.servers.several is False
+    assert d.state().several_servers is False
+
+
 def test_a_real_restart_is_not_taken_for_several_servers(tmp_path: Path) -> None:
     """One server, then the same server restarted (a later start time): one switch, no flip."""
     pages = session_pages(DEMO_SESSION)
