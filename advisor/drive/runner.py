@@ -142,6 +142,14 @@ class Advisor:
             self._refresh_engine(t, restarted=bool(restarts))
         return True
 
+    def note_bad_samples(self, warnings: Sequence[ParseWarning], t: float) -> None:
+        """Bad readings that came beside the pages (a sidecar's knob series read from
+        Prometheus, G5): named in the window and counted like a page's."""
+        self.window.add_bad_samples(t, warnings)
+        self.stats.page_warnings += len(warnings)
+        for w in warnings:
+            self.stats.bad_samples[w.kind] = self.stats.bad_samples.get(w.kind, 0) + 1
+
     def restart_window(self, step_s: float, t: float) -> None:
         """The wall clock stepped by ``step_s`` (an NTP step, a hand-set clock), ``t`` being the
         first reading after it: what the window holds is stamped on the old time line, so it
