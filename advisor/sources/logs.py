@@ -315,7 +315,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
         if m["v"]:
             out.append({"fact": "vllm_version", "value": m["v"]})
         return out
-    if any(c in _BANNER_CHARS for c in msg):
+    if not _BANNER_CHARS.isdisjoint(msg):  # a banner character anywhere (a scan in C, F27)
         vm = _BANNER_VERSION_RE.search(msg)
         if vm:
             out.append({"fact": "vllm_version", "value": vm.group(1)})
