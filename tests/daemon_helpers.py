@@ -25,6 +25,21 @@ class Clock:
         return self.t
 
 
+class SteppedClock(Clock):
+    """A wall clock that can be stepped (``offset``) while the monotonic one (``mono``, ``t``)
+    runs on: what NTP stepping the system clock does, without touching the real one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return self.t + self.offset
+
+    def mono(self) -> float:
+        return self.t
+
+
 def make(url: str, tmp_path: Path, clock: Clock, **kw: object) -> Daemon:
     settings: dict[str, object] = {"interval_s": 2.0, "scrape_timeout_s": 1.0, **kw}
     cfg = Config(
@@ -33,7 +48,8 @@ def make(url: str, tmp_path: Path, clock: Clock, **kw: object) -> Daemon:
         state_dir=str(tmp_path / "state"),
         **settings,
     )  # type: ignore[arg-type]
-    return Daemon(cfg, RULES, clock=clock)
+    mono = clock.mono if isinstance(clock, SteppedClock) else None
+    return Daemon(cfg, RULES, clock=clock, monotonic=mono)
 
 
 def run_cycles(d: Daemon, clock: Clock, n: int, step: float = 2.0) -> None:

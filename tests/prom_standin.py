@@ -1,7 +1,8 @@
 """A stand-in for a Prometheus that misbehaves: it answers the HTTP query API from recorded
 real pages (the samples Prometheus stores for them), or turns hostile on request: it trickles
 its answer one byte at a time, stalls, answers JSON of the wrong types, adds ``warnings`` and
-drops half the series (a partial response), or lists 100,000 series.
+drops half the series (a partial response), or lists 100,000 series. Instant queries answer
+each series' latest sample within ``lookback_s``.
 
 A real Prometheus cannot be made to do these on demand; the tests that use this say so. The
 answers it builds follow Prometheus's documented API shapes (``status``, ``data``,
@@ -57,6 +58,7 @@ class Behaviour:
     warnings: tuple[str, ...] = ("partial response",)
     n_series: int = 100_000
     requests: list[str] = field(default_factory=list)
+    lookback_s: float = 300.0  # an instant query's lookback (Prometheus's default)
 
 
 @contextmanager
@@ -93,8 +95,14 @@ def serve(samples: list[Sample], metadata: dict[str, Any], behaviour: Behaviour)
             expr, _, r = expr.rpartition("[")
             rng = float(r[:-2])
         chosen = [(lab, vals) for lab, vals in samples if _matches(lab, expr)]
-        if rng is None:
-            return {"resultType": "vector", "result": []}
+        if rng is None:  # the latest sample within the lookback, per series
+            vec = []
+            for lab, vals in chosen:
+                recent = [(t, v) for t, v in vals if at - behaviour.lookback_s < t <= at]
+                if recent:
+                    t, v = recent[-1]
+                    vec.append({"metric": lab, "value": [t, repr(v) if v == v else "NaN"]})
+            return {"resultType": "vector", "result": vec}
         out = []
         for lab, vals in chosen:
             vs = [[t, repr(v) if v == v else "NaN"] for t, v in vals if at - rng < t <= at]

@@ -2,7 +2,7 @@
 what a command prints; JSON lines when stderr is not a terminal, readable columns when it is.
 
 Exceptions are rendered into the line (``exception``: type, message and frames in JSON), and
-the standard library's loggers (apscheduler's) go through the same renderer, so the log
+the standard library's loggers (urllib3's) go through the same renderer, so the log
 stays one JSON object per line."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import structlog
 from advisor.core.redact import redact_obj
 
 # loggers of libraries that write through the standard library, and the least level kept
-LIBRARY_LOGGERS = {"apscheduler": logging.WARNING, "urllib3": logging.WARNING}
+LIBRARY_LOGGERS = {"urllib3": logging.WARNING}
 _SILENT = logging.CRITICAL + 10  # above every level: nothing is written
 
 
@@ -70,7 +70,7 @@ def configure_logging(json_logs: bool | None = None, quiet: bool = False) -> Non
         logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    # the standard library's loggers (apscheduler) through the same processors and renderer
+    # the standard library's loggers (urllib3) through the same processors and renderer
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -22,6 +23,7 @@ def _norm(name: str) -> str:
     return name.strip().lstrip("-").lower().replace("_", "-")
 
 
+@lru_cache(maxsize=4096)  # pure; a log flood asks about the same few names on every line
 def is_secret_name(name: str) -> bool:
     """Whether a flag, config key or environment variable name holds a secret."""
     n = _norm(name)
@@ -51,6 +53,7 @@ def _secret_flag_for(flag: str) -> str | None:
     return hits[0] if hits else None
 
 
+@lru_cache(maxsize=4096)
 def is_secret_flag(flag: str) -> bool:
     """Whether a long flag, as argparse may read it (abbreviated, underscores), holds a secret."""
     return is_secret_name(flag) or _secret_flag_for(flag) is not None

@@ -27,7 +27,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice, pairwise
 from typing import Any
@@ -261,6 +261,14 @@ class Window:
                         merged[k] = merged.get(k, 0.0) + v
                 fams[name] = Family(name, fam.type, "", merged)
         return Snapshot(t=snap.t, families=fams, warnings=snap.warnings, skipped=snap.skipped)
+
+    def add_bad_samples(self, t: float, warnings: Sequence[ParseWarning]) -> None:
+        """Readings not read that came beside the pages, at ``t`` (a sidecar's knob series
+        from Prometheus): remembered and named like a page's own."""
+        for w in warnings:
+            self._bad.append((t, w))
+        if warnings:
+            self._memo.clear()
 
     def bad_samples(self, seconds: float | None = None) -> list[ParseWarning]:
         """What was not read (model.BAD_SAMPLE_KINDS) on the pages of the last ``seconds``."""

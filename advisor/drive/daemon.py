@@ -1,6 +1,9 @@
 """The only place with threads, timers and sleeps.
 
-``run``: apscheduler scrapes vLLM every ``interval`` and evaluates after each scrape;
+``run``: a cycle thread scrapes vLLM every ``interval`` and evaluates after each scrape (timed
+on the monotonic clock: a wall clock that steps neither freezes it nor makes it run the missed
+cycles; a cycle longer than the interval is followed at once by the next, and the daemon says so
+once per episode);
 a thread follows the log; the exporter serves the latest immutable state; SIGINT and
 SIGTERM shut everything down cleanly. ``observe`` watches a URL for ``explain --url``;
 ``replay`` drives a recorded session in real time (or faster) for demos and tests.
@@ -24,7 +27,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import structlog
-from apscheduler.schedulers.background import BackgroundScheduler
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from advisor.core import jsonout, statefile, urls
@@ -58,6 +60,10 @@ from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger, Ledge
 log = structlog.get_logger("vllm-advisor")
 HISTORY_ROWS = 50  # experiments /history shows
 PAGE_WAIT_S = 2.0  # a page waits this long for a cycle to let go of the window
+# The wall clock moved this much more (or less) than the monotonic clock between two cycles: a
+# step (NTP stepping a clock that was far off, a hand-set clock, a VM resumed), not a slew (NTP
+# slews at most 0.5 ms/s: 2.5 ms over a 5 s interval).
+CLOCK_STEP_S = 1.0
 
 
 def metrics_url(url: str) -> str:
@@ -75,11 +81,21 @@ class Daemon:
         clock: Callable[[], float] = time.time,
         persist: bool = True,
         http: http_src.Client | None = None,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.cfg = cfg
         self.persist = persist
         self.rules = tuple(rules)
+        # ``clock``: wall time, for what is stamped, shown and stored (pages, advice, the
+        # ledger); ``monotonic``: for every interval and staleness (time.monotonic; an injected
+        # wall clock without one, a replay's or a test's, is taken as both)
         self.clock = clock
+        self.mono = monotonic if monotonic is not None else (time.monotonic if clock is time.time else clock)
+        self._scrape_mono: float | None = None  # monotonic time of the last completed scrape
+        self._diag_mono: float | None = None  # ... of the published diagnosis
+        self._wall_offset: float | None = None  # wall minus monotonic at the last cycle
+        self.clock_step: tuple[float, float] | None = None  # the last step: seconds, monotonic time
+        self.clock_steps = 0
         self.cycle_duration_s: float | None = None  # the last cycle's wall time
         self.cycle_interval_s: float | None = None  # the achieved time between cycle starts (EWMA)
         self._cycle_started: float | None = None
@@ -108,13 +124,15 @@ class Daemon:
         self.replica_hold = rp.Hold(cfg.scale_in_hold_s)  # the desired replicas' scale-in hold
         self.sizer = scaling.Sizer()
         self._state = self._build_state()
-        self.scheduler: BackgroundScheduler | None = None
         self.follower: follow.LogFollower | None = None
         self.server: Any = None
         self._threads: list[threading.Thread] = []
         self.last_logged_status: str | None = None
         self.log_source_up: bool | None = None  # None: no log source configured
         self.log_source_restarts = 0
+        self.log_skipped_lines = 0  # lines the log reader skipped when it fell behind (all sources)
+        self.log_skipped_bytes = 0
+        self._log_behind: tuple[int, int] | None = None  # behind since: skipped lines, bytes then
         self._last_failure: str | None = None  # the scrape error last logged (logged once, not per cycle)
         self._repeats = 0
         # what was judged is never lost: writes queued and retried (verify/ledger.py)
@@ -188,7 +206,7 @@ class Daemon:
     def fresh_for_s(self) -> float:
         """A scrape this recent means vLLM is up; older, `up` falls to 0 and advice is withdrawn.
         Judged against the interval the daemon achieves, not only the one asked for: cycles that
-        take longer than the interval run back to back (apscheduler coalesces the runs missed),
+        take longer than the interval run back to back (the runs missed are not made up),
         and a slow cycle is reported as such (``cycle_duration_seconds``), never taken for vLLM
         being unreadable."""
         return 2 * max(self.cfg.interval_s, self.cycle_interval_s or 0.0) + (self.cycle_duration_s or 0.0)
@@ -199,9 +217,17 @@ class Daemon:
         cycle that is stuck or a scheduler that stopped cannot leave a stale ``up`` or stale
         advice behind."""
         st = self._state
-        if st.log_source_up != self.log_source_up or st.log_source_restarts != self.log_source_restarts:
+        if (
+            st.log_source_up != self.log_source_up
+            or st.log_source_restarts != self.log_source_restarts
+            or st.log_skipped_lines != self.log_skipped_lines
+        ):
             st = dc_replace(
-                st, log_source_up=self.log_source_up, log_source_restarts=self.log_source_restarts
+                st,
+                log_source_up=self.log_source_up,
+                log_source_restarts=self.log_source_restarts,
+                log_skipped_lines=self.log_skipped_lines,
+                log_skipped_bytes=self.log_skipped_bytes,
             )
         led = self.ledger
         if led is not None:
@@ -214,14 +240,26 @@ class Daemon:
                 state_write_ok=self.state_ok,
                 state_error=self.state_error,
             )
-        now = self.clock()
+        # ages on the monotonic clock: a wall clock stepped back an hour must not keep a stale
+        # scrape fresh for that hour, nor one stepped forward call vLLM down (a replay or the
+        # demo, which run no cycle, judge on their own clock)
+        now, mono = self.clock(), self.mono()
         last = st.last_scrape_t
-        fresh = last is not None and now - last <= self.fresh_for_s()
+        scrape_age = (
+            mono - self._scrape_mono
+            if self._scrape_mono is not None
+            else (now - last if last is not None else None)
+        )
+        fresh = scrape_age is not None and scrape_age <= self.fresh_for_s()
         d = st.diagnosis
         stale_advice = (
             d is not None
             and d.status == "advice"
-            and (not fresh or now - d.at > max(1.5 * self.fresh_for_s(), self.cfg.stale_after_s))
+            and (
+                not fresh
+                or (mono - self._diag_mono if self._diag_mono is not None else now - d.at)
+                > max(1.5 * self.fresh_for_s(), self.cfg.stale_after_s)
+            )
         )
         if fresh and not stale_advice:
             return st
@@ -371,7 +409,7 @@ class Daemon:
     def cycle(self) -> Diagnosis:
         """Scrape once, evaluate, publish. Never raises: whatever goes wrong is one log line
         with the error, a failed scrape in ``scrapes_total``, and a fresh state."""
-        started, t0 = self.clock(), time.monotonic()
+        started, t0 = self.mono(), time.monotonic()
         if self._cycle_started is not None and started > self._cycle_started:
             gap = started - self._cycle_started
             prev = self.cycle_interval_s
@@ -410,16 +448,20 @@ class Daemon:
             err: Exception | None = None
         except metrics_src.MetricsError as e:
             text, t, dur, err = "", self.clock(), time.monotonic() - t0, e
+        m = self.mono()
         with self._lock:
+            self._check_clock(t, m)
             if err is None and not self._same_server(text, t):
                 self._scrape_ok()
                 self.advisor.stats.scrapes["other_server"] = (
                     self.advisor.stats.scrapes.get("other_server", 0) + 1
                 )
                 self.advisor.stats.last_scrape_t = t  # a scrape completed: vLLM is up
+                self._scrape_mono = m
             elif err is None:
                 ok = self.advisor.on_page(text, t, dur)
                 if ok:
+                    self._scrape_mono = m
                     self._scrape_ok()
                 else:
                     self._scrape_failed("bad page", self.advisor.stats.last_error or "unreadable page")
@@ -443,7 +485,7 @@ class Daemon:
             if self.servers.several:
                 d = Diagnosis(
                     "insufficient-data",
-                    identity.SEVERAL_SERVERS,
+                    self.servers.reason,
                     None,
                     d.findings,
                     d.engine,
@@ -451,7 +493,9 @@ class Daemon:
                     d.at,
                     {},
                 )
+            d = self._name_clock_step(d, m)
             self._state = self._build_state(d)
+            self._diag_mono = m
             settled = self.servers.settled()  # not while a switch may be a load balancer
         self._log_status(d)
         if self.persist:
@@ -463,13 +507,15 @@ class Daemon:
         """False for a page from another server than the one followed (a load balancer in
         front of replicas): it is not fed, and what the switch looked like is undone."""
         was = self.servers.several
-        same = self.servers.observe(identity.of_page(text), t)
+        ident = identity.of_page(text)
+        progress = identity.progress_of_page(text) if ident is None else None
+        same = self.servers.observe(ident, t, progress)
         if self.servers.several and not was:
             since = self.servers.switched_at
             dropped = self.advisor.discard_changes_since(since) if since is not None else 0
             log.warning(
                 "several servers",
-                error=identity.SEVERAL_SERVERS,
+                error=self.servers.reason,
                 url=self.cfg.vllm_url,
                 discarded_changes=dropped,
             )
@@ -492,8 +538,48 @@ class Daemon:
         self._scrape_failed("cycle failed", error, level="error")
         d = Diagnosis("insufficient-data", f"internal error: {error}", None, (), {}, {}, t, {})
         self._state = dc_replace(self._build_state(d), up=False)
+        self._diag_mono = self.mono()
         self._log_status(d)
         return d
+
+    def _check_clock(self, t: float, m: float) -> None:
+        """Name a step of the wall clock (once, when the cycle after it sees it) and restart
+        the window on the new time line: pages stamped on both sides of the step cannot be
+        ordered, nor a rate taken over it (under the lock)."""
+        offset = t - m
+        before, self._wall_offset = self._wall_offset, offset
+        if before is None or abs(offset - before) <= CLOCK_STEP_S:
+            return
+        step = offset - before
+        self.clock_step, self.clock_steps = (step, m), self.clock_steps + 1
+        log.warning(
+            "the wall clock stepped",
+            step_s=round(step, 3),
+            before=_iso(m + before),
+            now=_iso(t),
+            hint="intervals and staleness are timed on the monotonic clock; the window restarts "
+            "on the new time line (no advice until it holds min_window of pages)",
+        )
+        self.advisor.restart_window(step, t)
+        self.advice.close(m + before, f"the wall clock stepped by {step:+.0f} s")
+        self.replica_hold = rp.Hold(self.cfg.scale_in_hold_s)
+        self.servers = identity.ServerTracker()
+
+    def _name_clock_step(self, d: Diagnosis, m: float) -> Diagnosis:
+        """Too little data because the window restarted at a clock step: say why."""
+        step = self.clock_step
+        if (
+            step is None
+            or d.status != "insufficient-data"
+            or not self.advisor.up
+            or m - step[1] > self.cfg.window_s
+        ):
+            return d
+        return dc_replace(
+            d,
+            reason=f"the wall clock stepped by {step[0]:+.0f} s {m - step[1]:.0f} s ago: the window "
+            f"restarted; {d.reason}",
+        )
 
     def _scrape_failed(self, event: str, error: str, level: str = "warning") -> None:
         """One line per distinct failure, not one per cycle (a server down for an hour
@@ -585,9 +671,12 @@ class Daemon:
 
     def _drain(self, follower: follow.LogFollower) -> str:
         """Feed the follower's lines until it ends; returns why it ended."""
+        lines0, bytes0 = self.log_skipped_lines, self.log_skipped_bytes
         try:
             for line in follower.lines():
                 self.log_source_up = True
+                if follower.skips or self._log_behind is not None:
+                    self._note_behind(follower, lines0, bytes0)
                 events = self.advisor.parse_log_line(line)  # outside the lock: parsing may take long
                 if events:
                     with self._lock:
@@ -599,6 +688,30 @@ class Daemon:
         if isinstance(follower, follow.CommandFollower):
             return follower.describe_exit()
         return "the log source ended"
+
+    def _note_behind(self, follower: follow.LogFollower, lines0: int, bytes0: int) -> None:
+        """The log reader fell behind its source and skipped to the tail: one line when that
+        begins, one when it reads at the tail again (with what the episode skipped)."""
+        before = (self.log_skipped_lines, self.log_skipped_bytes)
+        self.log_skipped_lines = lines0 + follower.skipped_lines
+        self.log_skipped_bytes = bytes0 + follower.skipped_bytes
+        if follower.behind and self._log_behind is None:
+            self._log_behind = before
+            log.warning(
+                "the log reader fell behind its source; skipping to the tail",
+                skipped_lines=self.log_skipped_lines - before[0],
+                skipped_bytes=self.log_skipped_bytes - before[1],
+                hint="the log grows faster than its lines are read: what is skipped is counted "
+                "(vllm_advisor_log_skipped_lines_total) and the latest lines are read",
+            )
+        elif not follower.behind and self._log_behind is not None:
+            lines_then, bytes_then = self._log_behind
+            self._log_behind = None
+            log.info(
+                "the log reader is at the tail again",
+                skipped_lines=self.log_skipped_lines - lines_then,
+                skipped_bytes=self.log_skipped_bytes - bytes_then,
+            )
 
     def _start_logs(self) -> None:
         if not (self.cfg.log_file or self.cfg.log_cmd):
@@ -678,17 +791,9 @@ class Daemon:
     def start(self) -> tuple[str, int]:
         addr = self.serve()
         self._start_logs()
-        self.scheduler = BackgroundScheduler(daemon=True)
-        self.scheduler.add_job(
-            self.cycle,
-            "interval",
-            seconds=self.cfg.interval_s,
-            max_instances=1,
-            coalesce=True,
-            next_run_time=_now_dt(),
-            id="scrape",
-        )
-        self.scheduler.start()
+        th = threading.Thread(target=self._run_cycles, name="cycles", daemon=True)
+        th.start()
+        self._threads.append(th)
         log.info(
             "started",
             vllm_url=self.cfg.vllm_url,
@@ -699,13 +804,21 @@ class Daemon:
         )
         return addr
 
+    def _run_cycles(self) -> None:
+        """A cycle every ``interval`` from the start of the one before, on the monotonic clock
+        (time.monotonic: the real one, whatever clock the state is stamped with); one that ran
+        longer is followed at once by the next (the runs missed are not made up: one cycle
+        reads the latest page). Slow cycles are said once per episode (``_note_slow``)."""
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            self.cycle()
+            self._stop.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - t0)))
+
     def stop(self) -> None:
-        """Stop within seconds whatever vLLM does: fetches in flight are aborted, the
-        scheduler is not waited for beyond a short grace."""
+        """Stop within seconds whatever vLLM does: fetches in flight are aborted, the cycle
+        thread is not waited for beyond a short grace."""
         self._stop.set()
         self.http.abort()
-        if self.scheduler is not None:
-            self.scheduler.shutdown(wait=False)
         if self.follower is not None:
             self.follower.close()
         if self.server is not None:
@@ -738,9 +851,8 @@ class Daemon:
         self._stop.wait(seconds)
 
 
-def _now_dt() -> Any:
-
-    return dt.datetime.now(dt.UTC)
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
 
 
 def _install_signals(stop: threading.Event, abort: Callable[[], None] | None = None) -> None:

@@ -23,12 +23,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any
 
 import structlog
 
 from advisor.core.config import Config, parse_listen
-from advisor.core.model import Provenanced, Snapshot
+from advisor.core.model import ParseWarning, Provenanced, Snapshot
 from advisor.derive import timeseries
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import Rule
@@ -71,6 +72,14 @@ def family_groups(metric_names: Sequence[str]) -> list[list[str]]:
                 break
         groups[base].append(n)
     return [groups[k] for k in sorted(groups)]
+
+
+def with_bad_sidecar(d: Diagnosis, bad: Sequence[ParseWarning]) -> Diagnosis:
+    """The diagnosis of a server whose sidecar's knob or fact series are no reading: said in
+    its reason for as long as Prometheus holds them (they are bad samples of its window too)."""
+    first = bad[0]
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return dc_replace(d, reason=f"{d.reason}; {first.family}: {first.reason}{more}")
 
 
 class Fleet:
@@ -324,11 +333,17 @@ class Fleet:
             if gone and (last is None or now - last > FORGET_AFTER_S):
                 self._forget(inst)
                 continue
-            adv = self._advisor(server, prom.sidecar_engine(sidecar, inst))
+            engine, bad = prom.sidecar_readings(sidecar, inst)
+            adv = self._advisor(server, engine)
             self._feed(adv, snaps, down)
+            if bad:  # the sidecar's knob or fact series that are no reading: named, never a value
+                adv.note_bad_samples(bad, now)
             if snaps or down:
                 self.last_t[inst] = max([s.t for s in snaps] + down)
-            members.append(Member(server, self._export(adv, self._diagnose(adv, now))))
+            d = self._diagnose(adv, now)
+            if bad:
+                d = with_bad_sidecar(d, bad)
+            members.append(Member(server, self._export(adv, d)))
         self._deployments = self._size(members, now)
         return members
 

@@ -173,6 +173,8 @@ def from_prometheus(
             adv.on_snapshot(snap)
         adv.diagnose(t)
     clock.t = at
+    if history.bad_sidecar:  # named like a page's bad samples (G5)
+        adv.note_bad_samples(history.bad_sidecar, at)
     d = adv.diagnose(at)
     unknown = sorted(k for k in knobs.KNOBS if adv.engine.source(k) == "default")
     ctx = {**d.context, "instance": history.instance, "knobs_unknown": unknown}

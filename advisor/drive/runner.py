@@ -142,6 +142,42 @@ class Advisor:
             self._refresh_engine(t, restarted=bool(restarts))
         return True
 
+    def note_bad_samples(self, warnings: Sequence[ParseWarning], t: float) -> None:
+        """Bad readings that came beside the pages (a sidecar's knob series read from
+        Prometheus, G5): named in the window and counted like a page's."""
+        self.window.add_bad_samples(t, warnings)
+        self.stats.page_warnings += len(warnings)
+        for w in warnings:
+            self.stats.bad_samples[w.kind] = self.stats.bad_samples.get(w.kind, 0) + 1
+
+    def restart_window(self, step_s: float, t: float) -> None:
+        """The wall clock stepped by ``step_s`` (an NTP step, a hand-set clock), ``t`` being the
+        first reading after it: what the window holds is stamped on the old time line, so it
+        starts again empty (new pages cannot be ordered against the old ones, and a rate over
+        the step would be wrong by the step); the rules' hold times start again. Knob changes
+        are re-based onto the new time line (their observation period keeps its length); an
+        experiment being observed compares windows on both sides of the step, so it ends,
+        inconclusive, saying so."""
+        self.window = Window(max_age_s=self.cfg.retention_s, clock=self.clock)
+        self.intake = Intake()
+        self.evaluator.reset()
+        self._seen_restarts.clear()
+        self.changes = [dc_replace(c, t=c.t + step_s) for c in self.changes]
+        if self.last_change_t is not None:
+            self.last_change_t += step_s
+        exp = self.experiment
+        if exp is not None and exp.state == "observing":
+            self.finished_experiments.append(
+                dc_replace(
+                    exp,
+                    state="done",
+                    verdict="inconclusive",
+                    ended_at=t,
+                    reasons=(f"The wall clock stepped by {step_s:+.0f} s while it was observed.",),
+                )
+            )
+            self.experiment = None
+
     def on_scrape_error(self, err: MetricsError | Exception, t: float) -> None:
         kind = err.kind if isinstance(err, MetricsError) else "error"
         self._count_scrape(kind)

@@ -122,6 +122,16 @@ class AdvisorCollector(Collector):
                 "Times the log source ended or failed and was started again.",
                 value=st.log_source_restarts,
             )
+            yield CounterMetricFamily(
+                p + "log_skipped_lines",
+                "Log lines not read because the reader fell behind its source and skipped to the tail.",
+                value=st.log_skipped_lines,
+            )
+            yield CounterMetricFamily(
+                p + "log_skipped_bytes",
+                "Bytes of log not read because the reader fell behind its source and skipped to the tail.",
+                value=st.log_skipped_bytes,
+            )
         if st.ledger_pending is not None:
             yield GaugeMetricFamily(
                 p + "ledger_pending",

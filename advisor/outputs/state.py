@@ -32,6 +32,8 @@ class ExportState:
     built_at: float = field(default_factory=time.time)
     log_source_up: bool | None = None  # None: no log source configured
     log_source_restarts: int = 0
+    log_skipped_lines: int = 0  # lines the log reader skipped when it fell behind its source
+    log_skipped_bytes: int = 0
     several_servers: bool = False  # the URL reaches more than one engine (a load balancer)
     cycle_duration_s: float | None = None  # the daemon's last cycle (scrape, evaluate, publish)
     cycle_interval_s: float | None = None  # the time between cycle starts the daemon achieves

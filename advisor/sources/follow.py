@@ -4,6 +4,13 @@ copytruncate, deletion and re-creation, and a file that does not exist yet),
 ``docker logs -f``, ``kubectl logs -f``). Each yields raw ``str`` lines from ``.lines()``
 and stops promptly on ``.close()`` (callable from another thread): every wait is bounded by
 ``poll_interval``. Lines longer than :data:`MAX_LINE_BYTES` are cut.
+
+Reading falls behind when the source grows faster than its lines are taken (a flood of
+request lines; parsing is the slow part): a file with more than ``max_backlog_bytes`` not yet
+read, or a pipe that has not once been empty for ``max_lag_s``. Then the follower skips to
+the tail (a file: to its last ``TAIL_KEEP_BYTES``; a pipe: what it holds now) rather than
+drifting minutes behind the server, and counts what it skipped (``skipped_lines``,
+``skipped_bytes``, ``skips``); ``behind`` is True from a skip until it reads at the tail again.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import IO
 
 from advisor.core.redact import redact_text
@@ -26,6 +33,15 @@ from advisor.sources.logprefix import MAX_LINE_CHARS
 
 MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
 """Byte cap for one raw line in the followers (UTF-8 can take 4 bytes per char)."""
+MAX_BACKLOG_BYTES = 16 * 2**20
+"""A file this far ahead of the reader is skipped to its tail (~10 s of lines as parsed)."""
+MAX_LAG_S = 10.0
+"""A pipe that has held more than the reader took for this long is drained to what it holds."""
+TAIL_KEEP_BYTES = 2**20
+"""What is still read at the end of a file skipped to its tail (the latest lines)."""
+HEAD_BYTES = 4 * 2**20
+"""The start of a file read from its beginning is always read (vLLM's start-up lines)."""
+_COUNT_BLOCK = 2**20
 
 
 class LogSourceError(Exception):
@@ -38,15 +54,34 @@ class LogSourceError(Exception):
 class _LineSplitter:
     """Bytes -> decoded lines, with a per-line byte cap (the rest of a huge line is dropped)."""
 
-    def __init__(self, max_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(self, max_bytes: int = MAX_LINE_BYTES, owner: LogFollower | None = None) -> None:
         self.max_bytes = max_bytes
+        self.owner = owner  # counts what a skip drops
         self._buf = bytearray()
         self._discarding = False
+        self._drop_partial = False
+
+    def drop_partial(self, rest_too: bool = False) -> int:
+        """After a skip: the partial line held is dropped (``rest_too``: and so is the rest
+        of the line the next bytes start inside). Returns the bytes dropped."""
+        n = len(self._buf)
+        self._buf.clear()
+        self._discarding = False
+        self._drop_partial = rest_too
+        return n
 
     def feed(self, data: bytes) -> list[str]:
         out: list[str] = []
         start = 0
         n = len(data)
+        if self._drop_partial:
+            nl = data.find(b"\n")
+            if self.owner is not None:
+                self.owner._skipped(data if nl < 0 else data[: nl + 1])
+            if nl < 0:
+                return out
+            self._drop_partial = False
+            start = nl + 1
         while start < n:
             nl = data.find(b"\n", start)
             end = n if nl < 0 else nl
@@ -79,11 +114,26 @@ class LogFollower:
     any thread) or the source ends. Every wait is bounded by ``poll_interval`` seconds and
     wakes at once on ``close()``. Usable as an iterator and as a context manager."""
 
-    def __init__(self, poll_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        poll_interval: float = 0.5,
+        max_lag_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if poll_interval <= 0:
             raise ValueError("poll_interval must be > 0")
         self.poll_interval = poll_interval
+        self.max_lag_s = MAX_LAG_S if max_lag_s is None else max_lag_s
+        self.clock = clock
         self._stop = threading.Event()
+        self.skips = 0  # times the reader fell behind and skipped to the tail
+        self.skipped_lines = 0
+        self.skipped_bytes = 0
+        self.behind = False  # from a skip until the reader is at the tail again
+
+    def _skipped(self, data: bytes) -> None:
+        self.skipped_bytes += len(data)
+        self.skipped_lines += data.count(b"\n")
 
     @property
     def closed(self) -> bool:
@@ -126,14 +176,50 @@ class FileFollower(LogFollower):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], from_start: bool = True, poll_interval: float = 0.5
+        self,
+        path: str | os.PathLike[str],
+        from_start: bool = True,
+        poll_interval: float = 0.5,
+        max_backlog_bytes: int | None = None,
     ) -> None:
         super().__init__(poll_interval)
         self.path = os.fspath(path)
         self.from_start = from_start
+        self.max_backlog_bytes = MAX_BACKLOG_BYTES if max_backlog_bytes is None else max_backlog_bytes
+        self.head_bytes = HEAD_BYTES
+        self.tail_keep_bytes = TAIL_KEEP_BYTES
         self.rotations = 0
         self.truncations = 0
         self.chunk_size = 64 * 1024
+
+    def _skip_to_tail(self, fh: IO[bytes], size: int, splitter: _LineSplitter) -> None:
+        """Far behind: count the lines between here and the file's last ``TAIL_KEEP_BYTES``
+        (read in large blocks, not parsed) and go on from there, at a line's start."""
+        pos = fh.tell()
+        target = max(pos, size - self.tail_keep_bytes)
+        self.skipped_bytes += splitter.drop_partial()
+        at_line_start = False
+        while pos < target and not self._stop.is_set():
+            block = fh.read(min(_COUNT_BLOCK, target - pos))
+            if not block:
+                break
+            pos += len(block)
+            self._skipped(block)
+            at_line_start = block.endswith(b"\n")
+        while not at_line_start:  # the rest of the line the skip ended in goes too
+            block = fh.read(self.chunk_size)
+            if not block:  # that line is still being written: its rest is dropped when it comes
+                splitter.drop_partial(rest_too=True)
+                break
+            nl = block.find(b"\n")
+            if nl >= 0:
+                self._skipped(block[: nl + 1])
+                fh.seek(pos + nl + 1)
+                break
+            pos += len(block)
+            self._skipped(block)
+        self.skips += 1
+        self.behind = True
 
     def _middle_file(
         self, old: tuple[int, int] | None, new: tuple[int, int], old_mtime: float
@@ -160,8 +246,9 @@ class FileFollower(LogFollower):
     def lines(self) -> Generator[str, None, None]:
         fh: IO[bytes] | None = None
         ident: tuple[int, int] | None = None
-        splitter = _LineSplitter()
+        splitter = _LineSplitter(owner=self)
         first = True
+        first_pos_skippable = False
         try:
             while not self._stop.is_set():
                 if fh is None:
@@ -173,13 +260,23 @@ class FileFollower(LogFollower):
                         continue
                     st = os.fstat(fh.fileno())
                     ident = (st.st_dev, st.st_ino)
+                    # a file read from its beginning keeps its head (the start-up lines); one
+                    # joined at its end may be skipped from anywhere
+                    first_pos_skippable = first and not self.from_start
                     if first and not self.from_start:
                         fh.seek(0, os.SEEK_END)
                     first = False
+                pos = fh.tell()
+                if pos >= self.head_bytes or first_pos_skippable:
+                    with contextlib.suppress(OSError):
+                        size = os.fstat(fh.fileno()).st_size
+                        if size - pos > self.max_backlog_bytes:
+                            self._skip_to_tail(fh, size, splitter)
                 data = fh.read(self.chunk_size)
                 if data:
                     yield from splitter.feed(data)
                     continue
+                self.behind = False  # at the end of the file: caught up
                 # At EOF: has the path moved on, or the file shrunk?
                 st_path = self._stat_path()
                 if st_path is not None and (st_path.st_dev, st_path.st_ino) != ident:
@@ -221,14 +318,51 @@ class FileFollower(LogFollower):
                 fh.close()
 
 
-def _read_fd_lines(fd: int, stop: threading.Event, poll_interval: float) -> Generator[str, None, None]:
-    """Lines from a readable fd (pipe, tty) until EOF or ``stop``; waits with select."""
-    splitter = _LineSplitter()
+MAX_DRAIN_BYTES = 64 * 2**20  # one skip of a pipe drains at most this much, then reads again
+
+
+def _drain(fd: int, sel: selectors.BaseSelector, follower: LogFollower) -> tuple[bool, bool]:
+    """Behind on a pipe: read what it holds (and what keeps coming, up to MAX_DRAIN_BYTES)
+    without splitting it into lines, counting it. Returns (EOF, ended at a line's start)."""
+    drained, at_line_start = 0, True
+    while drained < MAX_DRAIN_BYTES and not follower.closed and sel.select(0):
+        try:
+            data = os.read(fd, _COUNT_BLOCK)
+        except InterruptedError:
+            continue
+        except OSError:
+            return True, at_line_start
+        if not data:
+            return True, at_line_start
+        drained += len(data)
+        follower._skipped(data)
+        at_line_start = data.endswith(b"\n")
+    return False, at_line_start
+
+
+def _read_fd_lines(fd: int, follower: LogFollower) -> Generator[str, None, None]:
+    """Lines from a readable fd (pipe, tty) until EOF or ``close()``; waits with select. A
+    pipe that has not once been empty for ``max_lag_s`` (its writer is ahead) is drained."""
+    stop, poll_interval = follower._stop, follower.poll_interval
+    splitter = _LineSplitter(owner=follower)
     sel = selectors.DefaultSelector()
     try:
         sel.register(fd, selectors.EVENT_READ)
+        caught_up = follower.clock()
         while not stop.is_set():
-            if not sel.select(poll_interval):
+            if not sel.select(0):  # empty: the reader is at the writer's tail
+                caught_up, follower.behind = follower.clock(), False
+                if not sel.select(poll_interval):
+                    continue
+            elif follower.clock() - caught_up > follower.max_lag_s:
+                follower.skipped_bytes += splitter.drop_partial()
+                eof, at_line_start = _drain(fd, sel, follower)
+                follower.skips += 1
+                follower.behind = True
+                caught_up = follower.clock()
+                if eof:
+                    return
+                splitter.drop_partial(rest_too=not at_line_start)
                 continue
             try:
                 data = os.read(fd, 64 * 1024)
@@ -249,8 +383,14 @@ def _read_fd_lines(fd: int, stop: threading.Event, poll_interval: float) -> Gene
 class StreamFollower(LogFollower):
     """Follow a binary stream (stdin by default) until EOF or ``close()``."""
 
-    def __init__(self, stream: IO[bytes] | None = None, poll_interval: float = 0.5) -> None:
-        super().__init__(poll_interval)
+    def __init__(
+        self,
+        stream: IO[bytes] | None = None,
+        poll_interval: float = 0.5,
+        max_lag_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(poll_interval, max_lag_s, clock)
         self.stream = stream
 
     def lines(self) -> Generator[str, None, None]:
@@ -264,7 +404,7 @@ class StreamFollower(LogFollower):
         except (OSError, ValueError, AttributeError):
             fd = -1
         if fd >= 0:
-            yield from _read_fd_lines(fd, self._stop, self.poll_interval)
+            yield from _read_fd_lines(fd, self)
             return
         splitter = _LineSplitter()  # no fd (in-memory stream): plain blocking reads
         while not self._stop.is_set():
@@ -325,7 +465,7 @@ class CommandFollower(LogFollower):
         assert proc.stdout is not None
         eof = False
         try:
-            for line in _read_fd_lines(proc.stdout.fileno(), self._stop, self.poll_interval):
+            for line in _read_fd_lines(proc.stdout.fileno(), self):
                 self.last_lines.append(line)
                 yield line
             eof = not self._stop.is_set()

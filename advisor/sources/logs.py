@@ -28,7 +28,7 @@ Design choices worth knowing:
   nearest to ``near`` (a time the lines were written around: a recording's start; default
   now), so a December line read in January lands in December of the year before.
 * Secrets: ``LogEvent.line`` is stored ANSI-free, capped at :data:`MAX_LINE_CHARS` and
-  passed through :func:`advisor.redact.redact_text`; parsed dicts go through :func:`advisor.redact.redact_obj`.
+  passed through :func:`advisor.redact.redact_text` (an ``unknown`` event keeps no text); parsed dicts go through :func:`advisor.redact.redact_obj`.
 * Nothing here raises on bad input: unrecognised, binary or oversized lines become
   ``kind="unknown"`` events.
 """
@@ -315,7 +315,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
         if m["v"]:
             out.append({"fact": "vllm_version", "value": m["v"]})
         return out
-    if any(c in _BANNER_CHARS for c in msg):
+    if not _BANNER_CHARS.isdisjoint(msg):  # a banner character anywhere (a scan in C, F27)
         vm = _BANNER_VERSION_RE.search(msg)
         if vm:
             out.append({"fact": "vllm_version", "value": vm.group(1)})
@@ -486,9 +486,11 @@ def _parse_line(line: str, year: int | None, near: float | None) -> LogEvent:
         base["level"] = p.level
     if p.pid is not None:
         base["pid"] = p.pid
-    stored = redact_text(clean_line(line))
 
     def ev(kind: str, fields: dict[str, Any]) -> LogEvent:
+        # the text is kept (cleaned, redacted) only where it is provenance: an unknown line's is
+        # read by nothing, and redacting each line of a flood was most of its parsing (F27)
+        stored = "" if kind == "unknown" else redact_text(clean_line(line))
         return LogEvent(kind, p.t, {**base, **fields}, p.process, stored)
 
     if _STATS_MARK in msg or "Avg generation throughput" in msg:

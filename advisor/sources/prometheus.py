@@ -37,7 +37,7 @@ from typing import Any
 
 from advisor.core import knobs, names, selectors, urls
 from advisor.core.config import parse_duration_s
-from advisor.core.model import Family, Histogram, LabelKey, Provenanced, Snapshot, label_key
+from advisor.core.model import Family, Histogram, LabelKey, ParseWarning, Provenanced, Snapshot, label_key
 from advisor.core.redact import redact_url
 from advisor.core.selectors import quote, selector
 from advisor.core.shown import printable
@@ -506,13 +506,29 @@ def _knob_in_range(knob: str, value: Any) -> bool:
 
 
 def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: str) -> dict[str, Provenanced]:
+    """Knobs and facts from the advisor's own ``vllm_advisor_engine_*`` series (see
+    :func:`sidecar_readings`, which also says what was not read)."""
+    return sidecar_readings(samples, instance)[0]
+
+
+def _not_a_reading(value: float) -> str:
+    if not math.isfinite(value):
+        return "non_finite"
+    return "negative" if value < 0 else "out_of_range"
+
+
+def sidecar_readings(
+    samples: Iterable[tuple[dict[str, str], float]], instance: str
+) -> tuple[dict[str, Provenanced], tuple[ParseWarning, ...]]:
     """Knobs and facts from the advisor's own ``vllm_advisor_engine_*`` series, as a sidecar
     beside this vLLM exports them (its ``instance`` is on the same host, another port; or a
     ``vllm_instance`` label names the server). Each keeps the sidecar's source, the detail
     says it came through Prometheus. A value that is no reading (NaN, +-Inf, negative, beyond
-    1e18) or a knob's value outside its bounds leaves that knob or fact unknown."""
+    1e18) or a knob's value outside its bounds leaves that knob or fact unknown and is a bad
+    sample, named (the second part: the same checks as a parsed page's, G5)."""
     host = host_of(instance)
     out: dict[str, Provenanced] = {}
+    bad: list[ParseWarning] = []
     for labels, value in samples:
         target = labels.get("vllm_instance")
         if target is not None and target != instance:
@@ -521,12 +537,34 @@ def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: st
             continue
         name = labels.get("__name__")
         src = labels.get("source") or "metrics"
-        detail = f"{name} via Prometheus (sidecar {labels.get(INSTANCE, '?')})"
+        sidecar = labels.get(INSTANCE, "?")
+        detail = f"{name} via Prometheus (sidecar {sidecar})"
+        sidecar = printable(sidecar)
+        what = labels.get("knob") or labels.get("fact")
+        if name in (SIDECAR_KNOB, SIDECAR_FACT) and what and not _is_reading(value):
+            bad.append(
+                ParseWarning(
+                    name,
+                    None,
+                    f"{printable(what)} = {value!r} from the sidecar {sidecar} is no reading: left unknown",
+                    _not_a_reading(value),
+                )
+            )
+            continue
         if not _is_reading(value):
-            continue  # NaN, +-Inf, negative, beyond 1e18: not a knob's or a fact's value (G5)
+            continue
         if name == SIDECAR_KNOB and labels.get("knob"):
             v: Any = int(value) if float(value).is_integer() else value
             if not _knob_in_range(labels["knob"], v):
+                bad.append(
+                    ParseWarning(
+                        name,
+                        None,
+                        f"{printable(labels['knob'])} = {v!r} from the sidecar {sidecar} is outside the knob's "
+                        "range: left unknown",
+                        "out_of_range",
+                    )
+                )
                 continue
             out[labels["knob"]] = Provenanced(v, src, detail)
         elif name == SIDECAR_FACT and labels.get("fact"):
@@ -539,7 +577,7 @@ def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: st
             for label, key in (("version", "vllm_version"), ("model", "model"), ("device", "device")):
                 if labels.get(label):
                     out[key] = Provenanced(labels[label], "metrics", detail)
-    return out
+    return out, tuple(bad)
 
 
 # ------------------------------------------------------------------ one server's history
@@ -555,6 +593,7 @@ class History:
     engine: Mapping[str, Provenanced]
     queries: int
     warnings: tuple[str, ...] = ()
+    bad_sidecar: tuple[ParseWarning, ...] = ()  # the sidecar's series that are no reading (G5)
 
 
 def read_history(
@@ -604,11 +643,13 @@ def _read_history(
         )
     up = client.raw(selector('__name__="up"', inst, extra), window_s, at)
     sidecar = client.instant(SIDECAR_SELECTOR, at)
+    engine, bad = sidecar_readings(sidecar, instance)
     return History(
         instance=instance,
         snapshots=tuple(pages),
         down=tuple(down_times(up).get(instance, [])),
-        engine=sidecar_engine(sidecar, instance),
+        engine=engine,
         queries=client.calls - calls0,
         warnings=tuple(client.warnings[warned0:]),
+        bad_sidecar=bad,
     )

@@ -60,3 +60,35 @@ def test_identity_of_a_page() -> None:
     assert ident == Identity(1.79599261254e09, "llama", 'block_size="16",num_gpu_blocks="3072"')
     assert of_page("vllm:num_requests_running 0\n") is None
     assert of_page("process_start_time_seconds " + "9" * 5000 + "\n") is None  # not a start time
+
+
+def test_counters_going_back_and_forth_between_two_lines_are_two_engines_not_a_restart() -> None:
+    """F25: pages without a start time. Two engines taking turns (busy, or idle at two values):
+    named after two returns onto the line left the page before; the followed engine's pages
+    are fed, the other's not. A restart (down once, then rising past the old value) is not."""
+    for a, b in (
+        ([100.0 * i for i in range(1, 9)], [5000.0 + 50 * i for i in range(1, 9)]),
+        ([7.0] * 8, [9.0] * 8),
+    ):
+        tr = ServerTracker()
+        seen = [
+            tr.observe(None, float(i), v)
+            for i, v in enumerate(x for pair in zip(a, b, strict=True) for x in pair)
+        ]
+        assert tr.several and tr.reason.startswith("two engines behind one URL")
+        assert seen[-4:] in ([True, False, True, False], [False, True, False, True])
+    tr = ServerTracker()
+    for i, v in enumerate([100.0, 200.0, 300.0, 5.0, 60.0, 150.0, 250.0, 350.0, 450.0, 600.0]):
+        assert tr.observe(None, float(i), v) is True
+    assert not tr.several
+
+
+def test_a_dip_on_one_page_now_and_then_is_not_two_engines() -> None:
+    """*(guard)* F25: a counter read low on one page (a bad reading), twice, 20 pages apart:
+    each is one return, never two engines."""
+    tr = ServerTracker()
+    values = [100.0 * i for i in range(1, 41)]
+    values[10] /= 2
+    values[30] /= 2
+    assert all(tr.observe(None, float(i), v) for i, v in enumerate(values))
+    assert not tr.several

@@ -175,3 +175,73 @@ def test_sigterm_stops_within_seconds_against_a_trickling_prometheus(
     out = proc.stdout.read().decode() if proc.stdout else ""
     assert took < 5.0, (took, out)
     assert "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("bad", [1e308, float("nan"), -5.0])
+def test_a_bad_knob_series_on_one_server_is_named_there_the_others_diagnosed_and_it_clears(
+    bad: float,
+) -> None:
+    """Issue 34, G5, in the fleet: the sidecar of one server (c, a healthy recording) exports
+    `vllm_advisor_engine_knob{knob="max_num_seqs"}` as 1e308, NaN or -5 for its first 26 s, then
+    the series is gone; another server (a) preempts. c's knob stays unknown (never that value),
+    the bad sample is named in c's diagnosis (while Prometheus holds it) and counted in its
+    `bad_samples`; a is diagnosed as ever; no internal error; c is clear once the series is gone
+    and has left the window. Before: 1e308 was
+    an `OverflowError` and "internal error" with a traceback every cycle, still 120 s after the
+    series was gone; -5 and NaN were taken as knobs. The Prometheus is the stand-in
+    (tests/prom_standin.py: two recorded servers' stored samples, and the sidecar's series, at
+    times an injected clock walks through; an instant query's lookback of 3 s stands for the
+    staleness marker a real Prometheus writes when the series leaves the sidecar's page): the
+    recorded history cannot be scraped by a real Prometheus at its own past times."""
+    a, meta = prom_standin.stored_samples(SESSIONS / "cpu-preempt-nobind", "a.fleet:8000")
+    c, meta_c = prom_standin.stored_samples(SESSIONS / "cpu-healthy", "c.fleet:8000")
+    end = max(t for _, vals in a for t, _ in vals)
+    shift = end - max(t for _, vals in c for t, _ in vals)
+    c = [(lab, [(t + shift, v) for t, v in vals]) for lab, vals in c]
+    times = sorted({t for _, vals in c for t, _ in vals})
+    gone = times[0] + 26.0
+    sidecar = {"job": "advisor", "instance": "c.fleet:9100", "source": "cmdline"}
+    knob = [
+        (
+            {"__name__": prom.SIDECAR_KNOB, **sidecar, "knob": "max_num_seqs"},
+            [(t, bad) for t in times if t < gone],
+        ),
+        (
+            {"__name__": prom.SIDECAR_KNOB, **sidecar, "knob": "max_num_batched_tokens"},
+            [(t, 2048.0) for t in times],
+        ),
+    ]
+    samples = a + c + knob
+    behaviour = prom_standin.Behaviour("normal", lookback_s=3.0)
+    clock = Clock(end)
+    with prom_standin.serve(samples, {**meta_c, **meta}, behaviour) as url:
+        cfg = Config(interval_s=4.0, window_s=24.0, retention_s=120.0)
+        fleet = Fleet(cfg, load_rules(), prom.Client(url, timeout_s=5.0), '{job="vllm"}', clock=clock)
+        during = _live(fleet, clock, samples, gone - 2.0)
+        adv_c = fleet.advisors["c.fleet:8000"]
+        knob_during = (adv_c.engine.get("max_num_seqs"), adv_c.engine.source("max_num_seqs"))
+        tokens_during = adv_c.engine.get("max_num_batched_tokens")
+        clock.t = gone - 2.0 + cfg.interval_s
+        after = None
+        while clock.t <= end:
+            after = fleet.cycle()
+            clock.t += cfg.interval_s
+    assert during.prometheus_up and after is not None and after.prometheus_up
+    by = {m.server.instance: m.state for m in during.members}
+    dc, da = by["c.fleet:8000"].diagnosis, by["a.fleet:8000"].diagnosis
+    assert dc is not None and da is not None
+    assert dc.status != "advice" and "internal error" not in dc.reason
+    assert (
+        f"vllm_advisor_engine_knob: max_num_seqs = {bad!r} from the sidecar c.fleet:9100 is no reading"
+        in (dc.reason)
+    ), dc.reason
+    assert by["c.fleet:8000"].bad_samples, by["c.fleet:8000"].bad_samples
+    assert knob_during[0] != bad and knob_during[1] != "cmdline"  # never that value
+    assert tokens_during == 2048  # the sidecar's other knob is read
+    assert da.status == "advice", da.reason  # the other server diagnosed as ever
+    by = {m.server.instance: m.state for m in after.members}
+    for st in by.values():
+        assert st.diagnosis is not None and "internal error" not in st.diagnosis.reason
+    reason_c = by["c.fleet:8000"].diagnosis.reason  # type: ignore[union-attr]
+    assert "from the sidecar" not in reason_c and "could not be trusted" not in reason_c, reason_c
+    assert by["a.fleet:8000"].diagnosis.status == "advice"  # type: ignore[union-attr]

@@ -30,7 +30,7 @@ from advisor.cli.common import DEMO_SESSION
 from advisor.drive.daemon import Daemon
 from advisor.outputs.exporter import BoundedHTTPServer
 from advisor.sources import http as http_src
-from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
+from tests.daemon_helpers import Clock, SteppedClock, exported, make, run_cycles, start_run
 from tests.vllm_standin import StandIn, serve, session_pages
 
 
@@ -47,9 +47,10 @@ def preempting() -> StandIn:
 
 
 @pytest.fixture()
-def advised(tmp_path: Path, preempting: StandIn) -> Iterator[tuple[Daemon, Clock, StandIn]]:
-    """A daemon that has scraped the preemption run up to the point of advice."""
-    clock = Clock()
+def advised(tmp_path: Path, preempting: StandIn) -> Iterator[tuple[Daemon, SteppedClock, StandIn]]:
+    """A daemon that has scraped the preemption run up to the point of advice (its wall clock
+    can be stepped apart from its monotonic one)."""
+    clock = SteppedClock()
     with serve(preempting) as url:
         d = make(url, tmp_path, clock)
         d.serve()
@@ -340,6 +341,161 @@ def test_out_of_file_descriptors_does_not_spin_the_accept_loop(tmp_path: Path) -
         p.wait(timeout=5)
 
 
+# ------------------------------------------------------------------ G4: the wall clock steps
+
+
+def _logged(capsys: pytest.CaptureFixture[str], event: str) -> list[dict[str, object]]:
+    lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    return [ln for ln in lines if ln["event"] == event]
+
+
+def test_a_wall_clock_stepped_back_an_hour_is_named_once_and_a_stall_after_it_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, G4. The loaded part of the recording, then its last page again and again (the
+    engine stalls: 118 waiting, 35 running, no token counted); the wall clock steps back an hour
+    as the stall begins (the system clock is not touched: the daemon's clocks are injected).
+    Before: every page after the step was older than the window's newest and was dropped, so the
+    advice from before the step was served as current, `up` 1, and the stall never reported.
+    Now: one log line names the step, the window restarts on the new time line (the advice is
+    withdrawn, the reason says why), and the stall is reported 30 s of pages after it."""
+    from advisor.core.log import configure_logging
+
+    configure_logging(json_logs=True)
+    standin = StandIn(session_pages(DEMO_SESSION)[:30])
+    clock = SteppedClock()
+    with serve(standin) as url:
+        d = make(url, tmp_path, clock)
+        d.serve()
+        try:
+            run_cycles(d, clock, 30)
+            assert d.state().diagnosis.status == "advice"  # type: ignore[union-attr]
+            capsys.readouterr()
+            clock.offset = -3600.0
+            run_cycles(d, clock, 1)
+            st = d.state()
+            text = exported(d)
+            assert st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+            assert st.diagnosis.reason.startswith(
+                "the wall clock stepped by -3600 s 0 s ago: the window restarted"
+            )
+            assert value(text, "vllm_advisor_up") == 1.0
+            assert "vllm_advisor_recommendation_info{" not in text
+            run_cycles(d, clock, 24)  # 50 s of the stall on the new time line
+            st = d.state()
+        finally:
+            d.stop()
+    assert st.diagnosis is not None and st.diagnosis.status == "inconclusive"
+    assert st.diagnosis.reason.startswith("engine stalled: 118 waiting, 35 running")
+    stepped = _logged(capsys, "the wall clock stepped")
+    assert len(stepped) == 1 and stepped[0]["step_s"] == -3600.0, stepped  # once, not once per cycle
+    assert d.advice.spans[-1].end_reason == "the wall clock stepped by -3600 s"
+
+
+def test_after_the_wall_clock_steps_back_a_stuck_cycle_still_takes_up_down(
+    advised: tuple[Daemon, SteppedClock, StandIn],
+) -> None:
+    """G4: no cycle completes after the wall clock stepped back an hour. Staleness is timed on
+    the monotonic clock: two intervals later `up` is 0 and the advice withdrawn (before: the last
+    scrape looked an hour in the future, so fresh, and the advice current, for that hour)."""
+    d, clock, _ = advised
+    fresh = d.fresh_for_s()
+    clock.offset = -3600.0
+    clock.t += fresh - 0.1
+    assert value(exported(d), "vllm_advisor_up") == 1.0
+    clock.t += 0.2
+    text = exported(d)
+    assert value(text, "vllm_advisor_up") == 0.0
+    assert "vllm_advisor_recommendation_info{" not in text
+
+
+def test_a_wall_clock_stepped_forward_is_not_vllm_down_and_restarts_the_window(
+    advised: tuple[Daemon, SteppedClock, StandIn], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """G4: the wall clock jumps an hour ahead (a VM resumed, NTP catching up). Before the next
+    cycle the state is still fresh (before: the last scrape looked an hour old: `up` 0 and the
+    advice withdrawn, vLLM reported down); the next cycle names the step and restarts the
+    window (a rate over the step would be wrong by an hour)."""
+    from advisor.core.log import configure_logging
+
+    configure_logging(json_logs=True)
+    d, clock, _ = advised
+    capsys.readouterr()
+    clock.offset = 3600.0
+    clock.t += 1.0
+    text = exported(d)
+    assert value(text, "vllm_advisor_up") == 1.0
+    assert "vllm_advisor_recommendation_info{" in text
+    run_cycles(d, clock, 1)
+    st = d.state()
+    assert st.up is True and st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+    assert "the wall clock stepped by +3600 s" in st.diagnosis.reason
+    assert d.advisor.window.oldest_t == clock()  # one page, on the new time line
+    stepped = _logged(capsys, "the wall clock stepped")
+    assert len(stepped) == 1 and stepped[0]["step_s"] == 3600.0
+
+
+def test_a_slewed_clock_is_no_step(advised: tuple[Daemon, SteppedClock, StandIn]) -> None:
+    """*(guard)* NTP slewing (at most 0.5 ms/s) and a sub-second correction are not steps: the
+    window and the advice stay."""
+    d, clock, _ = advised
+    for _ in range(3):
+        clock.offset += 0.4
+        run_cycles(d, clock, 1)
+    assert d.clock_steps == 0
+    assert d.state().diagnosis.status == "advice"  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ G13: slow cycles, one line
+
+
+def test_cycles_slower_than_the_interval_are_one_line_per_episode_and_its_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, G13: cycles that take longer than the interval (0.2 s here; each cycle is made
+    to take 0.5 s more), then keep up again. One warning when they fall behind, one line when
+    they keep up, and nothing per interval (before: apscheduler's `Execution of job ... skipped:
+    maximum number of running instances reached` / `Run time of job ... was missed` at every
+    interval of the episode). The daemon's own clock runs here (its scheduler is what is tested);
+    nothing is asserted about seconds, only about lines and cycles."""
+    from advisor.core.log import configure_logging
+
+    configure_logging(json_logs=True)
+    slow = threading.Event()
+    cycles = [0]
+    with serve(StandIn(session_pages(DEMO_SESSION))) as url:
+        d = make(url, tmp_path, time.time, interval_s=0.2, scrape_timeout_s=0.15)  # type: ignore[arg-type]
+        real = d._cycle
+
+        def timed() -> object:
+            if slow.is_set():
+                time.sleep(0.5)
+            cycles[0] += 1
+            return real()
+
+        d._cycle = timed  # type: ignore[method-assign]
+        capsys.readouterr()
+        slow.set()
+        d.start()
+        try:
+            deadline = time.monotonic() + 120  # a hang guard
+            while time.monotonic() < deadline and cycles[0] < 10:
+                time.sleep(0.05)
+            slow.clear()
+            fast_from = cycles[0]
+            while time.monotonic() < deadline and (d._slow_logged or cycles[0] < fast_from + 5):
+                time.sleep(0.05)
+        finally:
+            d.stop()
+    assert cycles[0] >= 15
+    lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    library = [ln for ln in lines if str(ln.get("logger", "")).startswith("apscheduler")]
+    assert library == []  # nothing per interval
+    slower = [ln for ln in lines if ln["event"] == "cycles are slower than the interval"]
+    again = [ln for ln in lines if ln["event"] == "cycles keep up with the interval again"]
+    assert len(slower) == 1 and len(again) == 1, [ln["event"] for ln in lines]
+
+
 # ------------------------------------------------------------------ 4: a load balancer in front
 
 
@@ -389,6 +545,61 @@ def test_a_url_that_alternates_between_two_engines_is_said_and_writes_no_experim
     logs = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
     warned = [ln for ln in logs if ln["event"] == "several servers"]
     assert len(warned) == 1 and "point the advisor at one" in warned[0]["error"]
+
+
+def _without_start_time(page: str) -> str:
+    return "".join(
+        ln for ln in page.splitlines(keepends=True) if not ln.startswith("process_start_time_seconds")
+    )
+
+
+def test_two_engines_behind_one_url_without_a_start_time_are_named_not_warming_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 34, F25: two engines behind one URL whose pages show no process start time (Ray's
+    exporter, a proxy that drops it): scrapes alternate between them, so the token counters go
+    down on one page and back up onto the other engine's line on the next. Before: every
+    page down read as a restart, "warming up" for as long as both answered. Now: named, "two
+    engines behind one URL", the several-servers series set, one warning, no experiment.
+    The two engines are the recording at two points (tests/vllm_standin.py): a real vLLM cannot
+    be put behind a round-robin URL with its start time removed here."""
+    from advisor.core.log import configure_logging
+
+    configure_logging(json_logs=True)
+    pages = [_without_start_time(p) for p in session_pages(DEMO_SESSION)]
+    a, b = pages[14:], pages[24:]
+    mixed = [p for pair in zip(a, b, strict=False) for p in pair]
+    clock = Clock()
+    with serve(StandIn(mixed)) as url:
+        d = make(url, tmp_path, clock)
+        d.serve()
+        try:
+            capsys.readouterr()
+            run_cycles(d, clock, 20)
+            st = d.state()
+            text = exported(d)
+        finally:
+            d.stop()
+    assert st.diagnosis is not None and st.diagnosis.status == "insufficient-data"
+    assert st.diagnosis.reason.startswith("two engines behind one URL"), st.diagnosis.reason
+    assert "warming up" not in st.diagnosis.reason
+    assert value(text, "vllm_advisor_several_servers") == 1.0 and st.up is True
+    assert not d.advisor.changes and d.advisor.experiment is None
+    logs = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    warned = [ln for ln in logs if ln["event"] == "several servers"]
+    assert len(warned) == 1 and warned[0]["error"].startswith("two engines behind one URL")
+
+
+def test_a_restart_without_a_start_time_is_not_taken_for_two_engines(tmp_path: Path) -> None:
+    """*(guard)* F25: no start time, and the engine restarts (its counters from zero, then
+    rising again, past where they were): one restart, never two engines."""
+    pages = [_without_start_time(p) for p in session_pages(DEMO_SESSION)]
+    clock = Clock()
+    with serve(StandIn(pages[20:30] + pages[14:])) as url:
+        d = make(url, tmp_path, clock)
+        run_cycles(d, clock, 35)
+    assert d.servers.several is False
+    assert d.state().several_servers is False
 
 
 def test_a_real_restart_is_not_taken_for_several_servers(tmp_path: Path) -> None:
@@ -475,7 +686,7 @@ def test_log_exception_carries_the_error_and_library_lines_are_json(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """`log.exception` renders the exception (type and message, no locals) into the JSON line,
-    and apscheduler's standard-library log lines come out as JSON too."""
+    and a library's standard-library log lines (urllib3's) come out as JSON too."""
     import logging
 
     import structlog
@@ -489,7 +700,7 @@ def test_log_exception_carries_the_error_and_library_lines_are_json(
         raise ValueError(f"could not convert string to float: 'abc' ({len(api_key)})")
     except ValueError:
         structlog.get_logger("vllm-advisor").exception("diagnosis failed")
-    logging.getLogger("apscheduler.scheduler").warning("Execution of job %s skipped", "scrape")
+    logging.getLogger("urllib3.connectionpool").warning("Connection pool is full, discarding %s", "h")
     err = capsys.readouterr().err
     assert "hunter2" not in err
     lines = [json.loads(ln) for ln in err.splitlines()]
@@ -497,8 +708,8 @@ def test_log_exception_carries_the_error_and_library_lines_are_json(
     exc = lines[0]["exception"][0]
     assert exc["exc_type"] == "ValueError" and "could not convert" in exc["exc_value"]
     assert "locals" not in exc["frames"][0]
-    assert lines[1]["event"] == "Execution of job scrape skipped" and lines[1]["level"] == "warning"
-    assert lines[1]["logger"] == "apscheduler.scheduler"
+    assert lines[1]["event"] == "Connection pool is full, discarding h" and lines[1]["level"] == "warning"
+    assert lines[1]["logger"] == "urllib3.connectionpool"
 
 
 def test_a_gzip_encoded_page_is_decoded(tmp_path: Path) -> None:

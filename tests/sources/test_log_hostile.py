@@ -3,6 +3,7 @@ long log lines do not pile up in memory."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -152,3 +153,128 @@ def test_the_daemon_parses_log_lines_outside_the_advisor_lock(
         finally:
             release.set()
             d.stop()
+
+
+# ------------------------------------------------------------------ F27: a flood of log lines
+
+
+def _flood(path: Path, n: int, head: str = "") -> None:
+    with path.open("w") as fh:
+        fh.write(head)
+        for i in range(n):
+            fh.write(
+                f'(APIServer pid=1) INFO:     127.0.0.1:{i % 60000} - "POST /v1/completions HTTP/1.1" 200 OK #{i:08d}\n'
+            )
+
+
+def test_a_file_far_ahead_of_the_reader_is_skipped_to_its_tail_and_every_line_counted(tmp_path: Path) -> None:
+    """Issue 34, F27: a log that grows faster than its lines are parsed (here: 60,000 lines,
+    6 MB, already written when the follower starts reading) is not read line by line minutes
+    behind the server: the follower reads the file's head (vLLM's start-up lines are there),
+    skips to its tail once the backlog passes the bound, and counts what it skipped. Before:
+    every line was read, in order (60,000 lines to parse at ~6,000 lines/s: 10 s behind)."""
+    path = tmp_path / "vllm.log"
+    head = "INFO 11-30 10:00:00 [utils.py:1] non-default args: {'max_num_seqs': 8}\n"
+    n = 60_000
+    _flood(path, n, head)
+    f = follow.FileFollower(path, from_start=True, poll_interval=0.01, max_backlog_bytes=256 * 1024)
+    f.head_bytes, f.tail_keep_bytes = 64 * 1024, 64 * 1024
+    got: list[str] = []
+    for line in f.lines():
+        got.append(line)
+        if line.endswith(f"#{n - 1:08d}"):
+            break
+    f.close()
+    assert got[0] == head.rstrip("\n")  # the head is read
+    assert f.skips == 1 and f.behind is True
+    assert len(got) < 2_000  # the head, the tail: not the 60,000 lines (bytes read, not parsed)
+    assert len(got) + f.skipped_lines == n + 1  # every line read or counted as skipped
+    numbers = [int(x.rsplit("#", 1)[1]) for x in got[1:]]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)  # whole lines, in order
+    assert all(ln.startswith("(APIServer pid=1) INFO:") for ln in got[1:])  # no fragment of a line
+    jump = next(i for i, (a, b) in enumerate(itertools.pairwise(numbers)) if b != a + 1)
+    assert numbers[jump + 1] - numbers[jump] - 1 == f.skipped_lines  # the gap is what was counted
+    assert f.skipped_bytes > 5_000_000
+
+
+def test_a_pipe_that_never_empties_is_drained_and_counted() -> None:
+    """F27: a log command whose output is always waiting (its writer is ahead) for longer than
+    ``max_lag_s``: what the pipe holds is drained, unparsed, and counted. A real pipe with a
+    writer that keeps it full; the reader's clock is injected (one second a read)."""
+    lines = [f"line {i:06d} {'x' * 40}\n" for i in range(50_000)]
+    r, w = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as out:
+            out.write("".join(lines).encode())
+
+    th = threading.Thread(target=write, daemon=True)
+    ticks = iter(range(10**9))
+    with os.fdopen(r, "rb") as inp:
+        f = follow.StreamFollower(inp, poll_interval=0.01, max_lag_s=3.0, clock=lambda: float(next(ticks)))
+        th.start()
+        got = list(f.lines())
+    th.join(30)
+    assert f.skips >= 1
+    assert len(got) < 40_000
+    assert len(got) + f.skipped_lines == 50_000  # every line read or counted as skipped
+    numbers = [int(ln.split()[1]) for ln in got]
+    assert numbers == sorted(numbers) and all(
+        ln == lines[k].rstrip("\n") for ln, k in zip(got, numbers, strict=True)
+    )
+
+
+def test_the_daemon_says_once_that_its_log_reader_fell_behind_and_exports_what_it_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F27: the daemon following a flooded log file: one warning when the reader falls behind
+    and skips (not one per skip), `vllm_advisor_log_skipped_lines_total` = what was skipped,
+    and one line when it reads at the tail again. The bounds are made small (the real ones:
+    16 MiB of backlog, the first 4 MiB and last 1 MiB read). Uses the vLLM stand-in
+    (recorded pages) for /metrics: the test is about the log."""
+    import json
+
+    from advisor.core.log import configure_logging
+    from tests.daemon_helpers import exported
+
+    configure_logging(json_logs=True)
+    monkeypatch.setattr(follow, "MAX_BACKLOG_BYTES", 256 * 1024)
+    monkeypatch.setattr(follow, "HEAD_BYTES", 64 * 1024)
+    monkeypatch.setattr(follow, "TAIL_KEEP_BYTES", 64 * 1024)
+    logf = tmp_path / "vllm.log"
+    n = 60_000
+    _flood(logf, n)
+    clock = Clock()
+    with serve(StandIn(session_pages(DEMO_SESSION))) as url:
+        d = make(url, tmp_path, clock, log_file=str(logf))
+        d.serve()
+        capsys.readouterr()
+        d._start_logs()
+        try:
+            deadline = time.monotonic() + 60  # a hang guard
+            while (
+                time.monotonic() < deadline
+                and d.advisor.stats.log_lines.get("unknown", 0) + d.log_skipped_lines < n - 1
+            ):  # the last line waits in the line joiner (it may be continued) until the next
+                time.sleep(0.05)
+            with logf.open("a") as fh:  # at the tail: the next line says so
+                fh.write("INFO 11-30 10:00:00 [x.py:1] one more line\n")
+            while time.monotonic() < deadline and d._log_behind is not None:
+                time.sleep(0.05)
+            text = exported(d)
+        finally:
+            d.stop()
+    read = d.advisor.stats.log_lines.get("unknown", 0)
+    assert read + d.log_skipped_lines == n + 1  # every line read or counted as skipped
+    assert read < 5_000
+    skipped = next(
+        float(ln.split()[-1])
+        for ln in text.splitlines()
+        if ln.startswith("vllm_advisor_log_skipped_lines_total ")
+    )
+    assert skipped == d.log_skipped_lines > 50_000
+    logs_ = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    behind = [ln for ln in logs_ if ln["event"].startswith("the log reader fell behind")]
+    again = [ln for ln in logs_ if ln["event"] == "the log reader is at the tail again"]
+    assert len(behind) == 1 and len(again) == 1, logs_
+    assert again[0]["skipped_lines"] == d.log_skipped_lines

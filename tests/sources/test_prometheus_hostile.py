@@ -20,6 +20,8 @@ from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import inputs
 from advisor.sources import prometheus as prom
+from advisor.sources.metrics import parse_page
+from advisor.sources.session import Session
 from tests import prom_standin
 from tests.paths import REPO
 
@@ -175,3 +177,35 @@ def test_a_knob_series_that_is_no_reading_leaves_the_knob_unknown(knob: str, val
     got = prom.sidecar_engine(samples, INSTANCE)
     assert knob not in got
     assert got["max_num_batched_tokens"].value == 8192
+    got, bad = prom.sidecar_readings(samples, INSTANCE)  # and it is a bad sample, named
+    assert knob not in got and len(bad) == 1
+    (w,) = bad
+    assert w.family == prom.SIDECAR_KNOB and w.reason.startswith(f"{knob} = ") and "a.fleet:9100" in w.reason
+    expected = (
+        "non_finite"
+        if value != value or value == float("inf")
+        else "negative"
+        if value < 0
+        else "out_of_range"
+    )
+    assert w.kind == expected
+
+
+def test_explain_prometheus_names_a_sidecars_bad_knob_series() -> None:
+    """G5, `explain --prometheus`: a recorded healthy server whose sidecar exports
+    `max_num_seqs` as 1e308: the knob unknown, and the diagnosis does not call the server
+    healthy: it names the bad sample (before: left out silently, "healthy")."""
+    pages = tuple(parse_page(text, t) for t, text in Session.load(SESSIONS / "cpu-healthy").iter_scrapes())
+    at = pages[-1].t
+    sidecar = {
+        "__name__": prom.SIDECAR_KNOB,
+        "instance": "a.fleet:9100",
+        "source": "cmdline",
+        "knob": "max_num_seqs",
+    }
+    engine, bad = prom.sidecar_readings([(sidecar, 1e308)], INSTANCE)
+    history = prom.History(INSTANCE, pages, (), engine, 0, bad_sidecar=bad)
+    adv, d = inputs.from_prometheus(history, Config(), load_rules(), at, 60.0)
+    assert adv.engine.source("max_num_seqs") == "default"
+    assert d.status == "inconclusive" and "could not be trusted" in d.reason, d.reason
+    assert "max_num_seqs = 1e+308 from the sidecar a.fleet:9100 is no reading" in d.reason
