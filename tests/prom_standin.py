@@ -58,6 +58,7 @@ class Behaviour:
     warnings: tuple[str, ...] = ("partial response",)
     n_series: int = 100_000
     requests: list[str] = field(default_factory=list)
+    sent: list[int] = field(default_factory=lambda: [0])  # bytes of answers written (trickle counts each)
     lookback_s: float = 300.0  # an instant query's lookback (Prometheus's default)
 
 
@@ -138,6 +139,7 @@ def serve(samples: list[Sample], metadata: dict[str, Any], behaviour: Behaviour)
                     for i in range(len(body)):
                         self.wfile.write(body[i : i + 1])
                         self.wfile.flush()
+                        behaviour.sent[0] += 1
                         time.sleep(behaviour.trickle_s)
                 elif behaviour.mode == "stall":
                     time.sleep(3600)

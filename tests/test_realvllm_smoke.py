@@ -123,10 +123,9 @@ def test_a_server_that_exits_fails_fast_with_its_log_tail(
     monkeypatch.setattr(realvllm, "vllm_python", lambda: Path(sys.executable))
     monkeypatch.setattr(realvllm, "tiny_model_dir", lambda: tmp_path)
     server = realvllm.VllmServer(log_path=tmp_path / "server.log", startup_timeout_s=60)
-    t0 = time.monotonic()
+    # "exited with rc 1", not the start-up timeout's message: it saw the exit, it did not wait
     with pytest.raises(realvllm.VllmServerError, match="exited with rc 1") as e:
         server.start()
-    assert time.monotonic() - t0 < 30
     assert "No module named 'vllm'" in str(e.value)
     assert "--max-num-seqs" not in server.argv and "--enforce-eager" in server.argv
     assert server.proc is not None and server.proc.poll() is not None

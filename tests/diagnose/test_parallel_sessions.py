@@ -20,9 +20,18 @@ from pathlib import Path
 import pytest
 
 from advisor.core.config import Config
-from advisor.diagnose.advise import Diagnosis
+from advisor.derive.signals import CATALOG, Context, promql
+from advisor.derive.window import Window
+from advisor.diagnose.advise import Diagnosis, provenanced_engine
+from advisor.diagnose.arbitration import resolve_choice
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
+from advisor.outputs.exporter import make_registry
+from advisor.outputs.state import ExportState
+from advisor.sources.metrics import parse_page
+from advisor.sources.session import Session
+from advisor.verify import comparison, verdict
+from advisor.verify import live_experiment as lx
 from tests.paths import FIXTURES, REPO
 
 SESSIONS = FIXTURES / "sessions"
@@ -122,11 +131,6 @@ def test_more_media_loading_threads_advised_then_measured() -> None:
     the TTFT and nearly doubles the request rate, and the daemon's own before/after comparison of
     the two windows says keep. Measured on this machine at recording (scripts/record_sessions.py):
     640 requests in 161 s, then in 81 s."""
-    from advisor.derive.window import Window
-    from advisor.sources.metrics import parse_page
-    from advisor.sources.session import Session
-    from advisor.verify import comparison, verdict
-    from advisor.verify import live_experiment as lx
 
     before, after = diagnose("cpu-vl-media"), diagnose("cpu-vl-media-after")
     rec = before.recommendation
@@ -197,10 +201,6 @@ def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
     vllm_advisor_engine_fact: the exporter publishes them from a real engine's diagnosis."""
     from prometheus_client import generate_latest
 
-    from advisor.derive.signals import CATALOG, promql
-    from advisor.outputs.exporter import make_registry
-    from advisor.outputs.state import ExportState
-
     d = diagnose("cpu-moe-tp2")
     text = generate_latest(
         make_registry(lambda: ExportState(diagnosis=d, up=True, rules=tuple(RULES)))
@@ -218,8 +218,6 @@ def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
 
 
 def _kv_choice(rule_id: str, **facts: object) -> tuple[str | None, object, object, list[str]]:
-    from advisor.diagnose.advise import provenanced_engine
-    from advisor.diagnose.arbitration import resolve_choice
 
     rule = next(r for r in RULES if r.id == rule_id)
     engine = provenanced_engine(
@@ -231,8 +229,6 @@ def _kv_choice(rule_id: str, **facts: object) -> tuple[str | None, object, objec
             **facts,
         }
     )
-    from advisor.derive.signals import CATALOG, Context
-    from advisor.derive.window import Window
 
     values = {
         "preemptions_per_second": 3.0,

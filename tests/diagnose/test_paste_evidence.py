@@ -12,9 +12,11 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.core import config as config_mod
-from advisor.diagnose.evidence import NO_RATES
+from advisor.core import names
+from advisor.diagnose.evidence import NO_RATES, pages_from_stats
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import inputs
+from advisor.sources.logs import parse_lines
 from tests.paths import FIXTURES
 
 PAGES = FIXTURES / "paste" / "pages"
@@ -133,9 +135,6 @@ def test_explain_on_a_quiet_log_alone_and_on_a_log_without_stats(tmp_path: Path)
 def test_log_stats_lines_become_pages_with_v1_preemption_counts() -> None:
     """V1 prints "Preemptions: N" (the interval's) only when N > 0: once the log shows it, a line
     without it counts none; throughputs integrate into token counters."""
-    from advisor.core import names
-    from advisor.diagnose.evidence import pages_from_stats
-    from advisor.sources.logs import parse_lines
 
     head = "(APIServer pid=1) INFO 11-29 23:26:{s} [loggers.py:335] Engine 000: Avg prompt throughput: 100.0 tokens/s, "
     lines = [

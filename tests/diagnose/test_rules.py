@@ -12,8 +12,8 @@ from advisor.cli import main
 from advisor.core import knobs
 from advisor.core.config import Config
 from advisor.diagnose.advise import provenanced_engine
-from advisor.diagnose.arbitration import arbitrate, resolve_choice
-from advisor.diagnose.evaluate import Evaluator, conditions_hold
+from advisor.diagnose.arbitration import arbitrate, building, resolve_choice
+from advisor.diagnose.evaluate import Evaluator, Finding, conditions_hold
 from advisor.diagnose.ruleset import DOC_SECTIONS, RuleError, load_rules
 
 RULES = load_rules()
@@ -215,7 +215,6 @@ def test_arbitration_prefers_severity_then_priority_then_id() -> None:
 def test_opposite_directions_on_one_knob_are_inconclusive() -> None:
     down = next(r for r in RULES if r.id == "itl-stutter-prefill-chunks")
     up = next(r for r in RULES if r.id == "ttft-prefill-budget-bound")
-    from advisor.diagnose.evaluate import Finding
 
     firing = [Finding(down, "firing", ()), Finding(up, "firing", ())]
     engine = provenanced_engine({"max_num_batched_tokens": 8192, "max_model_len": 32768})
@@ -226,7 +225,6 @@ def test_opposite_directions_on_one_knob_are_inconclusive() -> None:
 
 def test_a_rule_with_no_movable_knob_is_inconclusive_with_the_reasons() -> None:
     rule = next(r for r in RULES if r.id == "kv-preemption-capacity")
-    from advisor.diagnose.evaluate import Finding
 
     # CPU server whose KV size is not fixed and not raisable: GPU-only knobs do not apply
     engine = provenanced_engine({"device": "cpu", "gpu_memory_utilization": 0.95})
@@ -275,8 +273,6 @@ def test_explain_rule_id_prints_the_rules_docs() -> None:
 def test_a_pending_better_rule_holds_lesser_advice_back() -> None:
     """While kv-preemption-seqs-bind builds up its hold time, kv-capacity-below-context (info)
     may not become the advice: the diagnosis waits instead of flipping knobs."""
-    from advisor.diagnose.arbitration import building
-    from advisor.diagnose.evaluate import Finding
 
     seqs = next(r for r in RULES if r.id == "kv-preemption-seqs-bind")
     ctx = next(r for r in RULES if r.id == "kv-capacity-below-context")

@@ -25,6 +25,7 @@ from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
+from advisor.sources import metrics as m
 from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
 from tests.paths import FIXTURES
 from tests.vllm_standin import StandIn, serve, session_pages
@@ -95,7 +96,6 @@ def test_advice_appears_then_vllm_down_withdraws_it(tmp_path: Path, preempting: 
 def test_bad_answers_are_counted_and_never_crash(
     tmp_path: Path, preempting: StandIn, mode: str, result: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from advisor.sources import metrics as m
 
     monkeypatch.setattr(m, "MAX_PAGE_BYTES", 8 * 1024 * 1024)  # the stand-in's huge page is ~36 MB
     clock = Clock()

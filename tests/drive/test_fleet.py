@@ -27,6 +27,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from advisor.core.config import Config
+from advisor.core.model import Provenanced
 from advisor.diagnose.advise import Diagnosis, Recommendation
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
@@ -34,7 +35,9 @@ from advisor.drive.fleet import Fleet, Runner, family_groups
 from advisor.drive.inputs import from_session
 from advisor.outputs import alert_config, exporter
 from advisor.outputs import fleet as fleet_out
+from advisor.outputs.deploy import WEBHOOK_BASE
 from advisor.outputs.state import ExportState, FleetState, Member, Server
+from advisor.sources import metrics
 from advisor.sources import prometheus as prom
 from tests import browser, fleet_standin, promstack
 from tests.paths import FIXTURES, REPO
@@ -132,8 +135,6 @@ def test_a_sidecar_seen_after_its_server_gives_its_knobs_at_once() -> None:
     """Prometheus may scrape a server before its sidecar: the knobs the sidecar read (from the
     server's command line) replace the defaults on the cycle they arrive, not at a restart
     (a CI run of the stack test below saw max_num_seqs stay at the default 256)."""
-    from advisor.core.model import Provenanced
-    from advisor.sources import metrics
 
     fleet = Fleet(Config(), load_rules(), prom.Client("http://127.0.0.1:9"), "")
     server = Server("b.fleet:8000")
@@ -182,7 +183,6 @@ def webhook() -> Iterator[tuple[int, list[dict[str, Any]]]]:
 
 @pytest.fixture
 def alertmanager(tmp_path: Path, webhook: tuple[int, list[dict[str, Any]]]) -> Iterator[str]:
-    from advisor.outputs.deploy import WEBHOOK_BASE
 
     cfg = yaml.safe_load((REPO / "deploy/alertmanager/alertmanager.yml").read_text())
     cfg["route"].update({"group_wait": "0s", "group_interval": "1s"})

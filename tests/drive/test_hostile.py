@@ -27,11 +27,14 @@ import pytest
 import requests
 
 from advisor.cli.common import DEMO_SESSION
+from advisor.core.log import configure_logging
 from advisor.drive.daemon import Daemon
 from advisor.outputs.exporter import BoundedHTTPServer
+from advisor.sources import engine, session
 from advisor.sources import http as http_src
+from advisor.sources import metrics as metrics_src
 from tests.daemon_helpers import Clock, SteppedClock, exported, make, run_cycles, start_run
-from tests.vllm_standin import StandIn, serve, session_pages
+from tests.vllm_standin import StandIn, gzip_bomb, serve, session_pages
 
 
 def value(text: str, series: str) -> float | None:
@@ -122,9 +125,6 @@ def test_every_fetcher_has_one_deadline(preempting: StandIn, tmp_path: Path) -> 
     """`record`, `explain --url`/`inspect --url` (metrics.fetch) and the /version fetch all use
     advisor.sources.http: against the trickling stand-in each ends at its deadline."""
 
-    from advisor.sources import engine, session
-    from advisor.sources import metrics as metrics_src
-
     preempting.mode = "trickle"
     with serve(preempting) as url:
         t0 = time.monotonic()
@@ -154,14 +154,11 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
     limit (decoded bytes are counted), `record` stores nothing, and the process's memory is
     back within 16 MiB of where it was once the fault is over (it was +56 MiB with a growing
     buffer, 2.1 GB in `record` before the limit)."""
-    from advisor.sources import session
 
     d, clock, standin = advised
     standin.mode = mode
     d.cfg = d.cfg.with_overrides(scrape_timeout_s=1.6)  # 36 MB through loopback on a busy 2-core box
     if mode == "gzip_bomb":
-        from tests.vllm_standin import gzip_bomb
-
         standin.bomb = gzip_bomb()
     before = _rss()
     run_cycles(d, clock, 2)
@@ -179,7 +176,6 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
 
 def test_the_limit_counts_decoded_bytes() -> None:
     """The body limit applies after decompression (a small compressed body, a large answer)."""
-    from tests.vllm_standin import gzip_bomb
 
     bomb = gzip_bomb(4)
     with pytest.raises(ValueError, match="larger than"):
@@ -197,7 +193,6 @@ def test_any_exception_in_the_cycle_is_one_clear_line_and_a_failed_scrape(
 ) -> None:
     """Whatever raises in parsing or evaluation (here: injected), the cycle returns, counts a
     failed scrape, withdraws the advice, logs the error once (no traceback), and recovers."""
-    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     d, clock, _ = advised
@@ -359,7 +354,6 @@ def test_a_wall_clock_stepped_back_an_hour_is_named_once_and_a_stall_after_it_is
     advice from before the step was served as current, `up` 1, and the stall never reported.
     Now: one log line names the step, the window restarts on the new time line (the advice is
     withdrawn, the reason says why), and the stall is reported 30 s of pages after it."""
-    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     standin = StandIn(session_pages(DEMO_SESSION)[:30])
@@ -416,7 +410,6 @@ def test_a_wall_clock_stepped_forward_is_not_vllm_down_and_restarts_the_window(
     cycle the state is still fresh (before: the last scrape looked an hour old: `up` 0 and the
     advice withdrawn, vLLM reported down); the next cycle names the step and restarts the
     window (a rate over the step would be wrong by an hour)."""
-    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     d, clock, _ = advised
@@ -458,7 +451,6 @@ def test_cycles_slower_than_the_interval_are_one_line_per_episode_and_its_end(
     maximum number of running instances reached` / `Run time of job ... was missed` at every
     interval of the episode). The daemon's own clock runs here (its scheduler is what is tested);
     nothing is asserted about seconds, only about lines and cycles."""
-    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     slow = threading.Event()
@@ -518,7 +510,6 @@ def test_a_url_that_alternates_between_two_engines_is_said_and_writes_no_experim
 ) -> None:
     """Scrapes alternate between two replicas (a load-balanced Service): the daemon says so in
     its status, a metric and one warning, and no spurious experiment reaches the ledger."""
-    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     pages = session_pages(DEMO_SESSION)
@@ -563,7 +554,6 @@ def test_two_engines_behind_one_url_without_a_start_time_are_named_not_warming_u
     engines behind one URL", the several-servers series set, one warning, no experiment.
     The two engines are the recording at two points (tests/vllm_standin.py): a real vLLM cannot
     be put behind a round-robin URL with its start time removed here."""
-    from advisor.core.log import configure_logging
 
     configure_logging(json_logs=True)
     pages = [_without_start_time(p) for p in session_pages(DEMO_SESSION)]
@@ -691,8 +681,6 @@ def test_log_exception_carries_the_error_and_library_lines_are_json(
 
     import structlog
 
-    from advisor.core.log import configure_logging
-
     configure_logging(json_logs=True)
     capsys.readouterr()
     api_key = "sk-hunter2"  # a local of the failing frame: never rendered
@@ -736,8 +724,6 @@ def test_a_gzip_encoded_page_is_decoded(tmp_path: Path) -> None:
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     try:
-        from advisor.sources import metrics as metrics_src
-
         p = metrics_src.fetch(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout_s=5)
         assert p.text == page.decode()
     finally:

@@ -40,6 +40,7 @@ from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
 from advisor.drive.inputs import from_session
 from advisor.outputs import alert_config, dashboards
+from advisor.outputs.deploy import WEBHOOK_BASE
 from advisor.sources.session import Session
 from tests.paths import REPO
 from tests.promstack import alertmanager_argv, prometheus_argv
@@ -155,7 +156,6 @@ def _alertmanager_config(tmp: Path, hook: int) -> Path:
 
 
 def alerts_webhook_base() -> str:
-    from advisor.outputs.deploy import WEBHOOK_BASE
 
     return WEBHOOK_BASE
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from advisor.core import names
+from advisor.derive.signals import CATALOG
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
 from advisor.outputs import alert_config, alert_tests, alerts, dashboards, recording
@@ -110,7 +111,6 @@ def test_generated_files_say_do_not_edit() -> None:
 
 def test_recording_rules_cover_every_groupable_twin_with_unique_names() -> None:
     recs, skipped = recording.recording_rules()
-    from advisor.derive.signals import CATALOG
 
     with_twin = [s.name for s in CATALOG.values() if s.promql]
     assert sorted([r["labels"]["signal"] for r in recs] + skipped) == sorted(with_twin)

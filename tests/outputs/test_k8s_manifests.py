@@ -11,6 +11,7 @@ import yaml
 
 from advisor.drive import generate as gen
 from advisor.outputs import alert_config
+from tests import realvllm
 from tests.paths import REPO
 
 K8S = REPO / "deploy" / "kubernetes"
@@ -232,7 +233,6 @@ def test_the_validation_rejects_a_broken_manifest() -> None:
 
 
 def test_images_are_pinned_to_a_current_vllm() -> None:
-    from tests import realvllm
 
     images = [
         c["image"]

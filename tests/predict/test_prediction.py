@@ -17,9 +17,12 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.core.config import DEFAULT_TARGETS, Config
+from advisor.derive.signals import CATALOG, Context, Signal, Values
+from advisor.derive.window import Window
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import predict as predict_cmd
 from advisor.predict import simulated
+from advisor.verify.ledger import ExperimentRecord, Ledger
 from tests.paths import REPO
 
 RUNS = REPO / "validation" / "runs"
@@ -183,7 +186,6 @@ def test_docs_prediction_is_current() -> None:
 
 
 def test_history_shows_predicted_against_measured(tmp_path: Path) -> None:
-    from advisor.verify.ledger import ExperimentRecord, Ledger
 
     path = tmp_path / "ledger.db"
     pred = {
@@ -274,8 +276,6 @@ def test_a_rule_that_could_fire_but_lacks_an_input_is_inconclusive_never_healthy
 def _values_with(**base: float | None) -> Any:
     """The catalog's budget signals over constant inputs (the inputs' own functions are tested
     elsewhere)."""
-    from advisor.derive.signals import CATALOG, Context, Signal, Values
-    from advisor.derive.window import Window
 
     cat = dict(CATALOG)
     for name, value in base.items():

@@ -11,7 +11,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from advisor.core import steps as knob_steps
+from advisor.core.config import Config
 from advisor.core.model import EngineInfo, Provenanced
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import inputs
 from advisor.predict import scoring
 from advisor.sources import host as host_src
 from advisor.sources.session import record
@@ -123,9 +126,6 @@ def test_a_local_recording_keeps_the_device_memory(tmp_path: Path) -> None:
 def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
     """The kv-seqs-bind-r2 H200 recording (8 GiB KV, preempting) replayed with a free-memory
     fact: with 3 GiB free the advice stops at 10 GiB; with none free it is withdrawn."""
-    from advisor.core.config import Config
-    from advisor.diagnose.ruleset import load_rules
-    from advisor.drive import inputs
 
     run = REPO / "validation" / "runs" / "kv-seqs-bind-r2.before"
     adv, d = inputs.from_session(run, Config(), load_rules())
@@ -152,9 +152,6 @@ def test_more_kv_memory_only_as_far_as_the_device_has_free() -> None:
 def test_a_knob_the_model_cannot_predict_here_keeps_the_rules_step() -> None:
     """gpu_memory_utilization where the KV bytes per token are unknown (no fixed KV size): the
     model cannot say, so the rule's own step stands (no prediction, nothing withdrawn)."""
-    from advisor.core.config import Config
-    from advisor.diagnose.ruleset import load_rules
-    from advisor.drive import inputs
 
     run = REPO / "validation" / "runs" / "kv-capacity.before"
     adv, d = inputs.from_session(run, Config(), load_rules())

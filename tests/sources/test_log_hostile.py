@@ -13,10 +13,11 @@ import pytest
 
 from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
+from advisor.core.log import configure_logging
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.runner import MAX_KEPT_LINE_CHARS, Advisor
 from advisor.sources import follow, logs
-from tests.daemon_helpers import Clock, make
+from tests.daemon_helpers import Clock, exported, make
 from tests.vllm_standin import StandIn, serve, session_pages
 
 
@@ -233,9 +234,6 @@ def test_the_daemon_says_once_that_its_log_reader_fell_behind_and_exports_what_i
     16 MiB of backlog, the first 4 MiB and last 1 MiB read). Uses the vLLM stand-in
     (recorded pages) for /metrics: the test is about the log."""
     import json
-
-    from advisor.core.log import configure_logging
-    from tests.daemon_helpers import exported
 
     configure_logging(json_logs=True)
     monkeypatch.setattr(follow, "MAX_BACKLOG_BYTES", 256 * 1024)

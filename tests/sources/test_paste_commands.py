@@ -12,8 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.cli import main
+from advisor.cli.common import DEMO_SESSION
 from advisor.sources import cmdline as cmdline_src
+from advisor.sources.session import Session
 from tests.paths import FIXTURES
+from tests.vllm_standin import StandIn, serve, session_pages
 
 CMDS = FIXTURES / "paste" / "commands"
 
@@ -142,8 +145,6 @@ def test_explain_uses_the_pasted_command(tmp_path: Path) -> None:
 
 def test_explain_url_uses_the_pasted_command(tmp_path: Path) -> None:
     """The stand-in serves real pages recorded from vLLM 0.25 (a server that is not here)."""
-    from advisor.cli.common import DEMO_SESSION
-    from tests.vllm_standin import StandIn, serve, session_pages
 
     cmd = tmp_path / "cmd.sh"
     cmd.write_text(
@@ -176,9 +177,6 @@ def test_record_keeps_the_pasted_command_as_the_sessions_serve_args(tmp_path: Pa
     """The stand-in serves real pages recorded from vLLM 0.25 (a server that is not here): the
     session's engine.json keeps the pasted command's knobs (secrets redacted), and a replay
     reads them."""
-    from advisor.cli.common import DEMO_SESSION
-    from advisor.sources.session import Session
-    from tests.vllm_standin import StandIn, serve, session_pages
 
     cmd = tmp_path / "cmd.sh"
     cmd.write_text("vllm serve /models/llama-8b-shaped \\\n  --max-num-seqs 48 --api-key sk-abc123def456\n")

@@ -29,6 +29,7 @@ from advisor.diagnose.ruleset import load_rules
 from advisor.drive import daemon, inputs
 from advisor.sources import prometheus as prom
 from advisor.sources.metrics import parse_page
+from advisor.sources.session import Session
 from tests import fleet_standin, realvllm
 from tests.paths import REPO
 from tests.promstack import prometheus, query, wait_until
@@ -135,7 +136,6 @@ def test_sidecar_knobs_belong_to_the_server_on_their_host() -> None:
 
 
 def _history(session: str, instance: str = "a:8000", down_after: float | None = None) -> prom.History:
-    from advisor.sources.session import Session
 
     s = Session.load(SESSIONS / session)
     series: list[prom.Series] = []

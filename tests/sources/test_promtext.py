@@ -23,8 +23,13 @@ from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from advisor.core import names
+from advisor.core.config import Config
 from advisor.core.model import Histogram as Hist
 from advisor.core.model import Snapshot
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.runner import Advisor, ReplayClock
+from advisor.outputs.exporter import make_registry
+from advisor.outputs.state import ExportState
 from advisor.sources import metrics as m
 from advisor.sources import promtext
 from advisor.sources.session import Session
@@ -123,8 +128,6 @@ def test_pages_of_other_exporters_read_as_the_reference_reads_them() -> None:
     assert snap.total("vllm:weird_requests", {"model_name": "e\nf"}) == 3
     same_as_reference(text, read=None)  # every vllm: family, not only those the advisor reads
     # the advisor's own exporter page (prometheus_client again, other names)
-    from advisor.outputs.exporter import make_registry
-    from advisor.outputs.state import ExportState
 
     own = generate_latest(make_registry(lambda: ExportState(None, True, ()))).decode()
     same_as_reference(own, keep=None)
@@ -314,12 +317,6 @@ def test_the_advisor_counts_a_page_with_a_bad_sample_and_stays_up() -> None:
     """What the daemon exports for issue 17 #2: `vllm_advisor_scrapes_total{result="bad_sample"}`
     (the page was read, parts skipped), `up` stays 1, and the next clean page is a success."""
     from prometheus_client.exposition import generate_latest as latest
-
-    from advisor.core.config import Config
-    from advisor.diagnose.ruleset import load_rules
-    from advisor.drive.runner import Advisor, ReplayClock
-    from advisor.outputs.exporter import make_registry
-    from advisor.outputs.state import ExportState
 
     text = page("cpu-0.32-preempt_mns16-during.prom")
     anchor = text.index("\n", text.index("vllm:time_to_first_token_seconds_bucket{")) + 1

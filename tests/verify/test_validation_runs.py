@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from advisor.cli import main
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
@@ -343,8 +344,6 @@ def test_compare_cli_takes_the_latency_targets() -> None:
     trade-off and the change is kept; with a 5 ms target it is a breach and the change reverted."""
     from click.testing import CliRunner
 
-    from advisor.cli import main
-
     args = [
         "compare",
         str(RUNS / "queue-headroom.before" / "bench.json.gz"),
@@ -365,8 +364,6 @@ def test_compare_cli_judges_a_knob_change_by_its_targets_and_guards() -> None:
     """`compare --knob max_num_seqs:increase`: the knob's targets (throughput, TTFT p50) and its
     guards, which do not count the preemptions a higher cap brings; a bad --knob is a clear error."""
     from click.testing import CliRunner
-
-    from advisor.cli import main
 
     args = [
         "compare",
