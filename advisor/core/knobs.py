@@ -142,10 +142,13 @@ KNOBS: dict[str, Knob] = {
         _k(
             "kv_cache_dtype",
             str,
-            "Data type of the KV cache (fp8 halves its size).",
+            "Data type of the KV cache (fp8 halves its size: about twice the tokens per GiB; "
+            "a change of numerics, so accuracy must be checked). Advised on GPUs only: the "
+            "advisor has no measurement of fp8 KV on vLLM's CPU backend.",
             # --kv-cache-dtype in every release checked (0.11.0 on); 0.32.0's CacheDType also
             # has float16 and model-specific kinds (fp8_ds_mla, nvfp4_ds_mla, turboquant_*).
             choices=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"),
+            gpu_only=True,
         ),
         _k(
             "num_gpu_blocks_override",

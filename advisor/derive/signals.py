@@ -268,6 +268,13 @@ def _weights_to_kv(c: Context, v: Values) -> Value:
     return weights / kv
 
 
+def _kv_fp8(c: Context, v: Values) -> Value:
+    d = c.engine.get("kv_cache_dtype")
+    if d is None or str(d) in ("", "None"):
+        return None
+    return 1.0 if str(d).lower().startswith("fp8") else 0.0
+
+
 def _kv_sustained(c: Context, v: Values) -> Value:
     t, per = v["kv_cache_tokens"], v["kv_tokens_per_request"]
     if t is None or per is None or per <= 0:
@@ -944,6 +951,29 @@ def _build() -> Iterator[Signal]:
             None if c.engine.get("gpu_memory_gib") is None else float(c.engine.get("gpu_memory_gib")) * 2**30
         ),
         'max(vllm_advisor_engine_fact{{fact="gpu_memory_bytes"}})',
+        per="config",
+    )
+    yield S(
+        "gpu_memory_free_bytes",
+        "bytes",
+        "Device memory left free once the engine started (the start-up log: the --kv-cache-memory "
+        "that would fill the device less the KV cache, or the initial free memory less weights, KV "
+        "and CUDA graphs; else the host's GPU probe). The KV rules' memory steps need room in it.",
+        lambda c, v: (
+            None
+            if _num_or_none(c.engine.get("gpu_memory_free_gib")) is None
+            else float(c.engine.get("gpu_memory_free_gib")) * 2**30
+        ),
+        'max(vllm_advisor_engine_fact{{fact="gpu_memory_free_bytes"}})',
+        per="config",
+    )
+    yield S(
+        "kv_cache_fp8",
+        "info",
+        "1 when the KV cache is stored in fp8 (--kv-cache-dtype fp8*, the cache_dtype label of "
+        "vllm:cache_config_info); 0 for auto/bf16/fp16.",
+        _kv_fp8,
+        'max(vllm:cache_config_info{{cache_dtype=~"fp8.*"}}) or (max(vllm:cache_config_info) * 0)',
         per="config",
     )
     yield S(
