@@ -281,16 +281,19 @@ KNOBS: dict[str, Knob] = {
         _k(
             "max_num_queued_reqs",
             int,
-            "Most requests waiting in the queue; more are refused (HTTP 503).",
+            "Most unfinished requests (waiting and running, all engines) the API server admits; "
+            "more are refused with HTTP 503 (vLLM calls the cap approximate).",
             unit="requests",
             min=0,
-            # first in 0.29.0 (absent from 0.28.0); default None (no limit).
+            # first in 0.29.0 (absent from 0.28.0); default None (no limit). What it counts:
+            # AsyncLLM.check_admission of 0.32.0 (unfinished requests, waiting + running).
             since="0.29.0",
         ),
         _k(
             "max_num_queued_tokens",
             int,
-            "Most prompt tokens waiting in the queue; more are refused (HTTP 503).",
+            "Most prompt tokens of the requests still in prefill the API server admits; more "
+            "are refused with HTTP 503.",
             unit="tokens",
             min=0,
             # first in 0.29.0 (absent from 0.28.0); default None (no limit).
