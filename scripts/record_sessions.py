@@ -46,6 +46,7 @@ class Load:
     concurrency: int
     timeout_s: float = 420.0
     range_ratio: str | None = None  # --random-range-ratio: mixed lengths around input_len/output_len
+    request_rate: float | None = None  # Poisson arrivals per second (default: all at once)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,33 @@ TWO_RULES_LOAD = Load(input_len=2800, output_len=8, num_prompts=400, concurrency
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
 
 SPECS: tuple[Spec, ...] = (
+    Spec(
+        "cpu-admission-json",
+        "Admission control and vLLM's JSON log format (issue 31): --max-num-queued-reqs 2 "
+        "(0.29+) beside --max-num-seqs 4, 1 GiB KV cache, the log written by "
+        "--logging-config.formatter json (0.32+); 360 requests of 128 in / 128 out arriving at "
+        "6/s (Poisson), more than four running serve. The limit counts running requests too "
+        "(AsyncLLM.check_admission): at most two run, the rest are refused with HTTP 503 and "
+        'counted by vllm:admission_rejections{reason="max_num_queued_reqs"} (0.32+).',
+        max_num_seqs=4,
+        load=Load(
+            input_len=128, output_len=128, num_prompts=360, concurrency=64, timeout_s=300.0, request_rate=6.0
+        ),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=("--max-num-queued-reqs", "2", "--logging-config.formatter", "json"),
+    ),
+    Spec(
+        "cpu-admission-json-after",
+        "cpu-admission-json after the advice: --max-num-queued-reqs 4 (the advised 2 -> 4, "
+        "= max_num_seqs); the same cap, cache, JSON log format and load (360 requests of 128 in "
+        "/ 128 out at 6/s).",
+        max_num_seqs=4,
+        load=Load(
+            input_len=128, output_len=128, num_prompts=360, concurrency=64, timeout_s=300.0, request_rate=6.0
+        ),
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=("--max-num-queued-reqs", "4", "--logging-config.formatter", "json"),
+    ),
     Spec(
         "cpu-cap-under-load",
         "The cap held just under what the load offers: --max-num-seqs 8, KV cache 36 blocks of 128 "
@@ -445,7 +473,7 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
             "random_output_len": spec.load.output_len,
             "num_prompts": spec.load.num_prompts,
             "max_concurrency": spec.load.concurrency,
-            "request_rate": "inf",
+            "request_rate": "inf" if spec.load.request_rate is None else spec.load.request_rate,
             "ignore_eos": True,
             "seed": 0,
             "endpoint": "/v1/completions",
@@ -538,6 +566,7 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                     result_path=out / "bench.json",
                     output_path=scratch / f"{spec.name}.bench.log",
                     range_ratio=spec.load.range_ratio,
+                    request_rate=spec.load.request_rate,
                 )
                 print(f"  load done in {lr.wall_s:.1f} s", flush=True)
                 time.sleep(spec.post_s)

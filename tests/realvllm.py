@@ -485,10 +485,12 @@ def bench_argv(
     result_path: Path | None = None,
     seed: int = 0,
     range_ratio: str | None = None,
+    request_rate: float | None = None,
 ) -> list[str]:
     """The ``vllm bench serve`` command line (run with the vllm venv's python). ``range_ratio``:
     ``--random-range-ratio`` (a float, or JSON ``{"input": 0.9, "output": 0.5}``): lengths drawn
-    uniformly around the given ones instead of all equal."""
+    uniformly around the given ones instead of all equal. ``request_rate``: Poisson arrivals at
+    that rate (``--request-rate``; default inf: all at once, up to ``concurrency``)."""
     argv = [
         str(vllm_python()),
         str(VLLM_CLI),
@@ -524,6 +526,8 @@ def bench_argv(
     ]
     if range_ratio is not None:
         argv += ["--random-range-ratio", range_ratio]
+    if request_rate is not None:
+        argv += ["--request-rate", f"{request_rate:g}"]
     if result_path is not None:
         argv += [
             "--save-result",
@@ -551,6 +555,7 @@ class LoadHandle:
         output_path: Path | str | None = None,
         seed: int = 0,
         range_ratio: str | None = None,
+        request_rate: float | None = None,
     ) -> None:
         _check_loopback(url)
         self.timeout_s = timeout_s
@@ -566,7 +571,15 @@ class LoadHandle:
             output_path = name
         self.output_path = Path(output_path)
         self.argv = bench_argv(
-            url, input_len, output_len, num_prompts, concurrency, self.result_path, seed, range_ratio
+            url,
+            input_len,
+            output_len,
+            num_prompts,
+            concurrency,
+            self.result_path,
+            seed,
+            range_ratio,
+            request_rate,
         )
         self._t0 = time.monotonic()
         with open(self.output_path, "wb") as out:
@@ -619,6 +632,7 @@ def start_load(
     output_path: Path | str | None = None,
     seed: int = 0,
     range_ratio: str | None = None,
+    request_rate: float | None = None,
 ) -> LoadHandle:
     """Start ``vllm bench serve`` (random dataset, --ignore-eos, seed 0) in the background."""
     return LoadHandle(
@@ -632,6 +646,7 @@ def start_load(
         output_path,
         seed,
         range_ratio,
+        request_rate,
     )
 
 
@@ -647,6 +662,7 @@ def run_load(
     seed: int = 0,
     check: bool = True,
     range_ratio: str | None = None,
+    request_rate: float | None = None,
 ) -> LoadResult:
     """Drive bounded load and wait for it: see start_load."""
     handle = start_load(
@@ -660,6 +676,7 @@ def run_load(
         output_path,
         seed,
         range_ratio,
+        request_rate,
     )
     return handle.wait(check=check)
 

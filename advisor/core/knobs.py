@@ -142,10 +142,13 @@ KNOBS: dict[str, Knob] = {
         _k(
             "kv_cache_dtype",
             str,
-            "Data type of the KV cache (fp8 halves its size).",
+            "Data type of the KV cache (fp8 halves its size: about twice the tokens per GiB; "
+            "a change of numerics, so accuracy must be checked). Advised on GPUs only: the "
+            "advisor has no measurement of fp8 KV on vLLM's CPU backend.",
             # --kv-cache-dtype in every release checked (0.11.0 on); 0.32.0's CacheDType also
             # has float16 and model-specific kinds (fp8_ds_mla, nvfp4_ds_mla, turboquant_*).
             choices=("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"),
+            gpu_only=True,
         ),
         _k(
             "num_gpu_blocks_override",
@@ -278,16 +281,19 @@ KNOBS: dict[str, Knob] = {
         _k(
             "max_num_queued_reqs",
             int,
-            "Most requests waiting in the queue; more are refused (HTTP 503).",
+            "Most unfinished requests (waiting and running, all engines) the API server admits; "
+            "more are refused with HTTP 503 (vLLM calls the cap approximate).",
             unit="requests",
             min=0,
-            # first in 0.29.0 (absent from 0.28.0); default None (no limit).
+            # first in 0.29.0 (absent from 0.28.0); default None (no limit). What it counts:
+            # AsyncLLM.check_admission of 0.32.0 (unfinished requests, waiting + running).
             since="0.29.0",
         ),
         _k(
             "max_num_queued_tokens",
             int,
-            "Most prompt tokens waiting in the queue; more are refused (HTTP 503).",
+            "Most prompt tokens of the requests still in prefill the API server admits; more "
+            "are refused with HTTP 503.",
             unit="tokens",
             min=0,
             # first in 0.29.0 (absent from 0.28.0); default None (no limit).

@@ -53,6 +53,18 @@ REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
 REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
 REQUEST_NUM_PREEMPTIONS = "vllm:request_num_preemptions"
 ITERATION_TOKENS = "vllm:iteration_tokens_total"
+# issue 31's levers (names and labels as vllm/v1/metrics/loggers.py and
+# vllm/v1/spec_decode/metrics.py of 0.32.0 write them)
+ADMISSION_REJECTIONS = "vllm:admission_rejections"  # 0.32+; labels model_name, reason
+ADMISSION_REASON_LABEL = "reason"  # max_num_queued_reqs | max_num_queued_tokens
+ADMISSION_BY_TOKENS = "max_num_queued_tokens"
+SPEC_DECODE_DRAFTS = "vllm:spec_decode_num_drafts"
+SPEC_DECODE_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_DECODE_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
+ENGINE_SLEEP_STATE = (
+    "vllm:engine_sleep_state"  # gauge; label sleep_state: awake | weights_offloaded | discard_all
+)
+SLEEP_STATE_LABEL = "sleep_state"
 AVG_PROMPT_THROUGHPUT = "vllm:avg_prompt_throughput_toks_per_s"  # V0 gauges
 AVG_GENERATION_THROUGHPUT = "vllm:avg_generation_throughput_toks_per_s"
 
@@ -116,6 +128,11 @@ READ_FAMILIES = frozenset(
         ITERATION_TOKENS,
         AVG_PROMPT_THROUGHPUT,
         AVG_GENERATION_THROUGHPUT,
+        ADMISSION_REJECTIONS,
+        SPEC_DECODE_DRAFTS,
+        SPEC_DECODE_DRAFT_TOKENS,
+        SPEC_DECODE_ACCEPTED_TOKENS,
+        ENGINE_SLEEP_STATE,
         *METRIC_ALIASES.values(),
         *KEEP_EXTRA,
     }
@@ -132,6 +149,10 @@ COUNTERS = frozenset(
         PREFIX_CACHE_HITS,
         MM_CACHE_QUERIES,
         MM_CACHE_HITS,
+        ADMISSION_REJECTIONS,
+        SPEC_DECODE_DRAFTS,
+        SPEC_DECODE_DRAFT_TOKENS,
+        SPEC_DECODE_ACCEPTED_TOKENS,
         "process_cpu_seconds",
     }
 )

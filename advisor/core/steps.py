@@ -12,7 +12,16 @@ from typing import Any
 
 from advisor.core.architectures import architecture_is_moe, supports_encoder_tp_data
 from advisor.core.defaults import DEFAULTS_TABLE, DefaultRow, Hardware, default_for, parse_version
-from advisor.core.knobs import KNOBS, Knob, coerce, format_flag, format_value, get_knob, knob_for_flag
+from advisor.core.knobs import (
+    KNOBS,
+    Knob,
+    coerce,
+    format_bytes,
+    format_flag,
+    format_value,
+    get_knob,
+    knob_for_flag,
+)
 from advisor.core.model import EngineInfo
 
 # --------------------------------------------------------------------------------------
@@ -58,6 +67,8 @@ class Limits:
 MNBT_FLOOR = 2048  # below this, halving the budget costs throughput for little ITL gain
 MNBT_DOUBLING_CAP = 16384  # doubling stops at max(max_model_len, this)
 GMU_CAP = 0.95
+GMU_STEP = 0.05  # the KV rules' gpu_memory_utilization step: that share of the device must be free
+KV_MIN_GROWTH = 0.25  # the smallest KV-bytes step the advisor proposes (scoring's ladder starts at +25%)
 
 _STEP_RE = re.compile(r"^\s*(?P<op>[-+x*/=])\s*(?P<num>[^%\s]*)\s*(?P<pct>%?)\s*$")
 
@@ -253,6 +264,44 @@ def _propose_parallel(k: Knob, cur: int, up: bool, target: float, lim: Limits) -
     return at_most[0] if at_most else cands[-1]
 
 
+def _float(x: Any) -> float | None:
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def memory_full(knob_name: str, engine: EngineInfo) -> str | None:
+    """Why a larger KV cache does not fit in the device's memory (None: it may, or the free
+    memory is unknown). The free memory is what the start-up log (or the host's GPU probe) says
+    is left once the engine started (``gpu_memory_free_gib``): gpu_memory_utilization's step
+    needs GMU_STEP of the device free, kv_cache_memory_bytes' smallest step KV_MIN_GROWTH of its
+    current size. The KV rules then go on to their next knob (fp8 KV, then parallelism)."""
+    free = _float(engine.get("gpu_memory_free_gib"))
+    if free is None:
+        return None
+    room = free * 2**30
+    if knob_name == "gpu_memory_utilization":
+        mem = _float(engine.get("gpu_memory_gib"))
+        if mem is None or room >= GMU_STEP * mem * 2**30:
+            return None
+        return (
+            f"the device has {format_bytes(room)} free after start-up, less than the "
+            f"+{GMU_STEP:g} step ({format_bytes(GMU_STEP * mem * 2**30)}): memory cannot grow"
+        )
+    if knob_name == "kv_cache_memory_bytes":
+        cur = _float(engine.get("kv_cache_memory_bytes"))
+        if cur is None or room >= KV_MIN_GROWTH * cur:
+            return None
+        return (
+            f"the device has {format_bytes(room)} free after start-up, less than the smallest "
+            f"step (+{KV_MIN_GROWTH:.0%} of {format_bytes(cur)}): memory cannot grow"
+        )
+    return None
+
+
 def applicable(
     knob_name: str, direction: str, engine: EngineInfo, host_gpus: int | None = None
 ) -> tuple[bool, str]:
@@ -267,6 +316,8 @@ def applicable(
         when = f"removed in {k.until}" if k.until else f"added in {k.since}"
         return False, f"{have} has no {k.flag or k.env or k.name} ({when})"
     device = str(engine.get("device") or "").lower()
+    if device == "cpu" and k.name == "kv_cache_dtype":
+        return False, "fp8 KV is not advised on a CPU server (no measurement of it on vLLM's CPU backend)"
     if device == "cpu" and k.gpu_only:
         return False, f"{k.name} has no effect on a CPU server"
     cur = engine.get(k.name)
@@ -277,6 +328,12 @@ def applicable(
             return False, "the KV cache size is fixed by num_gpu_blocks_override"
         if cur is not None and float(cur) >= GMU_CAP:
             return False, f"gpu_memory_utilization is already {cur} (the advisor's cap is {GMU_CAP})"
+    if direction == "increase" and k.name in ("gpu_memory_utilization", "kv_cache_memory_bytes"):
+        full = memory_full(k.name, engine)
+        if full is not None:
+            return False, full
+    if k.name == "kv_cache_dtype" and cur is not None and str(cur).lower().startswith("fp8"):
+        return False, f"the KV cache is already {cur}"
     if (
         k.name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
         and direction == "increase"

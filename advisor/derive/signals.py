@@ -199,6 +199,8 @@ def _knob(name: str) -> Callable[[Context, Values], Value]:
 
 
 def _stalled_seconds(c: Context, v: Values) -> Value:
+    if trust.sleeping(c.window) is not None:
+        return 0.0  # a sleeping engine counts no tokens by design: not a stall
     s = trust.stall(c.window, c.seconds)
     return s.seconds if s is not None else None
 
@@ -266,6 +268,111 @@ def _weights_to_kv(c: Context, v: Values) -> Value:
     if weights is None or not kv or kv <= 0:
         return None
     return weights / kv
+
+
+def _admission_tokens_share(c: Context, v: Values) -> Value:
+    total = c.window.counter_delta(n.ADMISSION_REJECTIONS, c.seconds)
+    if total is None or total <= 0:
+        return None
+    by_tokens = c.window.counter_delta(
+        n.ADMISSION_REJECTIONS, c.seconds, {n.ADMISSION_REASON_LABEL: n.ADMISSION_BY_TOKENS}
+    )
+    return (by_tokens or 0.0) / total
+
+
+def _admission_ratio(c: Context, v: Values) -> Value:
+    rejected, served = v["admission_rejections_per_second"], v["requests_per_second"]
+    if rejected is None or served is None:
+        return None
+    return _div(rejected, rejected + served) if rejected + served > 0 else 0.0
+
+
+def _spec_log(c: Context) -> tuple[float, float, int] | None:
+    """Accepted and drafted tokens summed over the window's ``SpecDecoding metrics:`` log lines
+    (each line counts the tokens since the previous one), and how many lines; None without any."""
+    acc = drafted = 0.0
+    lines = 0
+    for e in c.window.events("engine_stats", c.seconds):
+        f = e.fields or {}
+        if f.get("format") != "spec_decode":
+            continue
+        a, d = _num_or_none(f.get("accepted_tokens")), _num_or_none(f.get("drafted_tokens"))
+        if a is None or d is None:
+            continue
+        acc, drafted, lines = acc + a, drafted + d, lines + 1
+    return (acc, drafted, lines) if lines else None
+
+
+def _spec_acceptance(c: Context, v: Values) -> Value:
+    acc = c.window.counter_delta(n.SPEC_DECODE_ACCEPTED_TOKENS, c.seconds)
+    drafted = c.window.counter_delta(n.SPEC_DECODE_DRAFT_TOKENS, c.seconds)
+    if acc is not None and drafted:
+        return acc / drafted
+    got = _spec_log(c)  # no /metrics series (or no draft in the window): the log line says it
+    if got is not None and got[1] > 0:
+        return got[0] / got[1]
+    return None
+
+
+def _spec_mean_length(c: Context, v: Values) -> Value:
+    acc = c.window.counter_delta(n.SPEC_DECODE_ACCEPTED_TOKENS, c.seconds)
+    drafts = c.window.counter_delta(n.SPEC_DECODE_DRAFTS, c.seconds)
+    if acc is not None and drafts:
+        return 1.0 + acc / drafts  # vLLM's convention: the bonus token counted
+    lengths = [
+        _num_or_none((e.fields or {}).get("mean_acceptance_length"))
+        for e in c.window.events("engine_stats", c.seconds)
+        if (e.fields or {}).get("format") == "spec_decode"
+    ]
+    known = [x for x in lengths if x is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _spec_tokens(c: Context, v: Values) -> Value:
+    """Draft tokens per draft: the num_speculative_tokens the engine runs with (its knob where
+    known, else measured from the counters)."""
+    k = _num_or_none(c.engine.get("num_speculative_tokens"))
+    if k is not None:
+        return k
+    drafted = c.window.counter_delta(n.SPEC_DECODE_DRAFT_TOKENS, c.seconds)
+    drafts = c.window.counter_delta(n.SPEC_DECODE_DRAFTS, c.seconds)
+    return _div(drafted, drafts)
+
+
+def _sleeping(c: Context, v: Values) -> Value:
+    """1 when an engine of the latest page is asleep (vllm:engine_sleep_state{sleep_state="awake"}
+    is 0); 0 when every engine is awake; None without the series (before 0.29)."""
+    latest = c.window.latest
+    if latest is None:
+        return None
+    awake = latest.values(n.ENGINE_SLEEP_STATE, {n.SLEEP_STATE_LABEL: "awake"})
+    if not awake:
+        return None
+    return 1.0 if min(awake) < 0.5 else 0.0
+
+
+def _capture_size(c: Context, v: Values) -> Value:
+    """The largest CUDA-graph capture size the engine resolved (its start-up log, or the command
+    line); 0 when it runs eagerly. Not guessed from vLLM's default min(2 x max_num_seqs, 512):
+    the platform and the compilation mode change it, and an advice needs the real value."""
+    x = _num_or_none(c.engine.get("max_cudagraph_capture_size"))
+    if x is not None:
+        return x
+    return 0.0 if c.engine.get("enforce_eager") is True else None
+
+
+def _device_is_gpu(c: Context, v: Values) -> Value:
+    d = c.engine.get("device") or c.engine.get("device_type")
+    if d is None or str(d).strip() in ("", "?"):
+        return None
+    return 0.0 if str(d).strip().lower() == "cpu" else 1.0
+
+
+def _kv_fp8(c: Context, v: Values) -> Value:
+    d = c.engine.get("kv_cache_dtype")
+    if d is None or str(d) in ("", "None"):
+        return None
+    return 1.0 if str(d).lower().startswith("fp8") else 0.0
 
 
 def _kv_sustained(c: Context, v: Values) -> Value:
@@ -774,6 +881,65 @@ def _build() -> Iterator[Signal]:
         "sum(rate(vllm:mm_cache_hits_total[{w}])) / sum(rate(vllm:mm_cache_queries_total[{w}]))",
     )
     yield S(
+        "admission_rejections_per_second",
+        "per_second",
+        "Requests refused at admission (HTTP 503) per second because a queue limit was reached "
+        "(--max-num-queued-reqs / --max-num-queued-tokens; vllm:admission_rejections, 0.32+).",
+        _rate(n.ADMISSION_REJECTIONS),
+        "sum(rate(vllm:admission_rejections_total[{w}]))",
+    )
+    yield S(
+        "admission_rejection_ratio",
+        "ratio",
+        "Share of the requests that reached the server that were refused at admission: "
+        "rejections over rejections plus finished requests.",
+        _admission_ratio,
+        "sum(rate(vllm:admission_rejections_total[{w}])) / (sum(rate(vllm:admission_rejections_total[{w}]))"
+        " + sum(rate(vllm:request_success_total[{w}])))",
+    )
+    yield S(
+        "admission_rejections_by_tokens_share",
+        "ratio",
+        "Share of the admission rejections due to --max-num-queued-tokens (the rest: --max-num-queued-reqs).",
+        _admission_tokens_share,
+        'sum(rate(vllm:admission_rejections_total{{reason="max_num_queued_tokens"}}[{w}]))'
+        " / sum(rate(vllm:admission_rejections_total[{w}]))",
+    )
+    yield S(
+        "spec_decode_acceptance_ratio",
+        "ratio",
+        "Speculative decoding: accepted draft tokens per draft token proposed (vllm:spec_decode_* "
+        "counters; without them the log's 'SpecDecoding metrics' lines).",
+        _spec_acceptance,
+        "sum(rate(vllm:spec_decode_num_accepted_tokens_total[{w}]))"
+        " / sum(rate(vllm:spec_decode_num_draft_tokens_total[{w}]))",
+    )
+    yield S(
+        "spec_decode_mean_acceptance_length",
+        "tokens",
+        "Speculative decoding: tokens a target-model step emits per draft (1 + accepted per draft, "
+        "the bonus token counted, as vLLM logs it).",
+        _spec_mean_length,
+        "1 + sum(rate(vllm:spec_decode_num_accepted_tokens_total[{w}]))"
+        " / sum(rate(vllm:spec_decode_num_drafts_total[{w}]))",
+    )
+    yield S(
+        "spec_decode_draft_tokens",
+        "tokens",
+        "Tokens the draft proposes per step (num_speculative_tokens; measured as draft tokens per "
+        "draft where the knob is not known).",
+        _spec_tokens,
+        "sum(rate(vllm:spec_decode_num_draft_tokens_total[{w}])) / sum(rate(vllm:spec_decode_num_drafts_total[{w}]))",
+    )
+    yield S(
+        "engine_sleeping",
+        "info",
+        '1 while an engine sleeps (vllm:engine_sleep_state{sleep_state="awake"} is 0: level 1 '
+        "offloaded its weights, level 2 discarded them); 0 when awake; unknown before 0.29.",
+        _sleeping,
+        'max(vllm:engine_sleep_state{{sleep_state="awake"}} == bool 0)',
+    )
+    yield S(
         "prefill_budget_for_itl_target",
         "tokens",
         "Largest power-of-two max_num_batched_tokens whose predicted ITL p95 meets the ITL target "
@@ -867,6 +1033,53 @@ def _build() -> Iterator[Signal]:
             per="config",
         )
     yield S(
+        "enforce_eager",
+        "info",
+        "1 when the engine runs eagerly, without CUDA graphs (--enforce-eager; the command line, "
+        "the log's engine config line).",
+        _knob("enforce_eager"),
+        'max(vllm_advisor_engine_knob{{knob="enforce_eager"}})',
+        per="config",
+    )
+    yield S(
+        "max_cudagraph_capture_size",
+        "requests",
+        "Largest batch captured as a CUDA graph (the log's compilation_config; default "
+        "min(2 x max_num_seqs, 512)): a larger decode batch runs without one.",
+        _capture_size,
+        'max(vllm_advisor_engine_knob{{knob="max_cudagraph_capture_size"}})',
+        per="config",
+    )
+    yield S(
+        "running_to_cudagraph_capture_ratio",
+        "ratio",
+        "Highest running batch of one engine over the largest CUDA-graph capture size: above 1, "
+        "the largest batches run without a CUDA graph.",
+        lambda c, v: (
+            None
+            if not v["max_cudagraph_capture_size"]
+            else _div(v["requests_running_per_engine_max"], v["max_cudagraph_capture_size"])
+        ),
+        "max(max_over_time(vllm:num_requests_running[{w}]))"
+        ' / scalar(max(vllm_advisor_engine_knob{{knob="max_cudagraph_capture_size"}}))',
+    )
+    yield S(
+        "device_is_gpu",
+        "info",
+        "1 when the server runs on a GPU, 0 on CPU (the device vLLM reports or the host probe).",
+        _device_is_gpu,
+        'max(vllm_advisor_engine_fact{{fact="device_is_gpu"}})',
+        per="config",
+    )
+    yield S(
+        "max_num_seqs_all_engines",
+        "requests",
+        "max_num_seqs times the engines on the page: the most requests the server runs at once.",
+        lambda c, v: None if v["max_num_seqs"] is None else v["max_num_seqs"] * (v["engines"] or 1.0),
+        f"{_ENGINES_Q} * {_KNOB_Q % 'max_num_seqs'}",
+        per="config",
+    )
+    yield S(
         "tensor_x_data_parallel_size",
         "count",
         "tensor_parallel_size x data_parallel_size: the ranks an MoE model's experts are spread "
@@ -944,6 +1157,29 @@ def _build() -> Iterator[Signal]:
             None if c.engine.get("gpu_memory_gib") is None else float(c.engine.get("gpu_memory_gib")) * 2**30
         ),
         'max(vllm_advisor_engine_fact{{fact="gpu_memory_bytes"}})',
+        per="config",
+    )
+    yield S(
+        "gpu_memory_free_bytes",
+        "bytes",
+        "Device memory left free once the engine started (the start-up log: the --kv-cache-memory "
+        "that would fill the device less the KV cache, or the initial free memory less weights, KV "
+        "and CUDA graphs; else the host's GPU probe). The KV rules' memory steps need room in it.",
+        lambda c, v: (
+            None
+            if _num_or_none(c.engine.get("gpu_memory_free_gib")) is None
+            else float(c.engine.get("gpu_memory_free_gib")) * 2**30
+        ),
+        'max(vllm_advisor_engine_fact{{fact="gpu_memory_free_bytes"}})',
+        per="config",
+    )
+    yield S(
+        "kv_cache_fp8",
+        "info",
+        "1 when the KV cache is stored in fp8 (--kv-cache-dtype fp8*, the cache_dtype label of "
+        "vllm:cache_config_info); 0 for auto/bf16/fp16.",
+        _kv_fp8,
+        'max(vllm:cache_config_info{{cache_dtype=~"fp8.*"}}) or (max(vllm:cache_config_info) * 0)',
         per="config",
     )
     yield S(

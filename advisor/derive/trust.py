@@ -72,6 +72,38 @@ def stall(window: Window, seconds: float | None = None) -> Stall | None:
     return Stall(t_last - since, since, w_last, r_last)
 
 
+def sleeping(window: Window) -> str | None:
+    """Why the engine is neither stalled nor idle: it sleeps (vLLM's sleep mode, 0.29+:
+    ``vllm:engine_sleep_state{sleep_state="awake"}`` 0 on the latest page; level 1 offloaded its
+    weights to CPU memory, level 2 discarded them). None when awake or unknown (no series)."""
+    latest = window.latest
+    if latest is None:
+        return None
+    awake = latest.values(names.ENGINE_SLEEP_STATE, {names.SLEEP_STATE_LABEL: "awake"})
+    if not awake or min(awake) >= 0.5:
+        return None
+    asleep = sum(1 for v in awake if v < 0.5)
+    level2 = any(
+        v >= 0.5 for v in latest.values(names.ENGINE_SLEEP_STATE, {names.SLEEP_STATE_LABEL: "discard_all"})
+    )
+    level1 = any(
+        v >= 0.5
+        for v in latest.values(names.ENGINE_SLEEP_STATE, {names.SLEEP_STATE_LABEL: "weights_offloaded"})
+    )
+    level = (
+        "sleep level 2: weights discarded"
+        if level2
+        else "sleep level 1: weights offloaded to CPU memory"
+        if level1
+        else "asleep"
+    )
+    who = "the engine is" if len(awake) == 1 else f"{asleep} of {len(awake)} engines are"
+    return (
+        f"sleeping: {who} asleep (vllm:engine_sleep_state, {level}): neither stalled nor idle; "
+        "no advice until it wakes (POST /wake_up)"
+    )
+
+
 def stalled(window: Window, seconds: float | None = None, after_s: float = STALL_AFTER_S) -> Stall | None:
     """The stall, when it has lasted ``after_s`` or longer."""
     s = stall(window, seconds)

@@ -212,6 +212,7 @@ GATES = {
     "just-changed": "a knob changed: observing it before new advice",
     "idle-unknown": "no running gauge: idle or not cannot be told",
     "idle": "nothing to serve in the window",
+    "sleeping": "the engine is in sleep mode (neither idle nor stalled)",
 }
 """The reasons no advice may be given now, each as the word ``Diagnosis.gate`` holds."""
 
@@ -229,6 +230,9 @@ def significance(
             "stale",
             f"the last good /metrics page is {now - latest.t:.0f}s old: vLLM is down or unreadable",
         )
+    asleep = trust.sleeping(window)  # before "idle" and "stalled": a sleeping engine is neither
+    if asleep is not None:
+        return "sleeping", asleep
     span = values.get("window_seconds") or 0.0
     if span < cfg.min_window_s:
         return "window-too-short", f"only {span:.0f}s of data (need {cfg.min_window_s:.0f}s)"
@@ -307,7 +311,9 @@ def diagnose(
             model = None
     firing = arbitration.score(cands, model, values, engine, cfg)
     held: list[arbitration.Scored] = []
-    if breached and not cands:
+    # a breach no firing rule answers (none fires, or only a standing configuration finding such
+    # as eager mode on a GPU): the changes the rules' other conditions held back are weighed too
+    if breached and not arbitration.answers_breach(cands):
         hb, why = arbitration.held_back(findings, values, engine, cfg)
         held = arbitration.score(hb, model, values, engine, cfg, why)
     decision = arbitration.decide(firing, held, cfg)

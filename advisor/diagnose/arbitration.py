@@ -379,6 +379,18 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
     return f"Chosen by the rules' order: no change is predicted to raise goodput by more than {scoring.FLAT:.0%} ({what})."
 
 
+STANDING_CATEGORIES = frozenset({"cuda-graphs"})
+"""Rules that name a standing configuration finding (eager mode on a GPU, a capture size below
+the batch) rather than the cause of a breached target: they are advised when nothing else is,
+but they do not stop a breach's held-back changes from being weighed (a real H200 run under
+--enforce-eager with TTFT far over target: the budget change predicted to help stays the advice)."""
+
+
+def answers_breach(candidates: Sequence[Candidate]) -> bool:
+    """Whether a firing rule's change answers a breached target (see STANDING_CATEGORIES)."""
+    return any(c.finding.rule.category not in STANDING_CATEGORIES for c in candidates)
+
+
 def held_back(
     findings: Sequence[Finding], values: Mapping[str, float | None], engine: EngineInfo, cfg: Config
 ) -> tuple[list[Candidate], dict[str, str]]:

@@ -277,6 +277,12 @@ class AdvisorCollector(Collector):
         gib = facts.get("gpu_memory_gib")
         if gib and _num(gib.get("value")) is not None:
             g.add_metric(["gpu_memory_bytes", _label(gib.get("source"))], float(gib["value"]) * 2**30)
+        dev = _num(d.signals.get("device_is_gpu"))
+        if dev is not None:
+            g.add_metric(["device_is_gpu", _label(facts.get("device", {}).get("source"))], dev)
+        free = facts.get("gpu_memory_free_gib")
+        if free and _num(free.get("value")) is not None:
+            g.add_metric(["gpu_memory_free_bytes", _label(free.get("source"))], float(free["value"]) * 2**30)
         yield g
         g = GaugeMetricFamily(p + "engine_info", "What the server is.", labels=["version", "model", "device"])
         g.add_metric(

@@ -59,7 +59,7 @@ NOT_READY_GATES = (
     "idle-unknown",
 )
 """The gates (``advise.GATES``) under which the advice cannot be trusted: ``/readyz`` is 503.
-Idle is not one of them: nothing to advise at no load is advice that holds."""
+Idle and sleeping are not among them: nothing to advise at no load is advice that holds."""
 
 
 def readiness(st: ExportState) -> tuple[bool, dict[str, Any]]:
@@ -77,7 +77,7 @@ def readiness(st: ExportState) -> tuple[bool, dict[str, Any]]:
         why, reason = "vllm-down", d.reason if d.gate == "vllm-down" else "vLLM cannot be read"
     elif st.several_servers:
         why, reason = "several-servers", d.reason
-    elif d.status == "insufficient-data" and d.gate != "idle":
+    elif d.status == "insufficient-data" and d.gate not in ("idle", "sleeping"):
         why, reason = (d.gate if d.gate in NOT_READY_GATES else "insufficient-data"), d.reason
     body: dict[str, Any] = {
         "ready": why is None,

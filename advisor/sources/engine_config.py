@@ -61,6 +61,7 @@ FACT_ALIASES = {
     "kv_cache_max_concurrency": "max_concurrency",
     "cache_dtype": "kv_cache_dtype",
     "version": "vllm_version",
+    "spec_tokens": "num_speculative_tokens",  # EngineArgs.spec_tokens (--spec-tokens, 0.22+)
 }
 
 

@@ -5,6 +5,7 @@ line, the KV cache size, ...): the last run in the log wins (source "log").
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -117,12 +118,39 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
                     )
     out = dict(args)
     out.update(resolved)
+    graphs = _capture_size(out.get("compilation_config"))
+    if graphs is not None and "max_cudagraph_capture_size" not in args:
+        out["max_cudagraph_capture_size"] = graphs
+    spec = (
+        _SPEC_TOKENS_RE.search(str(out["speculative_config"].value)) if "speculative_config" in out else None
+    )
+    if spec is not None and "num_speculative_tokens" not in args:
+        # SpeculativeConfig.__repr__ (0.32): SpeculativeConfig(method='ngram', model=None, num_spec_tokens=5)
+        out["num_speculative_tokens"] = Provenanced(
+            int(spec.group(1)), "log", "engine config line (speculative_config)"
+        )
     free = _free_after_startup(out)
     if free is not None:
         out.setdefault("gpu_memory_free_gib", free)
     if "model" in out and out["model"].value == REDACTED:
         del out["model"]
     return out
+
+
+_SPEC_TOKENS_RE = re.compile(r"\bnum_spec(?:ulative)?_tokens=(\d+)")
+_CAPTURE_SIZE_RE = re.compile(r"'max_cudagraph_capture_size':\s*(\d+)")
+
+
+def _capture_size(config: Provenanced | None) -> Provenanced | None:
+    """The largest batch vLLM captured as a CUDA graph, from the engine config line's
+    ``compilation_config={... 'max_cudagraph_capture_size': 96 ...}`` (0.12+; 0 or None
+    where nothing is captured: --enforce-eager, a CPU server)."""
+    if config is None:
+        return None
+    m = _CAPTURE_SIZE_RE.search(str(config.value))
+    if m is None:
+        return None
+    return Provenanced(int(m.group(1)), "log", "engine config line (compilation_config)")
 
 
 def _gib_of(facts: Mapping[str, Provenanced], name: str) -> float | None:

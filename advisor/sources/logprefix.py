@@ -14,6 +14,7 @@ now), so a December line read in January lands in December of the year before.
 from __future__ import annotations
 
 import calendar
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -141,10 +142,63 @@ def strip_outer(text: str, year: int | None, near: float | None) -> tuple[str, f
     return text, exact_t, journal_t
 
 
+_JSON_ASCTIME_RE = re.compile(
+    r"^(?P<y>\d{4})-(?P<mo>\d\d)-(?P<d>\d\d)[T ](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d+))?$"
+)
+
+
+def json_record(text: str) -> dict[str, object] | None:
+    """A line of vLLM's JSON log format (0.32+: ``--logging-config.formatter json``, python-json-
+    logger with ``%(asctime)s %(levelname)s %(name)s %(processName)s %(process)d %(message)s``,
+    plus ``vllm_process_name``): the record, or None when the text is not one."""
+    t = text.strip()
+    if not (t.startswith('{"') and t.endswith("}")):
+        return None
+    try:
+        rec = json.loads(t)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("message"), str):
+        return None
+    return rec
+
+
+def _from_json(
+    rec: dict[str, object], process: str | None, pid: int | None, outer_t: float | None
+) -> Prefixed:
+    level = rec.get("levelname")
+    lvl = str(level).upper() if isinstance(level, str) else None
+    if lvl == "WARN":
+        lvl = "WARNING"
+    name = rec.get("vllm_process_name") or rec.get("processName")
+    if process is None and isinstance(name, str) and name and name != "MainProcess":
+        process = name
+    p = rec.get("process")
+    if pid is None and isinstance(p, int) and not isinstance(p, bool):
+        pid = p
+    t = outer_t
+    stamp = rec.get("asctime")
+    if t is None and isinstance(stamp, str):
+        m = _JSON_ASCTIME_RE.match(stamp.strip())
+        if m:  # the server's local time, read as UTC like vLLM's own text stamps
+            t = _epoch(int(m["y"]), int(m["mo"]), int(m["d"]), int(m["h"]), int(m["mi"]), int(m["s"]), m["f"])
+    logger = rec.get("name")
+    return Prefixed(
+        message=str(rec["message"]),
+        process=process,
+        pid=pid,
+        level=lvl,
+        location=logger if isinstance(logger, str) else None,
+        t=t,
+        has_vllm_prefix=True,
+    )
+
+
 def strip_prefixes(line: str, year: int | None = None, near: float | None = None) -> Prefixed:
     """Split ``line`` into its prefixes and the vLLM message (pure).
 
-    Handles ANSI colours, docker/kubectl ``--timestamps``, CRI ``<ts> stdout F``, journald
+    Handles vLLM's JSON log format (0.32+; the record's ``message``, level, process and
+    ``asctime``), ANSI colours, docker/kubectl ``--timestamps``, CRI ``<ts> stdout F``, journald
     ``Nov 29 23:26:03 host vllm[123]:``, compose ``svc-1  | ``, kubectl ``[pod/x/c]``, the
     process prefix ``(EngineCore_DP0 pid=2)`` and the level prefix in both its V1 form
     (``INFO 11-29 23:26:03 [loggers.py:335]``) and its V0 form (``INFO 06-16 21:24:15
@@ -160,6 +214,9 @@ def strip_prefixes(line: str, year: int | None = None, near: float | None = None
     if m:
         process, pid = m["name"], int(m["pid"])
         text = text[m.end() :]
+    rec = json_record(text) if text[:2] == '{"' else None
+    if rec is not None:
+        return _from_json(rec, process, pid, exact_t if exact_t is not None else journal_t)
     level = loc = None
     vllm_t: float | None = None
     lm = LEVEL_RE.match(text)

@@ -9,7 +9,14 @@ import re
 from collections.abc import Iterable, Iterator
 
 from advisor.sources.logdicts import open_depth
-from advisor.sources.logprefix import LEVEL_RE, MAX_LINE_CHARS, PROCESS_RE, clean_line, strip_outer
+from advisor.sources.logprefix import (
+    LEVEL_RE,
+    MAX_LINE_CHARS,
+    PROCESS_RE,
+    clean_line,
+    json_record,
+    strip_outer,
+)
 
 # --------------------------------------------------------------------------- wrapped lines
 
@@ -214,8 +221,19 @@ class LineJoiner:
                 return marker == _CONFIG_MARKER and tail.rstrip().endswith((",", "="))
         return False
 
+    @staticmethod
+    def _json(line: str) -> bool:
+        """A whole record of vLLM's JSON log format (0.32+): never wrapped, never a piece."""
+        rest, _, _ = strip_outer(clean_line(line), 1970, None)
+        m = PROCESS_RE.match(rest)
+        if m:
+            rest = rest[m.end() :]
+        return rest[:2] == '{"' and json_record(rest) is not None
+
     @classmethod
     def _hold(cls, line: str) -> bool:
+        if cls._json(line):
+            return False
         return _CONFIG_MARKER in line or cls._open(line)
 
     @staticmethod
@@ -226,6 +244,8 @@ class LineJoiner:
             return None
         rest, _, _ = strip_outer(clean, 1970, None)  # only the text matters here
         if PROCESS_RE.match(rest) or LEVEL_RE.match(rest) or _CONT_PREFIX_RE.match(rest):
+            return None
+        if rest[:2] == '{"' and json_record(rest) is not None:
             return None
         return rest
 

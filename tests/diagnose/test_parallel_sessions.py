@@ -269,6 +269,14 @@ def test_a_gpu_another_server_holds_is_not_spare() -> None:
     name, current, proposed, why_not = _kv_choice(
         "kv-preemption-seqs-bind", gpu_count=2, gpu_idle_count=0, model_weights_gib=13.49
     )
+    assert (name, current, proposed) == ("kv_cache_dtype", "auto", "fp8")  # no GPU to add
+    name, current, proposed, why_not = _kv_choice(
+        "kv-preemption-seqs-bind",
+        gpu_count=2,
+        gpu_idle_count=0,
+        model_weights_gib=13.49,
+        kv_cache_dtype="fp8",
+    )
     assert (name, current, proposed) == ("max_num_seqs", 1024, 535)
     assert any("data_parallel_size: the host has 1 GPU(s)" in w for w in why_not), why_not
     name, *_ = _kv_choice("kv-preemption-seqs-bind", gpu_count=2, gpu_idle_count=1)

@@ -159,10 +159,13 @@ def test_arbitration_never_raises_max_num_seqs_while_preempting() -> None:
     # force the increase rule to "fire" too: the prerequisite suppresses it
     seqs_up = next(r for r in RULES if r.id == "queue-seqs-cap-binds")
     forced = [*firing, type(firing[0])(seqs_up, "firing", ())]
-    engine = provenanced_engine({"max_num_seqs": 256, "gpu_memory_utilization": 0.95})
+    engine = provenanced_engine(
+        {"max_num_seqs": 256, "gpu_memory_utilization": 0.95, "kv_cache_dtype": "fp8"}
+    )
     status, _, best, fjson = arbitrate(forced, values, engine, CFG)
     assert status == "advice" and best is not None
-    # no memory left to give (0.95): the cap comes down, to what the KV cache holds
+    # no memory left to give (0.95) and the KV cache already fp8: the cap comes down, to what
+    # the KV cache holds
     assert (best.choice.name, best.choice.direction, best.proposed) == ("max_num_seqs", "decrease", 100)
     assert any(f.get("suppressed") for f in fjson if f["rule"] == "queue-seqs-cap-binds")
 
@@ -188,6 +191,10 @@ def test_cap_binding_with_a_full_cache_asks_for_memory_before_a_lower_cap() -> N
         0.95,
     )
     engine = provenanced_engine({"max_num_seqs": 48, "gpu_memory_utilization": 0.95})
+    _, _, best, _ = arbitrate(firing, values, engine, CFG)
+    assert best is not None  # memory cannot grow and no GPU to add: the fp8 KV cache
+    assert (best.choice.name, best.proposed) == ("kv_cache_dtype", "fp8")
+    engine = provenanced_engine({"max_num_seqs": 48, "gpu_memory_utilization": 0.95, "kv_cache_dtype": "fp8"})
     _, _, best, _ = arbitrate(firing, values, engine, CFG)
     assert best is not None  # never below what the cache holds (42), unlike the old 25% cut (36)
     assert (best.choice.name, best.choice.direction, best.proposed) == ("max_num_seqs", "decrease", 42)
