@@ -4,6 +4,7 @@ session, saved pages and logs. (A live URL is observed by ``daemon.observe``.)""
 from __future__ import annotations
 
 import gzip
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -85,8 +86,9 @@ def from_files(
     """Diagnose saved pages (oldest first) and/or a log file (``command``: the server's
     command line, from ``--command-file``).
 
-    Pages carry no time, so the file's modification times are used when they differ,
-    else ``interval_s`` apart. A few pages are no time series: ``for:`` hold times are
+    Pages carry no time, so the file's modification times are used when they rise by a second
+    or more from page to page, else the pages are taken ``interval_s`` apart (files a clone or a
+    copy wrote milliseconds apart say nothing of when they were scraped). A few pages are no time series: ``for:`` hold times are
     not applied and the minimum window is the pages' span.
 
     One page alone has no rates (one reading; its file's time is when it was copied), and a
@@ -207,13 +209,18 @@ def _mtime(path: str) -> float | None:
         return None  # reading it says why
 
 
+MIN_MTIME_GAP_S = 1.0  # saved pages' file times this far apart at least are when they were taken
+
+
 def _times(paths: Sequence[str], interval_s: float) -> list[float]:
     try:
         mtimes = [os.stat(p).st_mtime for p in paths]
     except OSError as e:
         raise InputError(f"{e.filename}: {e.strerror}") from None
-    if len(set(mtimes)) == len(mtimes) and mtimes == sorted(mtimes):
+    gaps = [b - a for a, b in itertools.pairwise(mtimes)]
+    if all(g >= MIN_MTIME_GAP_S for g in gaps):
         return mtimes
+    # written together (a clone, a copy, an archive unpacked): their times say nothing
     return [i * interval_s for i in range(len(paths))]
 
 

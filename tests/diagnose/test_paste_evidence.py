@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from advisor.cli import main
@@ -60,6 +61,24 @@ def test_the_files_time_changes_nothing(tmp_path: Path) -> None:
     late = _diagnose([_page(tmp_path / "later", "v1-queue-preempt.prom", H200_START + 86_400)])
     assert early.status == late.status == "inconclusive"
     assert early.reason == late.reason
+
+
+def test_pages_whose_files_were_written_together_are_taken_an_interval_apart(tmp_path: Path) -> None:
+    """Two pages a clone wrote 1 ms apart (issue 33): their file times are not when they were
+    scraped, so the pages are taken the default interval (60 s) apart, not 1 ms (which gave
+    "window 0 s" and rates over a millisecond)."""
+    a = _page(tmp_path, "v1-queue-preempt.prom", 1_800_000_000.000)
+    b = tmp_path / "b.prom"
+    shutil.copy(a, b)
+    os.utime(b, (1_800_000_000.001, 1_800_000_000.001))
+    adv, _ = inputs.from_files([a, str(b)], None, config_mod.load(None), load_rules(None))
+    snaps = adv.window.snapshots()
+    assert snaps[-1].t - snaps[0].t == pytest.approx(60.0)
+    # pages really saved a scrape apart keep their times
+    os.utime(b, (1_800_000_005.0, 1_800_000_005.0))
+    adv, _ = inputs.from_files([a, str(b)], None, config_mod.load(None), load_rules(None))
+    snaps = adv.window.snapshots()
+    assert snaps[-1].t - snaps[0].t == pytest.approx(5.0)
 
 
 def test_a_page_without_the_running_gauge_is_not_idle(tmp_path: Path) -> None:
