@@ -491,20 +491,6 @@ def _is_reading(value: float) -> bool:
     return math.isfinite(value) and 0 <= value <= MAX_READING
 
 
-def _knob_in_range(knob: str, value: Any) -> bool:
-    """A known knob's value within its type and bounds (``gpu_memory_utilization`` 7 is none)."""
-    if knob not in knobs.KNOBS:
-        return True
-    k = knobs.KNOBS[knob]
-    try:
-        v = knobs.coerce(k, value)
-    except ValueError:
-        return False
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return True
-    return (k.min is None or v >= k.min) and (k.max is None or v <= k.max)
-
-
 def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: str) -> dict[str, Provenanced]:
     """Knobs and facts from the advisor's own ``vllm_advisor_engine_*`` series (see
     :func:`sidecar_readings`, which also says what was not read)."""
@@ -555,7 +541,7 @@ def sidecar_readings(
             continue
         if name == SIDECAR_KNOB and labels.get("knob"):
             v: Any = int(value) if float(value).is_integer() else value
-            if not _knob_in_range(labels["knob"], v):
+            if not knobs.in_range(labels["knob"], v):
                 bad.append(
                     ParseWarning(
                         name,
