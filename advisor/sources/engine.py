@@ -98,6 +98,8 @@ def from_snapshot(snapshot: Snapshot) -> dict[str, Provenanced]:
                     continue  # not a reading: the fact stays unknown
                 if val is not None and not knobs.in_range(key, val):
                     continue  # outside the knob's type or bounds (a block_size of 1000): unknown
+                if key in _INT_FACTS and val is not None and not isinstance(val, int):
+                    continue  # a count that is no whole number (num_gpu_blocks="0.5"): unknown
                 if val is not None:
                     out[key] = Provenanced(val, "metrics", detail)
     models = snapshot.label_values(names.MODEL_LABEL)
