@@ -60,6 +60,16 @@ class Behaviour:
     requests: list[str] = field(default_factory=list)
     sent: list[int] = field(default_factory=lambda: [0])  # bytes of answers written (trickle counts each)
     lookback_s: float = 300.0  # an instant query's lookback (Prometheus's default)
+    # answers by request (:func:`answer_key`): ``replies`` are served verbatim instead of the
+    # computed answer (the fuzz targets' mutated real answers); every body sent is kept in
+    # ``answered``
+    replies: dict[str, bytes] = field(default_factory=dict)
+    answered: dict[str, bytes] = field(default_factory=dict)
+
+
+def answer_key(path: str, query: dict[str, list[str]]) -> str:
+    """A request as ``replies`` and ``answered`` name it: the path and its query or matchers."""
+    return path + " " + "|".join(query.get("query", []) + query.get("match[]", []))
 
 
 @contextmanager
@@ -122,7 +132,10 @@ def serve(samples: list[Sample], metadata: dict[str, Any], behaviour: Behaviour)
         def do_GET(self) -> None:
             parts = urlsplit(self.path)
             behaviour.requests.append(parts.path)
-            if behaviour.mode == "body" and parts.path.startswith("/api/"):
+            key = answer_key(parts.path, parse_qs(parts.query))
+            if key in behaviour.replies:
+                body = behaviour.replies[key]
+            elif behaviour.mode == "body" and parts.path.startswith("/api/"):
                 body = behaviour.body
             else:
                 data = answer(parts.path, parse_qs(parts.query))
@@ -130,6 +143,7 @@ def serve(samples: list[Sample], metadata: dict[str, Any], behaviour: Behaviour)
                 if behaviour.mode == "partial":
                     doc["warnings"] = list(behaviour.warnings)
                 body = json.dumps(doc).encode()
+            behaviour.answered[key] = body
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")

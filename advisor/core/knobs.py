@@ -11,6 +11,7 @@ The step math lives in :mod:`advisor.core.steps`. Pure.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -410,6 +411,21 @@ def coerce(knob: str | Knob, value: Any) -> Any:
         except (TypeError, ValueError):
             raise ValueError(f"{k.name}: expected a number, got {value!r}") from None
     return str(value)
+
+
+def in_range(knob: str, value: Any) -> bool:
+    """A known knob's value within its type and bounds: ``gpu_memory_utilization`` 7, a
+    ``block_size`` of 1000 or ``"abc"``, NaN are none. True for a name that is no knob."""
+    if knob not in KNOBS:
+        return True
+    k = KNOBS[knob]
+    try:
+        v = coerce(k, value)
+    except ValueError:
+        return False
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return True
+    return math.isfinite(v) and (k.min is None or v >= k.min) and (k.max is None or v <= k.max)
 
 
 # --------------------------------------------------------------------------------------

@@ -53,7 +53,9 @@ _CACHE_LABELS = {
 }
 _INT_FACTS = frozenset({"num_gpu_blocks", "kv_cache_tokens", "swap_space_bytes", "engines"})
 # cache_config_info's labels that are numbers: a label that is not a finite number from 0 to
-# 1e18 (``"N/A"``, ``"abc"``, ``1e308``, ``-1``, ``nan``) leaves its fact unknown (issue 34 G6)
+# 1e18 (``"N/A"``, ``"abc"``, ``1e308``, ``-1``, ``nan``) leaves its fact unknown (issue 34 G6),
+# and so does a knob's value outside the knob's type or bounds (``block_size="1000"``,
+# ``gpu_memory_utilization="7"``), as a sidecar's knob series read from Prometheus is
 _NUMERIC_CACHE = frozenset(set(_CACHE_LABELS.values()) - {"enable_prefix_caching", "kv_cache_dtype"})
 MAX_LABEL_NUMBER = 1e18
 
@@ -94,6 +96,10 @@ def from_snapshot(snapshot: Snapshot) -> dict[str, Provenanced]:
                 val = _fact_value(key, labels[label])
                 if val is not None and key in _NUMERIC_CACHE and label_number(val) is None:
                     continue  # not a reading: the fact stays unknown
+                if val is not None and not knobs.in_range(key, val):
+                    continue  # outside the knob's type or bounds (a block_size of 1000): unknown
+                if key in _INT_FACTS and val is not None and not isinstance(val, int):
+                    continue  # a count that is no whole number (num_gpu_blocks="0.5"): unknown
                 if val is not None:
                     out[key] = Provenanced(val, "metrics", detail)
     models = snapshot.label_values(names.MODEL_LABEL)

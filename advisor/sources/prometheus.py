@@ -148,7 +148,13 @@ def _sample(v: Any, where: str) -> tuple[float, float]:
     if not isinstance(pair[1], str):
         raise _Invalid(f"{where}'s value is {_kind(pair[1])}, not a number in a string")
     try:
-        return float(pair[0]), float(pair[1])
+        t = float(pair[0])
+    except OverflowError:  # a 400-digit integer
+        t = math.inf
+    if not math.isfinite(t):  # NaN, Infinity (Python's JSON reads them) or beyond a float
+        raise _Invalid(f"{where}'s time is not a finite number")
+    try:
+        return t, float(pair[1])
     except ValueError:
         raise _Invalid(f"{where}'s value {pair[1][:40]!r} is not a number") from None
 
@@ -404,6 +410,7 @@ def snapshots(
     pages: dict[str, dict[float, dict[str, list[Any]]]] = defaultdict(dict)
     # histogram parts: (key, t, family, labelkey) -> {"buckets": [...], "count": x, "sum": y}
     parts: dict[tuple[str, float, str, LabelKey], dict[str, Any]] = {}
+    bad: dict[tuple[str, float], list[ParseWarning]] = defaultdict(list)  # per page: what was not read
     for labels, values in all_series:
         n = labels.get("__name__", "")
         if not n or n.endswith("_created"):
@@ -428,8 +435,19 @@ def snapshots(
         le = plain.get("le")
         lk = label_key(plain)
         since = (after or {}).get(key)
+        bound = _bound(le) if role == "bucket" and le is not None else None
         for t, v in values:
             if since is not None and t <= since:
+                continue
+            if bound is not None and math.isnan(bound):  # le="" or "abc": the bucket is not read
+                bad[(key, t)].append(
+                    ParseWarning(
+                        base,
+                        None,
+                        f"bucket bound le={printable(le or '')[:40]!r} is not a number",
+                        "bad_bucket",
+                    )
+                )
                 continue
             fams = pages[key].setdefault(t, {})
             fam = fams.get(fam_name)
@@ -439,8 +457,8 @@ def snapshots(
                 fam[3][lk] = v
                 continue
             part = parts.setdefault((key, t, fam_name, lk), {"buckets": [], "count": None, "sum": 0.0})
-            if role == "bucket" and le is not None:
-                part["buckets"].append((float(le), v))
+            if role == "bucket" and bound is not None:
+                part["buckets"].append((bound, v))
             elif role == "count":
                 part["count"] = v
             elif role == "sum":
@@ -461,9 +479,17 @@ def snapshots(
                 if f[3]
             }
             if families:
-                snaps.append(Snapshot(t=t, families=families))
+                snaps.append(Snapshot(t=t, families=families, warnings=tuple(bad.get((key, t), ()))))
         out[key] = snaps
     return out
+
+
+def _bound(le: str) -> float:
+    """A bucket's ``le`` as a number; NaN when it is none (``""``, ``"abc"``, ``"NaN"``)."""
+    try:
+        return float(le)
+    except ValueError:
+        return math.nan
 
 
 def down_times(up: Iterable[Series], key_label: str = INSTANCE) -> dict[str, list[float]]:
@@ -489,20 +515,6 @@ MAX_READING = 1e18
 
 def _is_reading(value: float) -> bool:
     return math.isfinite(value) and 0 <= value <= MAX_READING
-
-
-def _knob_in_range(knob: str, value: Any) -> bool:
-    """A known knob's value within its type and bounds (``gpu_memory_utilization`` 7 is none)."""
-    if knob not in knobs.KNOBS:
-        return True
-    k = knobs.KNOBS[knob]
-    try:
-        v = knobs.coerce(k, value)
-    except ValueError:
-        return False
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return True
-    return (k.min is None or v >= k.min) and (k.max is None or v <= k.max)
 
 
 def sidecar_engine(samples: Iterable[tuple[dict[str, str], float]], instance: str) -> dict[str, Provenanced]:
@@ -555,7 +567,7 @@ def sidecar_readings(
             continue
         if name == SIDECAR_KNOB and labels.get("knob"):
             v: Any = int(value) if float(value).is_integer() else value
-            if not _knob_in_range(labels["knob"], v):
+            if not knobs.in_range(labels["knob"], v):
                 bad.append(
                     ParseWarning(
                         name,

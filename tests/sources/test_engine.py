@@ -698,3 +698,28 @@ def test_a_cache_config_label_that_is_no_reading_leaves_its_fact_unknown(bad: st
     v = vals(engine.from_snapshot(metrics.parse_page(text, 0.0)))
     assert "block_size" not in v and "num_gpu_blocks" not in v and "kv_cache_tokens" not in v
     assert v["gpu_memory_utilization"] == 0.92 and v["kv_cache_memory_bytes"] == 25165824
+
+
+@pytest.mark.parametrize(
+    ("label", "value", "fact"),
+    [
+        ("block_size", "1000", "block_size"),
+        ("block_size", "0", "block_size"),
+        ("gpu_memory_utilization", "7", "gpu_memory_utilization"),
+        ("enable_prefix_caching", "maybe", "enable_prefix_caching"),
+        ("num_gpu_blocks", "0.5", "num_gpu_blocks"),
+        ("kv_cache_size_tokens", "3072.5", "kv_cache_tokens"),
+    ],
+)
+def test_cache_config_info_knob_outside_its_bounds_is_unknown(label: str, value: str, fact: str) -> None:
+    """Found by the cache_config_info fuzz target (issue 34): a label that is a number but not
+    the knob's (block_size 1000 or 0, a utilisation of 7) or not of its type ("maybe" for
+    prefix caching) was taken as the knob's value, and a count that is no whole number (0.5
+    GPU blocks) as the count; now it is unknown, as a sidecar's knob series
+    outside its range is (prometheus.sidecar_readings). The other labels are still read."""
+    text = (PAGES / "cpu-0.32-preempt_mns16-before.prom").read_text()
+    text, n = re.subn(rf'(vllm:cache_config_info\{{[^\n]*?\b{label}=")[^"]*"', rf'\g<1>{value}"', text)
+    assert n == 1
+    v = vals(engine.from_snapshot(metrics.parse_page(text, 0.0)))
+    assert fact not in v
+    assert v["max_concurrency"] == 1.5 and v["kv_cache_dtype"] == "auto"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import shutil
 from typing import Any
 
@@ -20,9 +21,12 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from advisor.core import knobs
+from advisor.core import jsonout, knobs, names
+from advisor.core.config import Config
 from advisor.core.model import BAD_SAMPLE_KINDS, Histogram
-from advisor.sources import cmdline, engine_config
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.runner import Advisor
+from advisor.sources import cmdline, engine, engine_config
 from advisor.sources import metrics as m
 from advisor.sources.session import Session, SessionError
 from tests.fuzzing import fuzz, mutated, page_mutation
@@ -35,6 +39,7 @@ SESSION_DIRS = sorted((FIXTURES / "sessions").iterdir())
 REAL_PAGES = [p.read_text() for p in PAGE_FILES] + [
     next(Session.load(d).iter_scrapes())[1] for d in SESSION_DIRS
 ]
+RULES = load_rules()
 
 
 def _check_snapshot(text: str, poisoned: bool) -> None:
@@ -189,3 +194,114 @@ def test_session_files_only_raise_session_errors(
             assert item.kind in ("scrape", "log")
     except SessionError as e:
         assert str(d) in str(e) or "session" in str(e).lower(), str(e)
+
+
+# ------------------------------------------------------------------ cache_config_info labels
+CACHE_PAGES = [t for t in REAL_PAGES if "vllm:cache_config_info{" in t]
+CACHE_LABEL = re.compile(r"(vllm:cache_config_info\{)([^\n]*)(\}[^\n]*)")
+LABEL_VALUES = st.one_of(
+    st.sampled_from(
+        [
+            "N/A",
+            "1e308",
+            "-1",
+            "nan",
+            "NaN",
+            "inf",
+            "-inf",
+            "9" * 400,
+            "",
+            "None",
+            "True",
+            "-0",
+            "1e-400",
+            "128.5",
+            "7",
+            "0",
+            "1e18",
+            "1e19",
+            "0x10",
+            "1_000",
+            " 128 ",
+            "\uff11\uff12\uff18",
+            "\u0661\u0662",
+            "auto",
+            "fp8",
+            'a"b',
+            "a\\b",
+            "a\nb",
+            "\u202e",
+            "\x1b[31m",
+        ]
+    ),
+    st.integers(-(10**20), 10**20).map(str),
+    st.floats().map(repr),
+    st.text(max_size=20),
+)
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@st.composite
+def cache_label_pages(draw: Any) -> str:
+    """A real page whose cache_config_info labels (1-5 of them; the engine reads ten) are given
+    arbitrary values."""
+    page = draw(st.sampled_from(CACHE_PAGES))
+    edits = draw(
+        st.dictionaries(
+            st.sampled_from([*engine._CACHE_LABELS, "engine"]), LABEL_VALUES, min_size=1, max_size=5
+        )
+    )
+
+    def edit(mt: re.Match[str]) -> str:
+        labels = mt.group(2)
+        for name, value in edits.items():
+            new = f'{name}="{_escape(value)}"'
+            labels, n = re.subn(rf'(?<![\w]){name}="(?:[^"\\]|\\.)*"', lambda _m, new=new: new, labels)
+            if not n:
+                labels = f"{labels},{new}" if labels else new
+        return mt.group(1) + labels + mt.group(3)
+
+    return CACHE_LABEL.sub(edit, page)
+
+
+def _check_facts(facts: Any) -> None:
+    for key, p in facts.items():
+        v = p.value
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            json.dumps(v)
+            continue
+        assert math.isfinite(v) and 0 <= v <= engine.MAX_LABEL_NUMBER, (key, v)
+        if key in knobs.KNOBS:
+            k = knobs.KNOBS[key]
+            assert (k.min is None or v >= k.min) and (k.max is None or v <= k.max), (key, v)
+        if key in engine._INT_FACTS:
+            assert isinstance(v, int), (key, v)
+
+
+@fuzz(100)
+@given(cache_label_pages())
+def test_cache_config_info_labels_never_raise_and_read_finite(text: str) -> None:
+    """Inputs: every fixture page and recorded first page with a `vllm:cache_config_info`, its
+    labels (block_size, gpu_memory_utilization, num_gpu_blocks, kv_cache_size_tokens,
+    kv_cache_max_concurrency, ... and engine) set to N/A, 1e308, -1, nan, 400 digits, 1e-400,
+    full-width digits, empty, quotes and newlines, arbitrary text and numbers. Every fact read
+    is finite and within its knob's bounds (0 to 1e18 otherwise) or unknown, the merged engine
+    facts too, and the page is diagnosed (two pages of it, as a daemon's first two scrapes)."""
+    snap = m.parse_page(text, 1000.0)
+    assert snap.info_labels(names.CACHE_CONFIG_INFO), "the mutated page lost its cache_config_info"
+    _check_facts(engine.from_snapshot(snap))
+    _check_facts(engine.resolve(snapshot=snap).values)
+    for raw in snap.info_labels(names.CACHE_CONFIG_INFO)[0].values():
+        got = engine.label_number(raw)
+        assert got is None or (math.isfinite(got) and 0 <= got <= engine.MAX_LABEL_NUMBER)
+    t = [1000.0]
+    adv = Advisor(Config(), RULES, clock=lambda: t[0])
+    adv.on_page(text, t[0])
+    t[0] += 5.0
+    adv.on_page(text, t[0])
+    d = adv.diagnose(t[0])
+    _check_facts(adv.engine.values)
+    jsonout.dumps(d, default=str).encode("utf-8", "surrogatepass")

@@ -95,6 +95,10 @@ WRONG = [
     b'{"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": 5}]}}',
     b'{"status": "success", "data": null, "warnings": "x"}',
     b"not json",
+    # found by the Prometheus answers fuzz target (issue 34): a sample's time of 400 digits raised
+    # OverflowError out of the read
+    b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"__name__": "vllm:x", '
+    b'"instance": "a.fleet:8000"}, "values": [[' + b"9" * 400 + b', "1"]]}]}}',
     b'{"status": "success", "data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
 ]
 
@@ -210,3 +214,22 @@ def test_explain_prometheus_names_a_sidecars_bad_knob_series() -> None:
     assert adv.engine.source("max_num_seqs") == "default"
     assert d.status == "inconclusive" and "could not be trusted" in d.reason, d.reason
     assert "max_num_seqs = 1e+308 from the sidecar a.fleet:9100 is no reading" in d.reason
+
+
+def test_a_bucket_bound_that_is_no_number_is_named_not_raised() -> None:
+    """Found by the Prometheus answers fuzz target (issue 34): a histogram's bucket with
+    ``le=""`` in Prometheus's answer raised ValueError out of the read; now that bucket is not
+    read and the page names it (bad_bucket); the rest of the page is kept."""
+    base = {"instance": INSTANCE, "job": "vllm"}
+    h = "vllm:time_to_first_token_seconds"
+    series = [
+        ({**base, "__name__": f"{h}_bucket", "le": "0.1"}, [(10.0, 1.0)]),
+        ({**base, "__name__": f"{h}_bucket", "le": ""}, [(10.0, 2.0)]),
+        ({**base, "__name__": f"{h}_bucket", "le": "+Inf"}, [(10.0, 2.0)]),
+        ({**base, "__name__": f"{h}_count"}, [(10.0, 2.0)]),
+        ({**base, "__name__": f"{h}_sum"}, [(10.0, 0.3)]),
+        ({**base, "__name__": "vllm:num_requests_running"}, [(10.0, 3.0)]),
+    ]
+    (snap,) = prom.snapshots(series)[INSTANCE]
+    assert [w.kind for w in snap.warnings] == ["bad_bucket"] and "le=''" in snap.warnings[0].reason
+    assert snap.families["vllm:num_requests_running"].series
