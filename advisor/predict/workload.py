@@ -72,12 +72,11 @@ def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
     # leave a request or two of noise in a drain)
     floor = max(0.5 * busy[0].engines, 0.25 * statistics.median(counts)) if counts else 0.0
     arriving = [i for i, c in enumerate(counts) if c >= floor]
+    rate = 0.0
     if arriving:
         lo, hi = arriving[0], arriving[-1] + 1
         span = sum(b.dt for b in busy[lo + 1 : hi + 1])
         rate = sum(counts[lo:hi]) / span if span > 0 else 0.0
-    else:
-        span, rate = sum(b.dt for b in busy[1:]), 0.0
     spans = span_rows >= max(3, PLATEAU_SHARE * len(busy))
     if held >= HELD and spans and plateau >= 1:
         n = max(1, round(plateau * busy[0].engines))
