@@ -1,5 +1,5 @@
 """What hostile inputs cost (issue 23, class 3), as one table: a page of mostly unknown series,
-labels that change on every page, a log line of nested braces. Not part of `make test` (timings
+labels that change on every page, a log line of nested braces, lines that once backtracked. Not part of `make test` (timings
 vary with the machine's load); the numbers of docs/reliability.md come from here.
 
     .venv/bin/python scripts/bench_hostile.py [--quick]
@@ -8,9 +8,11 @@ vary with the machine's load); the numbers of docs/reliability.md come from here
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from advisor.core.config import Config  # noqa: E402
-from advisor.diagnose.ruleset import load_rules  # noqa: E402
+from advisor.core.redact import redact_text  # noqa: E402
+from advisor.diagnose.ruleset import RuleError, load_rules  # noqa: E402
 from advisor.drive.runner import Advisor, ReplayClock  # noqa: E402
 from advisor.sources import logs  # noqa: E402
 from advisor.sources.metrics import parse_page  # noqa: E402
@@ -99,11 +102,49 @@ def bench_braces(rows: list[list[str]]) -> None:
     rows.append(["a log line of nested braces after `non-default args:`", ", ".join(out), ""])
 
 
+def bench_pathological(rows: list[list[str]], tmp: Path) -> None:
+    """Lines and files that once backtracked or expanded (tests/test_fuzz.py reads them for
+    correctness): CPU seconds each, beside what they took before their fixes."""
+    banner = [
+        "INFO 11-30 10:00:00 [api_server.py:1] ▄▄ █ model a" + " " * 65000 + "b",
+        "INFO 11-30 10:00:00 [loggers.py:1] Engine 000: Avg prompt throughput:" + " " * 65000 + "x",
+        "Iteration(1): " + "1" * 65000,
+    ]
+    worst = 0.0
+    for line in banner:
+        t0 = time.process_time()
+        logs.parse_line(line)
+        worst = max(worst, time.process_time() - t0)
+    rows.append(
+        [
+            "a 64 KB banner or stats line with long runs of spaces",
+            f"{worst:.3f} s CPU (worst of 3)",
+            "before: 2-16 s",
+        ]
+    )
+    worst = 0.0
+    for line in ("a:" * 32000, "a=" * 32000, "http://" * 9000, "note: note: " * 5000):
+        t0 = time.process_time()
+        redact_text(line)
+        worst = max(worst, time.process_time() - t0)
+    rows.append(["redacting a 64 KB line of nested keys", f"{worst:.3f} s CPU (worst of 4)", "before: 2-7 s"])
+    levels = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for i in range(1, 10):
+        levels.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]")
+    (tmp / "bomb.yaml").write_text("\n".join(levels) + "\nid: bomb\nwhen: *a9\n")
+    t0 = time.process_time()
+    with contextlib.suppress(RuleError):
+        load_rules(tmp)
+    rows.append(["a billion-laughs rules file", f"{time.process_time() - t0:.3f} s CPU to refuse", ""])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     rows: list[list[str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_pathological(rows, Path(tmp))
     bench_braces(rows)
     bench_churn(rows, 300 if args.quick else 1500)
     bench_unknown(rows, 5 if args.quick else 30)

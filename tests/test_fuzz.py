@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import string
-import time
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +71,10 @@ def test_log_line_parser_never_raises(line: str) -> None:
         "INFO 11-30 10:00:00 [x.py:1] █ version 1.2" + " " * 65000 + "x",
     ],
 )
-def test_a_64kb_banner_line_with_long_runs_of_spaces_is_not_a_hang(line: str) -> None:
-    """These took 2-16 s each in a backtracking pattern; linear now (a generous bound: a hang
-    check, not a speed target)."""
-    t0 = time.process_time()
-    logs.parse_line(line)
-    assert time.process_time() - t0 < 1.0
+def test_a_64kb_banner_line_with_long_runs_of_spaces_is_read(line: str) -> None:
+    """These took 2-16 s each in a backtracking pattern; linear now. The CPU time is measured by
+    scripts/bench_hostile.py (its "pathological lines" rows), not asserted here."""
+    assert logs.parse_line(line) is not None
 
 
 # ------------------------------------------------------------------ the rules loader
@@ -144,16 +141,16 @@ def test_rules_loader_only_raises_rule_errors_on_wrong_types(
         assert e.errors and all(isinstance(x, str) and x for x in e.errors)
 
 
-def test_rules_loader_refuses_a_billion_laughs_quickly(tmp_path: Path) -> None:
+def test_rules_loader_refuses_a_billion_laughs(tmp_path: Path) -> None:
     levels = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     for i in range(1, 10):
         refs = ", ".join([f"*a{i - 1}"] * 9)
         levels.append(f"a{i}: &a{i} [{refs}]")
     (tmp_path / "bomb.yaml").write_text("\n".join(levels) + "\nid: bomb\nwhen: *a9\n")
-    t0 = time.process_time()
+    # refused before the aliases are expanded (core/yamlsafe's pre-scan; tests/core/test_yamlsafe.py
+    # counts the parser's calls); its CPU time is in scripts/bench_hostile.py
     with pytest.raises(RuleError) as e:
         load_rules(tmp_path)
-    assert time.process_time() - t0 < 2.0
     assert "aliases are expanded" in "\n".join(e.value.errors)
 
 
@@ -398,7 +395,6 @@ def test_no_abbreviated_secret_flag_reaches_the_read_command() -> None:
 )
 def test_redacting_a_64kb_line_of_nested_keys_is_not_a_hang(line: str) -> None:
     """A value is read only after a secret name: these took 2-7 s when every key's value was
-    scanned to the line's end and then scanned again (a hang check, as above)."""
-    t0 = time.process_time()
+    scanned to the line's end and then scanned again. The CPU time is measured by
+    scripts/bench_hostile.py, not asserted here."""
     assert redact_text(line) == line
-    assert time.process_time() - t0 < 1.0
