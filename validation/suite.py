@@ -115,6 +115,9 @@ class Scenario:
     # other changes measured under the same load from the start (flag -> value each): the
     # advised change is then judged against them by measured goodput
     alternatives: tuple[dict[str, int], ...] = ()
+    # follow mode: how many advised changes to apply one after another (1: the "after" run; n:
+    # each next run takes the advice the daemon gave at the end of the last, up to n restarts)
+    follow: int = 1
 
 
 CHAT = dict(input_len=1024, output_len=512)  # the lab's A/B load: 1k in, 512 out
@@ -193,6 +196,37 @@ SCENARIOS_H200 = [
     ),
 ]
 
+# Follow mode (issue 30): a misconfigured start, the advice followed step after step (the
+# daemon's advice at the end of each run is the next run's change), against vLLM's usual
+# scheduling knobs with the same KV size, under one open load. Convergence: how close to the
+# best measured goodput, in how many restarts.
+SCENARIOS_H200 += [
+    Scenario(
+        "follow-misconf",
+        "A misconfigured start: cap 8 and a 1024-token budget with 4 GiB of KV (~21 chat requests) "
+        "under 5 req/s of Poisson arrivals; the advice is followed up to three restarts.",
+        {"max-num-seqs": 8, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
+        Load(**CHAT, num_prompts=450, concurrency=None, rate=5.0, est_s=130),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 256, "max-num-batched-tokens": 8192},),
+        follow=3,
+    ),
+    # Issue 31: eager mode on a GPU under load, and its advised after-run (CUDA graphs on).
+    Scenario(
+        "eager-graphs",
+        "--enforce-eager on a GPU under a closed loop of 24 chat clients (KV for ~32, cap 256): "
+        "every decode step launches its kernels one by one.",
+        {
+            "max-num-seqs": 256,
+            "max-num-batched-tokens": 8192,
+            "kv-cache-memory-bytes": 6 * GiB,
+            "enforce-eager": True,
+        },
+        Load(**CHAT, num_prompts=300, concurrency=24, est_s=90),
+        "cuda-graphs-eager",
+    ),
+]
+
 # The plumbing test on a CPU box: the tiny model, a KV cache of 24 MiB (8 requests of 384 tokens).
 SCENARIOS_CPU = [
     Scenario(
@@ -243,7 +277,7 @@ SCENARIOS_H200X2 = [
 # Knobs this rig applies by restarting vLLM with the proposed value.
 APPLICABLE = {
     "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes",
-    "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel",
+    "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--enforce-eager",
 }  # fmt: skip
 
 
@@ -339,7 +373,7 @@ def serve_argv(run: Run) -> list[str]:
 # ------------------------------------------------------------------ state
 @dataclass
 class Run:
-    id: str  # "<scenario>.before" / "<scenario>.after"
+    id: str  # "<scenario>.before" / "<scenario>.after" / "<scenario>.after2" ... (follow mode)
     scenario: str
     phase: str  # before | after (the advised change) | alt (a scenario's planned alternative)
     serve: dict[str, Any]
@@ -353,6 +387,7 @@ class Run:
     change: str | None = None  # what the after run changed
     bench: dict[str, Any] | None = None
     note: str = ""
+    step: int = 0  # advised changes applied since the scenario's own knobs (follow mode)
 
 
 def load_state() -> list[Run]:
@@ -576,7 +611,7 @@ def bench(run: Run, runs: list[Run]) -> None:
         run.note = f"bench rc {rc}: " + (d / "bench.log").read_text(errors="replace")[-600:]
     log(f"bench {run.id} rc={rc} in {bench_s:.0f}s: {json.dumps(run.bench)}")
     log(f"advice at the end of {run.id}: {_advice_line(final)}")
-    if run.phase == "before" and rc == 0:
+    if rc == 0 and (run.phase == "before" or run.step > 0) and run.step < s.follow:
         plan_after(run, runs)
     explain = subprocess.run(
         [*adv, "explain", "--session", str(d / "session"), "--format", "json"],
@@ -621,28 +656,35 @@ def _advice_line(diag: Any) -> str:
     return f"{rec.get('rule')}: {rec.get('change')}"
 
 
+def after_id(scenario_name: str, step: int) -> str:
+    """The run that applies the ``step``-th advised change: ``.after``, then ``.after2`` ..."""
+    return f"{scenario_name}.after" if step == 1 else f"{scenario_name}.after{step}"
+
+
 def plan_after(run: Run, runs: list[Run]) -> None:
-    """The scenario's second run: the same server with the one knob the advisor proposed."""
+    """The scenario's next run: the same server with the one knob the advisor proposed at the
+    end of ``run`` (its first change, or in follow mode the next one)."""
     rec = (run.advice or {}).get("recommendation")
     if not rec:
-        run.note = "no advice when the load ended: no second run"
+        run.note = "no advice when the load ended: no further run"
         return
     flag, value = rec.get("flag"), rec.get("proposed")
     if flag not in APPLICABLE or not isinstance(value, (int, float)):
-        run.note = f"advice {flag} {value} is not applied on this rig: no second run"
+        run.note = f"advice {flag} {value} is not applied on this rig: no further run"
         return
     serve = dict(run.serve)
     serve[flag.removeprefix("--")] = value if isinstance(value, bool) else int(value)
-    same = [
-        r for r in runs if r.scenario == run.scenario and r.serve == serve and r.id != f"{run.scenario}.after"
-    ]
+    step = run.step + 1
+    next_id = after_id(run.scenario, step)
+    same = [r for r in runs if r.scenario == run.scenario and r.serve == serve and r.id != next_id]
     if same:
         run.note = (
-            f"the advice ({rec.get('change')}) is {same[0].id}'s setting: measured there, no second run"
+            f"the advice ({rec.get('change')}) is {same[0].id}'s setting: measured there, no further run"
         )
         log(f"{run.id}: {run.note}")
         return
-    after = Run(f"{run.scenario}.after", run.scenario, "after", serve, run.port + 1)
+    port = run.port + 1 if step == 1 else max(r.port for r in runs) + 1
+    after = Run(next_id, run.scenario, "after", serve, port, step=step)
     after.change = rec.get("change")
     runs[:] = [r for r in runs if r.id != after.id] + [after]
     log(f"planned {after.id}: {after.change}")

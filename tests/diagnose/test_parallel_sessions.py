@@ -196,6 +196,55 @@ def test_the_gpu_suite_applies_parallelism_advice(tmp_path: Path, monkeypatch: p
         del sys.modules["suite_h200x2"]
 
 
+def test_the_gpu_suite_follows_advice_step_after_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """validation/suite.py follow mode (planning only, no server starts): each run's advice is
+    the next run's change, up to the scenario's ``follow`` restarts; advice that returns to a
+    setting already measured plans nothing; eager mode's advice drops the flag."""
+    import importlib.util
+    import sys
+
+    monkeypatch.setenv("PROFILE", "h200")
+    monkeypatch.setenv("G", str(tmp_path))
+    monkeypatch.setenv("ONLY", "follow-misconf,eager-graphs")
+    spec = importlib.util.spec_from_file_location("suite_follow", REPO / "validation" / "suite.py")
+    assert spec is not None and spec.loader is not None
+    suite = importlib.util.module_from_spec(spec)
+    sys.modules["suite_follow"] = suite
+    try:
+        spec.loader.exec_module(suite)
+        runs = suite.load_state()
+        ids = [r.id for r in runs]
+        assert ids[0] == "follow-misconf.before" and "eager-graphs.before" in ids
+
+        def advise(run: object, flag: str, value: object) -> None:
+            run.advice = {"recommendation": {"flag": flag, "proposed": value, "change": f"{flag} {value}"}}  # type: ignore[attr-defined]
+
+        before = runs[0]
+        advise(before, "--max-num-seqs", 21)
+        suite.plan_after(before, runs)
+        step1 = runs[-1]
+        assert (step1.id, step1.step, step1.serve["max-num-seqs"]) == ("follow-misconf.after", 1, 21)
+        advise(step1, "--kv-cache-memory-bytes", 6 << 30)
+        suite.plan_after(step1, runs)
+        step2 = runs[-1]
+        assert (step2.id, step2.step) == ("follow-misconf.after2", 2)
+        assert step2.serve == {**step1.serve, "kv-cache-memory-bytes": 6 << 30}
+        assert len({r.port for r in runs}) == len(runs)  # every server its own port
+        advise(step2, "--kv-cache-memory-bytes", 4 << 30)  # back to step 1's setting: measured there
+        n = len(runs)
+        suite.plan_after(step2, runs)
+        assert len(runs) == n and "measured there" in step2.note
+        eager = next(r for r in runs if r.id == "eager-graphs.before")
+        advise(eager, "--enforce-eager", False)
+        suite.plan_after(eager, runs)
+        assert "--enforce-eager" not in suite.serve_argv(runs[-1])
+        assert "--enforce-eager" in suite.serve_argv(eager)
+    finally:
+        del sys.modules["suite_follow"]
+
+
 def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
     """The PromQL twins of model_is_moe, model_num_experts and mm_encoder_tp_data read
     vllm_advisor_engine_fact: the exporter publishes them from a real engine's diagnosis."""
