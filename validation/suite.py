@@ -203,10 +203,11 @@ SCENARIOS_H200 = [
 SCENARIOS_H200 += [
     Scenario(
         "follow-misconf",
-        "A misconfigured start: cap 8 and a 1024-token budget with 4 GiB of KV (~21 chat requests) "
-        "under 5 req/s of Poisson arrivals; the advice is followed up to three restarts.",
-        {"max-num-seqs": 8, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
-        Load(**CHAT, num_prompts=450, concurrency=None, rate=5.0, est_s=130),
+        "A misconfigured start: cap 12 and a 1024-token budget with 4 GiB of KV (~21 chat "
+        "requests) under 4.5 req/s of Poisson arrivals (the cap serves ~3.6); the advice is "
+        "followed up to three restarts.",
+        {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
+        Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110),
         "queue-seqs-cap-binds",
         alternatives=({"max-num-seqs": 256, "max-num-batched-tokens": 8192},),
         follow=3,
