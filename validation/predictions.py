@@ -72,6 +72,8 @@ def pairs() -> list[tuple[str, str, str, float]]:
             if after not in results or not (report.RUNS / after).exists():
                 continue
             base = report.base_run(after, chain, results)
+            if base is None:  # more than one knob from every run: no one-knob prediction
+                continue
             (flag,) = report.serve_diff(results[base]["serve"], results[after]["serve"])
             knob = flag.replace("-", "_")
             if knob not in pm.KNOBS:  # the parallel sizes: not what the model moves (NOT_MODELLED)

@@ -249,6 +249,10 @@ def render() -> str:
             if after not in results or not (RUNS / after).exists():
                 continue
             base = base_run(after, chain, results)
+            if base is None:
+                change = _change_text(results[before]["serve"], results[after]["serve"])
+                out.append(run_row(after, f"{scn}: alternative", f"`{change}`", "by goodput (below)"))
+                continue
             knob, direction = changed_knob(results[base]["serve"], results[after]["serve"])
             v, reasons = bench_verdict(base, after, {"knob": knob, "direction": direction})
             label, change = describe(after, base, results)
@@ -313,21 +317,22 @@ def render_noise(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def base_run(run_id: str, chain: list[str], results: dict[str, Any]) -> str:
+def base_run(run_id: str, chain: list[str], results: dict[str, Any]) -> str | None:
     """The run ``run_id`` changed one knob of: the first of before, after, then the scenario's
-    other runs (sorted) whose flags differ from it in exactly one."""
+    other runs (sorted) whose flags differ from it in exactly one; None when every run differs
+    in more (an alternative such as vLLM's usual knobs: judged by goodput alone)."""
     serve = results[run_id]["serve"]
     for cand in chain:
         if cand != run_id and cand in results and len(serve_diff(results[cand]["serve"], serve)) == 1:
             return cand
-    raise SystemExit(f"{run_id}: no run of its scenario differs from it in exactly one knob")
+    return None
 
 
 def describe(run_id: str, base: str, results: dict[str, Any]) -> tuple[str, str]:
     """(label, change) of a run against its base: whose advice it applied, if any."""
     a, b = results[base]["serve"], results[run_id]["serve"]
     (flag,) = serve_diff(a, b)
-    change = f"--{flag} {a.get(flag)} -> {b.get(flag)}"
+    change = f"--{flag} {a.get(flag, FLAG_DEFAULTS.get(flag))} -> {b.get(flag, FLAG_DEFAULTS.get(flag))}"
     if flag.endswith("-bytes"):
         change += f" ({format_bytes(a.get(flag) or 0)} -> {format_bytes(b.get(flag) or 0)})"
     of = base.partition(".")[2]
@@ -339,6 +344,13 @@ def describe(run_id: str, base: str, results: dict[str, Any]) -> tuple[str, str]
     else:
         what = f"tried on {of}"
     return ("after: " + what if run_id.endswith(".after") else what), change
+
+
+FLAG_DEFAULTS = {"kv-cache-dtype": "auto"}  # what a flag not given means, where it is a word
+
+
+def _change_text(a: dict[str, Any], b: dict[str, Any]) -> str:
+    return ", ".join(f"--{f} {a.get(f)} -> {b.get(f)}" for f in serve_diff(a, b))
 
 
 def replayed_change(run_id: str) -> tuple[str, Any] | None:
@@ -357,7 +369,10 @@ def changed_knob(a: dict[str, int], b: dict[str, int]) -> tuple[str, str]:
     if len(diff) != 1:
         raise SystemExit(f"runs differ in {diff}, not in exactly one knob")
     k = diff[0]
-    return k.replace("-", "_"), "increase" if (b.get(k) or 0) > (a.get(k) or 0) else "decrease"
+    x, y = a.get(k), b.get(k)
+    if isinstance(x, str) or isinstance(y, str):  # a word (the KV cache's dtype): set, not moved
+        return k.replace("-", "_"), "set"
+    return k.replace("-", "_"), "increase" if (y or 0) > (x or 0) else "decrease"
 
 
 def write_block(

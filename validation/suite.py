@@ -301,6 +301,8 @@ SCENARIOS_H200X2 = [
     ),
 ]
 
+# Flags `try:` sets to a word (the KV cache's dtype: auto, fp8, ...).
+WORDS = {"kv-cache-dtype"}
 # Knobs this rig applies by restarting vLLM with the proposed value.
 APPLICABLE = {
     "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes",
@@ -806,12 +808,14 @@ def step_try(arg: str) -> None:
     parts = []
     for setting in filter(None, settings.split(",")):
         flag, _, value = setting.partition("=")
-        if flag not in s.serve and f"--{flag}" not in APPLICABLE:
+        if flag not in s.serve and f"--{flag}" not in APPLICABLE and flag not in WORDS:
             raise SystemExit(f"try: --{flag} is not a flag this rig sets")
         if value in ("true", "false"):
             serve[flag] = value == "true"
         elif value.isdigit():
             serve[flag] = int(value)
+        elif flag in WORDS:
+            serve[flag] = value
         else:
             raise SystemExit(f"try: --{flag} wants a whole number or true/false, got {value!r}")
         parts.append(f"{flag}-{value}")

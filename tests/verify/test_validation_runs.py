@@ -181,7 +181,15 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         "open-cap-past.before": "--max-num-seqs 16 -> 39",
         "open-kv-knee.before": "--kv-cache-memory-bytes 6442450944 -> 9663676416 (6 GiB -> 9 GiB)",
         "open-bursty.before": "--max-num-seqs 16 -> 25",
+        # follow mode from a misconfigured start (issue 30), and eager mode on a GPU (issue 31)
+        "follow-misconf.before": "--max-num-seqs 12 -> 26",
+        "eager-graphs.before": "--enforce-eager true -> false",
     }
+    # follow mode: the next step the daemon advised on the first one's server, then nothing
+    assert RESULTS["follow-misconf.after"]["advice"]["recommendation"]["change"] == (
+        "--kv-cache-memory-bytes 4294967296 -> 6442450944 (4 GiB -> 6 GiB)"
+    )
+    assert RESULTS["follow-misconf.after2"]["advice"]["recommendation"] is None
     # and on the step that raised the cap to 72 and preempted: more KV, live
     assert RESULTS[KV12_72]["advice"]["recommendation"]["change"] == (
         "--kv-cache-memory-bytes 12884901888 -> 19327352832 (12 GiB -> 18 GiB)"
