@@ -58,13 +58,24 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realvllm.V
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the tests that share
-    the session's vLLM server run on one worker (one server, started once), and the real-vLLM
-    tests run first: they are the long pole. Each worker's servers compute on a core of their own
-    (tests/realvllm.py), so at most one server per core runs at a time."""
+    the session's vLLM server run on one worker (one server, started once), and the long tests
+    run first: the real-vLLM ones (the long pole), then those with a real Prometheus and those
+    marked ``slow``, then the rest, which the workers share out as each gets free, so that both
+    end together instead of one waiting on a long test handed out last. Each worker's servers
+    compute on a core of their own (tests/realvllm.py), so at most one server per core runs at a
+    time."""
     for item in items:
         if "vllm_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("vllm-shared"))
-    items.sort(key=lambda it: it.get_closest_marker("realvllm") is None)
+    items.sort(key=_run_order)
+
+
+def _run_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("realvllm") is not None:
+        return 0
+    if item.get_closest_marker("prometheus") is not None or item.get_closest_marker("slow") is not None:
+        return 1
+    return 2
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -681,6 +682,122 @@ def run_load(
     return handle.wait(check=check)
 
 
+class RequestLoad:
+    """``num_prompts`` completions, ``concurrency`` at a time, sent from threads of this process:
+    ``/v1/completions`` with ``input_len`` random token ids (seeded) and ``output_len`` tokens
+    out with ignore_eos, all submitted at once (closed loop: a thread sends its next request when
+    its last one ends). The load ``start_load`` drives (``vllm bench serve``, random dataset, no
+    request rate), less what only a benchmark needs: its start-up (it imports vLLM: ~10 s here,
+    more on a busy machine, before the first request), its initial test request (one more
+    request, served alone before the load) and its client-side timings. Use it where a test reads
+    only the server's side (its /metrics, its log, the advisor's verdict); ``start_load`` where
+    it reads the benchmark's result. ``wait()`` returns completed/failed counts and the wall time."""
+
+    def __init__(
+        self,
+        url: str,
+        input_len: int,
+        output_len: int,
+        num_prompts: int,
+        concurrency: int,
+        timeout_s: float,
+        seed: int = 0,
+    ) -> None:
+        _check_loopback(url)
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.label = f"requests {num_prompts} x {input_len} in / {output_len} out, concurrency {concurrency}"
+        rng = random.Random(seed)
+        self._bodies = [
+            {
+                "model": SERVED_MODEL_NAME,
+                "prompt": [rng.randrange(100, 8000) for _ in range(input_len)],
+                "max_tokens": output_len,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            }
+            for _ in range(num_prompts)
+        ]
+        self._next = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.completed = 0
+        self.failed = 0
+        self.errors: list[str] = []
+        self._t0 = time.monotonic()
+        self._threads = [
+            threading.Thread(target=self._client, daemon=True) for _ in range(min(concurrency, num_prompts))
+        ]
+        for th in self._threads:
+            th.start()
+        self._result: dict[str, Any] | None = None
+
+    def _client(self) -> None:
+        with requests.Session() as session:
+            while not self._stop.is_set():
+                with self._lock:
+                    if self._next >= len(self._bodies):
+                        return
+                    body = self._bodies[self._next]
+                    self._next += 1
+                try:
+                    r = session.post(f"{self.url}/v1/completions", json=body, timeout=self.timeout_s)
+                    ok, why = r.status_code == 200, f"HTTP {r.status_code}: {r.text[:200]}"
+                except requests.RequestException as e:
+                    ok, why = False, repr(e)
+                with self._lock:
+                    if ok:
+                        self.completed += 1
+                    else:
+                        self.failed += 1
+                        self.errors.append(why)
+
+    def done(self) -> bool:
+        return not any(th.is_alive() for th in self._threads)
+
+    def wait(self, check: bool = True) -> dict[str, Any]:
+        """Wait for every request (up to the time limit, then stop sending); LoadError when
+        ``check`` and a request failed or the limit passed."""
+        if self._result is None:
+            deadline = self._t0 + self.timeout_s
+            for th in self._threads:
+                th.join(timeout=max(deadline - time.monotonic(), 0.0))
+            timed_out = not self.done()
+            self._stop.set()
+            wall = time.monotonic() - self._t0
+            with self._lock:
+                self._result = {
+                    "completed": self.completed,
+                    "failed": self.failed,
+                    "timed_out": timed_out,
+                    "wall_s": wall,
+                    "errors": list(self.errors[:5]),
+                }
+            record_timing(self.label + (" (TIMED OUT)" if timed_out else ""), wall)
+        res = self._result
+        if check and (res["timed_out"] or res["failed"]):
+            raise LoadError(f"{self.label}: {res}")
+        return res
+
+    def kill(self) -> None:
+        """Send no more requests (those in flight end or time out on their own)."""
+        self._stop.set()
+
+
+def run_requests(
+    url: str,
+    input_len: int,
+    output_len: int,
+    num_prompts: int,
+    concurrency: int,
+    timeout_s: float,
+    seed: int = 0,
+    check: bool = True,
+) -> dict[str, Any]:
+    """Drive a RequestLoad and wait for it."""
+    return RequestLoad(url, input_len, output_len, num_prompts, concurrency, timeout_s, seed).wait(check)
+
+
 def metric_value(page: str, name: str, labels: Iterable[str] = ()) -> float | None:
     """Sum of the samples of ``name`` in a /metrics page (lines whose labels contain every
     ``labels`` substring); None when there is no such sample. For quick checks in tests."""
@@ -705,7 +822,6 @@ def metric_value(page: str, name: str, labels: Iterable[str] = ()) -> float | No
 # ---------------------------------------------------------------------- multimodal load
 def png_bytes(width: int = 112, height: int = 112, seed: int = 0) -> bytes:
     """A valid RGB PNG of random pixels (stdlib only: the test venv has no PIL)."""
-    import random
     import struct
     import zlib
 
@@ -830,7 +946,6 @@ def run_stepped_load(
     (``input_len`` random token ids, ``output_len`` tokens out with ignore_eos); when a phase has
     fewer clients, the others finish the request they are in and wait. Returns per phase the
     requests completed and failed; raises LoadError when none completes."""
-    import random
 
     _check_loopback(url)
     clients = max(n for n, _ in phases)

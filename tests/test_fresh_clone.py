@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # the modules that read committed data by path: pages, sessions, logs, bench files, runs, generated
 PATH_CHECKS = [
@@ -26,6 +28,7 @@ PATH_CHECKS = [
 ]
 
 
+@pytest.mark.slow  # a clone, a collection and six test files in a fresh process: ~70 s
 def test_a_clone_alone_in_its_folder_passes_the_path_checks(tmp_path: Path) -> None:
     solo = tmp_path / "solo"
     solo.mkdir()

@@ -155,6 +155,54 @@ def test_load_is_loopback_only() -> None:
         realvllm.start_load("http://example.com:8000", 8, 8, 1, 1, timeout_s=10)
 
 
+def test_request_load_is_loopback_only() -> None:
+    with pytest.raises(ValueError, match="loopback only"):
+        realvllm.RequestLoad("http://example.com:8000", 8, 8, 1, 1, timeout_s=10)
+
+
+def test_request_load_sends_every_request_and_fails_on_a_refused_one() -> None:
+    """RequestLoad against a stand-in completions endpoint: every request is sent once, at most
+    ``concurrency`` at a time, with the lengths asked for; a refused one is a LoadError."""
+    import http.server
+    import json
+    import threading
+
+    seen: list[dict[str, object]] = []
+    active = [0, 0]  # now, most at once
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                active[0] += 1
+                active[1] = max(active[1], active[0])
+                seen.append(body)
+            time.sleep(0.05)
+            with lock:
+                active[0] -= 1
+            self.send_response(200 if self.path == "/v1/completions" else 404)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        res = realvllm.run_requests(f"http://127.0.0.1:{srv.server_port}", 16, 8, 10, 3, timeout_s=30)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert (res["completed"], res["failed"], res["timed_out"]) == (10, 0, False)
+    assert len(seen) == 10 and 1 <= active[1] <= 3
+    assert all(len(b["prompt"]) == 16 and b["max_tokens"] == 8 and b["ignore_eos"] for b in seen)  # type: ignore[arg-type]
+    with pytest.raises(realvllm.LoadError, match="failed"):
+        realvllm.run_requests(f"http://127.0.0.1:{realvllm.free_port()}", 4, 4, 2, 2, timeout_s=10)
+
+
 def test_metric_value_sums_matching_samples() -> None:
     page = (
         "# HELP vllm:num_requests_running x\n"

@@ -54,7 +54,8 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
         # the daemon found the real process by its port and read its command line
         assert daemon.advisor.engine.source("max_num_seqs") == "cmdline"
         with prometheus(tmp_path, {"vllm-advisor": f"{host}:{port}"}) as (prom, proc):
-            load = realvllm.start_load(
+            # from threads of the test (no benchmark start-up); stopped once the advice is seen
+            load = realvllm.RequestLoad(
                 server.url, input_len=128, output_len=256, num_prompts=64, concurrency=32, timeout_s=240
             )
             rec = wait_until(
@@ -72,9 +73,10 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             page = requests.get(f"http://{host}:{port}/", timeout=10).text
             assert f"--kv-cache-memory-bytes {KV_BYTES} -&gt; {proposed}" in page  # the page says it too
             assert _points(page) and min(_points(page)) >= 2 and len(_points(page)) >= 6
-            load.wait(check=False)
+            load.kill()  # the rest of the load is not needed: the server stops under it
 
             server.stop()
+            load.wait(check=False)  # the requests in flight failed with the server
             wait_until("vllm_advisor_up == 0", lambda: query(prom, "vllm_advisor_up == 0"), 30, [proc])
             wait_until(
                 "the advice withdrawn",

@@ -62,6 +62,7 @@ def runs(draw: Any) -> list[tuple[float, str, bool]]:
     return out
 
 
+@pytest.mark.slow  # 480 cycles: ~50 s
 @fuzz(40, deadline_s=60.0)
 @given(runs())
 def test_the_cycle_on_hostile_pages(

@@ -11,6 +11,7 @@ cannot be run here on demand), and the real vLLM CPU server of tests/conftest.py
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -184,6 +185,15 @@ def test_sidecar_knobs_win_over_defaults() -> None:
 
 
 # ---------------------------------------------------------------------- with a real Prometheus
+def _idle_s(path: Path) -> float:
+    """Recorded seconds from a session's first page to the last page before a request runs."""
+    scrapes = list(Session.load(path).iter_scrapes())
+    for (t, _), (_, page) in itertools.pairwise(scrapes):
+        if (realvllm.metric_value(page, "vllm:num_requests_running") or 0) > 0:
+            return t - scrapes[0][0]
+    raise AssertionError(f"no request ever runs in {path}")
+
+
 def _observe(url: str, window_s: float, out: dict[str, Any], state_dir: Path) -> None:
     cfg = Config(state_dir=str(state_dir))  # observe() persists nothing
     out["d"] = daemon.observe(url, cfg, load_rules(), window_s, 1.0, progress=False)
@@ -203,17 +213,24 @@ def test_explain_prometheus_matches_explain_url(tmp_path: Path, vllm_server: rea
         "preempt": fleet_standin.session_replay(SESSIONS / "cpu-preempt-nobind", speed=1.0),
         "healthy": fleet_standin.session_replay(SESSIONS / "cpu-healthy", speed=1.0),
     }
-    window_s = 60.0
+    # the diagnosis needs min_window_s (20 s) of data: 30 s is that and five recorded pages more
+    window_s = 30.0
     with fleet_standin.serve(replays) as base:
         job = fleet_standin.scrape_config("vllm", base, list(replays), lambda n: f"{n}.fleet:8000")
         real = vllm_server.url.split("://", 1)[1]
         job["static_configs"].append({"targets": [real]})
         with prometheus(tmp_path, {}, scrape_configs=[job]) as (prom_url, proc):
             wait_until("3 targets up", lambda: len(query(prom_url, 'up{job="vllm"} == 1')) == 3, 30, [proc])
-            load = realvllm.start_load(
+            # from threads of the test: the requests run from the start of the window (a benchmark
+            # client imports vLLM first, which took most of a 30 s window on a busy machine)
+            load = realvllm.RequestLoad(
                 vllm_server.url, input_len=128, output_len=64, num_prompts=400, concurrency=4, timeout_s=240
             )
             try:
+                # the preempting recording idles before its load: replay it from the load's start,
+                # so that the window holds the preemption (a 60 s window waited through the idle
+                # part before; the test took 78 s in make test)
+                replays["preempt"].start = time.time() - _idle_s(SESSIONS / "cpu-preempt-nobind")
                 results: dict[str, dict[str, Any]] = {"preempt": {}, "real": {}}
                 threads = [
                     threading.Thread(

@@ -329,6 +329,7 @@ def test_prefill_budget_model_matches_the_measured_budgets() -> None:
     assert predicted_at_2048 == pytest.approx(measured["p95_itl_ms"] / 1000, rel=0.2)
 
 
+@pytest.mark.slow  # validation/report.py re-derives every run: ~40 s
 def test_results_block_of_docs_validation_is_current() -> None:
     proc = subprocess.run(
         [sys.executable, str(REPO / "validation" / "report.py"), "--check"],
