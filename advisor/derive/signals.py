@@ -572,6 +572,72 @@ _PREFILL_SHARE_Q = (
 )
 
 
+# ------------------------------------------------------------------ the scheduler levers (issue 31)
+SHORT_TTFT_ESTIMATED = (
+    "estimated: the TTFT p50 of all requests (the median prompt is short); the stat-logger plugin "
+    "gives the shortest prompt bucket's own"
+)
+
+
+def _ttft_short_prompts_p95(c: Context, v: Values) -> Value:
+    """TTFT p95 of the short prompts: the plugin's shortest prompt-length bucket when the page
+    carries it (its own requests, exact within 1%); without the plugin the median request's
+    TTFT (vLLM's histogram mixes every length: the split is estimated)."""
+    labels = sketches.bucket_labels(c.window, "prompt")
+    if labels:
+        est = c.window.memo(
+            ("plugin-latency-bucket", "ttft", labels[0], c.seconds),
+            lambda: sketches.latency(c.window, "ttft", c.seconds, prompt_bucket=labels[0]),
+        )
+        x = est.quantile(0.95) if isinstance(est, sketches.SketchLatency) else None
+        if x is not None:
+            v.sources["ttft_short_prompts_seconds_p95"] = sketches.SOURCE_PLUGIN
+            return x
+    v.sources["ttft_short_prompts_seconds_p95"] = sketches.SOURCE_HISTOGRAM
+    return v["ttft_seconds_p50"]
+
+
+def _long_prefill_threshold(c: Context, v: Values) -> Value:
+    """A quarter of the budget (three quarters left beside a long prompt's chunk: 2048 of
+    8192, issue 31's value), never below the median prompt (short prompts stay whole), in whole
+    blocks; None without the budget."""
+    b = v["max_num_batched_tokens"]
+    if b is None or b <= 0:
+        return None
+    bs = _block_size(c)
+    t = max(b // 4 // bs * bs, bs)
+    p50 = v["prompt_tokens_p50"]
+    if p50 is not None:
+        t = max(t, math.ceil(p50 / bs) * bs)
+    return float(min(t, b))
+
+
+def _preempted_repeatedly(c: Context, v: Values) -> Value:
+    """Share of the requests finished in the window that vLLM preempted twice or more
+    (vllm:request_num_preemptions, 0.30+: bucket le=1 is the once-or-never)."""
+    h = c.window.histogram_delta(n.REQUEST_NUM_PREEMPTIONS, c.seconds)
+    if h is None or h.count <= 0:
+        return None
+    return max(0.0, 1.0 - h.cumulative(1.0) / h.count)
+
+
+def _preemptions_per_request(c: Context, v: Values) -> Value:
+    h = c.window.histogram_delta(n.REQUEST_NUM_PREEMPTIONS, c.seconds)
+    if h is not None and h.count > 0:
+        return h.sum / h.count
+    return _div(v["preemptions"], v["requests_finished"])
+
+
+def _watermark_for_batch(c: Context, v: Values) -> Value:
+    """One free block per request of the largest batch, as a share of the cache (so each running
+    request can take its next block without evicting another), 0.01 to 0.5."""
+    r, t = v["requests_running_per_engine_max"], v["kv_cache_tokens"]
+    if r is None or t is None or t <= 0 or r <= 0:
+        return None
+    w = r * _block_size(c) / t
+    return min(0.5, max(0.01, math.ceil(w * 100 - 1e-9) / 100))
+
+
 def _build() -> Iterator[Signal]:
     S = Signal
     yield S(
@@ -740,7 +806,7 @@ def _build() -> Iterator[Signal]:
             _hmean_q(raw),
         )
     for base, metric, what, raw in _SIZES:
-        for q in (0.5, 0.95):
+        for q in (0.5, 0.95, 0.99):
             pct = f"p{round(q * 100)}"
             yield S(
                 f"{base}_{pct}",
@@ -1201,6 +1267,88 @@ def _build() -> Iterator[Signal]:
             1.0 if (c.engine.get("kv_cache_memory_bytes") or c.engine.get("num_gpu_blocks_override")) else 0.0
         ),
         None,
+        per="config",
+    )
+
+    yield S(
+        "ttft_short_prompts_seconds_p95",
+        "seconds",
+        "Time to first token of the short prompts, p95: the stat-logger plugin's shortest "
+        "prompt-length bucket; without the plugin " + SHORT_TTFT_ESTIMATED + " " + HISTOGRAM_NOTE + ".",
+        _ttft_short_prompts_p95,
+        _hq("vllm:time_to_first_token_seconds", 0.5),
+    )
+    yield S(
+        "prompt_length_spread_ratio",
+        "ratio",
+        "Prompt length p99 over its median: a wide mix of long and short prompts when well above 1 "
+        "(histogram buckets: coarse).",
+        lambda c, v: _div(v["prompt_tokens_p99"], v["prompt_tokens_p50"]),
+        f"({_hq('vllm:request_prompt_tokens', 0.99)}) / ({_hq('vllm:request_prompt_tokens', 0.5)})",
+    )
+    yield S(
+        "long_prompt_to_budget_ratio",
+        "ratio",
+        "Prompt length p99 over max_num_batched_tokens: at 1 or more a long prompt's chunks fill "
+        "whole steps.",
+        lambda c, v: _div(v["prompt_tokens_p99"], v["max_num_batched_tokens"]),
+        f"({_hq('vllm:request_prompt_tokens', 0.99)}) / {_KNOB_Q % 'max_num_batched_tokens'}",
+    )
+    yield S(
+        "long_prefill_threshold_for_short_prompts",
+        "tokens",
+        "The long-prefill threshold that leaves short prompts room beside a long one's chunk: a "
+        "quarter of max_num_batched_tokens (2048 of 8192), at least the median prompt, in whole blocks.",
+        _long_prefill_threshold,
+        None,
+    )
+    yield S(
+        "long_prefill_token_threshold",
+        "tokens",
+        "long_prefill_token_threshold the engine runs with (0: no limit).",
+        _knob("long_prefill_token_threshold"),
+        'max(vllm_advisor_engine_knob{{knob="long_prefill_token_threshold"}})',
+        per="config",
+    )
+    yield S(
+        "preemptions_per_finished_request",
+        "ratio",
+        "Preemptions per request finished in the window (vllm:request_num_preemptions, 0.30+; "
+        "before: preemptions over finished requests).",
+        _preemptions_per_request,
+        "sum(increase(vllm:request_num_preemptions_sum[{w}])) / sum(increase(vllm:request_num_preemptions_count[{w}]))",
+    )
+    yield S(
+        "requests_preempted_repeatedly_ratio",
+        "ratio",
+        "Share of the finished requests preempted twice or more (vllm:request_num_preemptions, "
+        "0.30+): the same requests evicted again and again.",
+        _preempted_repeatedly,
+        '1 - sum(increase(vllm:request_num_preemptions_bucket{{le="1.0"}}[{w}])) '
+        "/ sum(increase(vllm:request_num_preemptions_count[{w}]))",
+    )
+    yield S(
+        "batch_to_kv_sustained_ratio",
+        "ratio",
+        "Highest running batch of one engine over the requests its KV cache holds at the observed "
+        "sizes: at 1.5 or more, 50% more KV memory cannot hold the batch vLLM admits.",
+        lambda c, v: _div(v["requests_running_per_engine_max"], v["kv_sustained_concurrency"]),
+        None,
+    )
+    yield S(
+        "watermark_for_running_batch",
+        "ratio",
+        "A KV watermark of one free block per request of the largest batch, as a share of the "
+        "cache (0.01 to 0.5): an admission leaves each running request its next block.",
+        _watermark_for_batch,
+        None,
+    )
+    yield S(
+        "watermark",
+        "ratio",
+        "watermark the engine runs with: the share of KV blocks an admission leaves free (0: none).",
+        _knob("watermark"),
+        'max(vllm_advisor_engine_knob{{knob="watermark"}})',
         per="config",
     )
 
