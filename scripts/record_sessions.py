@@ -100,11 +100,11 @@ MIXED_LOAD = Load(
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
 TWO_RULES_LOAD = Load(input_len=2800, output_len=8, num_prompts=400, concurrency=12, timeout_s=900.0)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
-# short prompts arriving at 1.5/s (Poisson) beside two clients sending 3,800-token prompts back to
-# back: a long prompt's chunks fill the 2048-token budget and the short ones wait behind them
-SHORT_BESIDE_LONG = Load(input_len=64, output_len=16, num_prompts=90, concurrency=32, request_rate=1.5)
-LONG_BESIDE_SHORT = Load(input_len=3800, output_len=4, num_prompts=30, concurrency=2)
-LONG_PREFILL_ARGS = ("--max-num-batched-tokens", "2048", "--max-model-len", "4096")
+# short prompts arriving at 2/s (Poisson) beside three clients sending 3,000-token prompts back to
+# back: a long prompt's chunks fill the 1024-token budget and the short ones wait behind them
+SHORT_BESIDE_LONG = Load(input_len=64, output_len=16, num_prompts=120, concurrency=64, request_rate=2.0)
+LONG_BESIDE_SHORT = Load(input_len=3000, output_len=4, num_prompts=24, concurrency=3)
+LONG_PREFILL_ARGS = ("--max-num-batched-tokens", "1024", "--max-model-len", "4096")
 # more requests admitted than the KV cache holds at their final size (24 blocks of 128, a
 # request ends at 4 blocks): the same requests are preempted again and again
 THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=40, concurrency=24)
@@ -112,10 +112,10 @@ THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=40, concurrency=24)
 SPECS: tuple[Spec, ...] = (
     Spec(
         "cpu-long-prefill",
-        "Short prompts beside long ones (issue 31): --max-num-batched-tokens 2048, --max-model-len "
-        "4096, 1 GiB KV cache, the stat-logger plugin (per prompt-length bucket TTFT); 90 requests "
-        "of 64 in / 16 out arriving at 1.5/s (bench.json) while two clients send 30 prompts of "
-        "3,800 in / 4 out back to back (bench-side.json). A running long prefill is scheduled first "
+        "Short prompts beside long ones (issue 31): --max-num-batched-tokens 1024, --max-model-len "
+        "4096, 1 GiB KV cache, the stat-logger plugin (per prompt-length bucket TTFT); 120 requests "
+        "of 64 in / 16 out arriving at 2/s (bench.json) while three clients send 24 prompts of "
+        "3,000 in / 4 out back to back (bench-side.json). A running long prefill is scheduled first "
         "and takes the whole budget, so a short prompt waits until it is done: "
         "ttft-long-prefill-blocks-short (--long-prefill-token-threshold).",
         load=SHORT_BESIDE_LONG,
@@ -126,12 +126,12 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "cpu-long-prefill-after",
-        "cpu-long-prefill after the advice: --long-prefill-token-threshold 512 (a quarter of the "
+        "cpu-long-prefill after the advice: --long-prefill-token-threshold 256 (a quarter of the "
         "budget); the same budget, cache, plugin and loads.",
         load=SHORT_BESIDE_LONG,
         side_load=LONG_BESIDE_SHORT,
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
-        extra_args=(*LONG_PREFILL_ARGS, "--long-prefill-token-threshold", "512"),
+        extra_args=(*LONG_PREFILL_ARGS, "--long-prefill-token-threshold", "256"),
         plugin=True,
     ),
     Spec(
