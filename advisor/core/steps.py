@@ -177,7 +177,7 @@ def propose(
         # (the bound), at most max_model_len
         if up or bound_hint is None:
             return None
-        value = int(math.floor(bound_hint))
+        value = math.floor(bound_hint)
         if lim.max_model_len:
             value = min(value, lim.max_model_len)
         return value if value >= 1 and _within(k, value) else None
