@@ -177,10 +177,10 @@ def propose(
         # (the bound), at most max_model_len
         if up or bound_hint is None:
             return None
-        value = math.floor(bound_hint)
+        limit = math.floor(bound_hint)
         if lim.max_model_len:
-            value = min(value, lim.max_model_len)
-        return value if value >= 1 and _within(k, value) else None
+            limit = min(limit, lim.max_model_len)
+        return limit if limit >= 1 and _within(k, limit) else None
     raw = cur_n * st.amount if st.op == "mul" else cur_n + st.amount
     if (raw > cur_n) != up and raw != cur_n:
         raise ValueError(f"step {step!r} does not go in direction {direction!r}")

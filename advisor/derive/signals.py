@@ -158,12 +158,20 @@ def latency_sources(c: Context) -> dict[str, str]:
         qty = PLUGIN_QUANTITY.get(base)
         est = plugin_latency(c, qty) if qty is not None else None
         out[base] = sketches.SOURCE_PLUGIN if est is not None and est.batches else sketches.SOURCE_HISTOGRAM
+    # the short prompts' TTFT: the plugin's shortest bucket, else estimated from the histogram
+    short = Values(c)
+    short["ttft_short_prompts_seconds_p95"]
+    out["ttft_short_prompts_seconds"] = short.sources.get(
+        "ttft_short_prompts_seconds_p95", sketches.SOURCE_HISTOGRAM
+    )
     return out
 
 
 def help_for(name: str, source: str | None) -> str:
     """A signal's help line, saying where its value came from when that was the plugin."""
     h = CATALOG[name].help if name in CATALOG else ""
+    if source is not None and source in SOURCE_HELP.get(name, {}):
+        return SOURCE_HELP[name][source]
     if source == sketches.SOURCE_PLUGIN:
         return h.replace(HISTOGRAM_NOTE, PLUGIN_NOTE)
     return h
@@ -573,10 +581,16 @@ _PREFILL_SHARE_Q = (
 
 
 # ------------------------------------------------------------------ the scheduler levers (issue 31)
-SHORT_TTFT_ESTIMATED = (
-    "estimated: the TTFT p50 of all requests (the median prompt is short); the stat-logger plugin "
-    "gives the shortest prompt bucket's own"
-)
+SOURCE_HELP: dict[str, dict[str, str]] = {
+    "ttft_short_prompts_seconds_p95": {
+        sketches.SOURCE_PLUGIN: "Time to first token of the short prompts, p95: the stat-logger plugin's "
+        "shortest prompt-length bucket, its own requests (within its 1% accuracy).",
+        sketches.SOURCE_HISTOGRAM: "Time to first token of the short prompts, p95, ESTIMATED: the median "
+        "request's TTFT (without the stat-logger plugin vLLM's histogram mixes every length; the "
+        "median prompt is short).",
+    }
+}
+"""Help lines of signals whose meaning depends on their source (see :func:`help_for`)."""
 
 
 def _ttft_short_prompts_p95(c: Context, v: Values) -> Value:
@@ -1274,7 +1288,8 @@ def _build() -> Iterator[Signal]:
         "ttft_short_prompts_seconds_p95",
         "seconds",
         "Time to first token of the short prompts, p95: the stat-logger plugin's shortest "
-        "prompt-length bucket; without the plugin " + SHORT_TTFT_ESTIMATED + " " + HISTOGRAM_NOTE + ".",
+        "prompt-length bucket; without the plugin estimated as the median request's TTFT (vLLM's "
+        "histogram mixes every length; the median prompt is short).",
         _ttft_short_prompts_p95,
         _hq("vllm:time_to_first_token_seconds", 0.5),
     )

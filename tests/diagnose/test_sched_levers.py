@@ -23,7 +23,6 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.core.config import Config
-from advisor.derive import sketches
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
