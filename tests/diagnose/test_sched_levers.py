@@ -14,7 +14,9 @@ before/after bench files gives the direction the rule promises.
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from functools import cache
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.core.config import Config
+from advisor.derive import sketches
+from advisor.derive.signals import help_for
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
@@ -70,3 +74,63 @@ def _compare(a: Path, b: Path, knob: str) -> dict[str, object]:
 def _bench(path: Path) -> dict[str, float]:
     data = json.loads(path.read_text())
     return {k: v for k, v in data.items() if isinstance(v, int | float)}
+
+
+# ------------------------------------------------------------------ long prefill beside short prompts
+def test_short_prompts_behind_a_long_prefill_are_advised_a_threshold() -> None:
+    """cpu-long-prefill: the plugin's shortest prompt bucket (0-512) gives the short prompts'
+    TTFT apart from the long ones; the prompt p99 is past the 1024-token budget, nothing is
+    preempted and the KV cache is nearly empty: --long-prefill-token-threshold 0 -> 256 (a
+    quarter of the budget)."""
+    d = diagnose("cpu-long-prefill")
+    assert d.status == "advice", d.reason
+    rec = d.recommendation
+    assert rec is not None and rec.rule == "ttft-long-prefill-blocks-short"
+    assert (rec.knob, rec.current, rec.proposed) == ("long_prefill_token_threshold", 0, 256)
+    sig = d.signals
+    short, allp50 = sig["ttft_short_prompts_seconds_p95"], sig["ttft_seconds_p50"]
+    assert short is not None and short > 2.0
+    assert sig["long_prompt_to_budget_ratio"] is not None and sig["long_prompt_to_budget_ratio"] >= 1
+    assert sig["prompt_length_spread_ratio"] is not None and sig["prompt_length_spread_ratio"] >= 8
+    assert d.context["latency_sources"]["ttft_short_prompts_seconds"] == sketches.SOURCE_PLUGIN
+    assert allp50 is not None
+
+
+def test_without_the_plugin_the_short_prompts_ttft_is_estimated_and_said_so(tmp_path: Path) -> None:
+    """The same real session with the plugin's series taken off every page: vLLM's histograms mix
+    every length, so the short prompts' TTFT is the median request's, and the evidence says it
+    is an estimate."""
+    dst = tmp_path / "no-plugin"
+    shutil.copytree(LONG, dst)
+    for page in (dst / "metrics").iterdir():
+        text = gzip.decompress(page.read_bytes()).decode()
+        kept = [ln for ln in text.splitlines() if "vllm_advisor_engine" not in ln]
+        page.write_bytes(gzip.compress(("\n".join(kept) + "\n").encode()))
+    _, d = from_session(dst, Config(), RULES)
+    assert d is not None
+    assert d.context["latency_sources"]["ttft_short_prompts_seconds"] == sketches.SOURCE_HISTOGRAM
+    assert d.signals["ttft_short_prompts_seconds_p95"] == d.signals["ttft_seconds_p50"]
+    assert "ESTIMATED" in help_for("ttft_short_prompts_seconds_p95", sketches.SOURCE_HISTOGRAM)
+    res = CliRunner().invoke(main, ["explain", "--session", str(dst)])
+    assert "ESTIMATED" in res.output or states(d)["ttft-long-prefill-blocks-short"] != "firing", res.output
+
+
+# ------------------------------------------------------------------ preemption thrash
+def test_the_same_requests_preempted_again_and_again_are_advised_a_watermark() -> None:
+    """cpu-preempt-thrash: the batch sits at its cap of 16 while the KV cache holds 6 of these
+    requests at their final size; most requests are preempted twice or more. The KV rules fire
+    too (the cache is full), but 50% more memory cannot hold a batch 2.7 times what the cache
+    holds: the thrash rule's watermark is the advice (one free block per running request, 16 x
+    128 / 3072 tokens, capped at 0.5)."""
+    d = diagnose("cpu-preempt-thrash")
+    assert d.status == "advice", d.reason
+    rec = d.recommendation
+    assert rec is not None and rec.rule == "kv-preemption-thrash"
+    assert (rec.knob, rec.current, rec.proposed) == ("watermark", 0.0, 0.5)
+    sig = d.signals
+    assert sig["preemptions_per_finished_request"] is not None and sig["preemptions_per_finished_request"] >= 1
+    assert sig["requests_preempted_repeatedly_ratio"] is not None
+    assert sig["requests_preempted_repeatedly_ratio"] >= 0.3
+    assert sig["batch_to_kv_sustained_ratio"] is not None and sig["batch_to_kv_sustained_ratio"] >= 1.5
+    st = states(d)
+    assert "firing" in (st["kv-preemption-seqs-bind"], st["kv-preemption-capacity"])
