@@ -100,10 +100,11 @@ MIXED_LOAD = Load(
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
 TWO_RULES_LOAD = Load(input_len=2800, output_len=8, num_prompts=400, concurrency=12, timeout_s=900.0)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
-# short prompts arriving at 2/s (Poisson) beside three clients sending 3,000-token prompts back to
-# back: a long prompt's chunks fill the 1024-token budget and the short ones wait behind them
-SHORT_BESIDE_LONG = Load(input_len=64, output_len=16, num_prompts=120, concurrency=64, request_rate=2.0)
-LONG_BESIDE_SHORT = Load(input_len=3000, output_len=4, num_prompts=24, concurrency=3)
+# short prompts arriving at 4/s (Poisson) beside three clients sending 3,950-token prompts back to
+# back for as long: a long prompt's chunks fill the 1024-token budget and the short ones wait
+# behind them (four in five requests short: the mean prompt stays under the budget)
+SHORT_BESIDE_LONG = Load(input_len=64, output_len=16, num_prompts=240, concurrency=64, request_rate=4.0)
+LONG_BESIDE_SHORT = Load(input_len=3950, output_len=4, num_prompts=66, concurrency=3)
 LONG_PREFILL_ARGS = ("--max-num-batched-tokens", "1024", "--max-model-len", "4096")
 # more requests admitted than the KV cache holds at their final size (24 blocks of 128, a
 # request ends at 4 blocks): the same requests are preempted again and again
@@ -113,9 +114,9 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "cpu-long-prefill",
         "Short prompts beside long ones (issue 31): --max-num-batched-tokens 1024, --max-model-len "
-        "4096, 1 GiB KV cache, the stat-logger plugin (per prompt-length bucket TTFT); 120 requests "
-        "of 64 in / 16 out arriving at 2/s (bench.json) while three clients send 24 prompts of "
-        "3,000 in / 4 out back to back (bench-side.json). A running long prefill is scheduled first "
+        "4096, 1 GiB KV cache, the stat-logger plugin (per prompt-length bucket TTFT); 240 requests "
+        "of 64 in / 16 out arriving at 4/s (bench.json) while three clients send 66 prompts of "
+        "3,950 in / 4 out back to back (bench-side.json). A running long prefill is scheduled first "
         "and takes the whole budget, so a short prompt waits until it is done: "
         "ttft-long-prefill-blocks-short (--long-prefill-token-threshold).",
         load=SHORT_BESIDE_LONG,
