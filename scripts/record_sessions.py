@@ -108,7 +108,7 @@ LONG_BESIDE_SHORT = Load(input_len=3950, output_len=4, num_prompts=66, concurren
 LONG_PREFILL_ARGS = ("--max-num-batched-tokens", "1024", "--max-model-len", "4096")
 # more requests admitted than the KV cache holds at their final size (24 blocks of 128, a
 # request ends at 4 blocks): the same requests are preempted again and again
-THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=40, concurrency=24)
+THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=100, concurrency=24)
 
 SPECS: tuple[Spec, ...] = (
     Spec(
@@ -138,7 +138,7 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "cpu-preempt-thrash",
         "Preemption thrash (issue 31): KV cache 3,072 tokens (--kv-cache-memory-bytes 25165824, 24 "
-        "blocks of 128), --max-num-seqs 16; 40 requests of 32 in / 384 out at concurrency 24. "
+        "blocks of 128), --max-num-seqs 16; 100 requests of 32 in / 384 out at concurrency 24. "
         "Sixteen one-block prompts are admitted, each grows to 4 blocks: the cache holds 6, so vLLM "
         "preempts the newest, re-admits it as soon as its prompt fits, and preempts it again "
         "(vllm:request_num_preemptions): kv-preemption-thrash (--watermark).",
@@ -466,8 +466,8 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
     elif name == "cpu-idle" and peak:
         bad.append(f"peak running {peak} in the idle session")
     elif name == "cpu-preempt-thrash":
-        if peak != 16 or (pre or 0) < 40:
-            bad.append(f"peak running {peak} (expected the cap, 16), {pre} preemptions (expected 40+)")
+        if (peak or 0) < 12 or (pre or 0) < 100:
+            bad.append(f"peak running {peak} (expected 12+, the cap 16), {pre} preemptions (expected 100+)")
     elif name.startswith("cpu-long-prefill"):
         if pre or not summ.get("plugin_loaded"):
             bad.append(f"{pre} preemptions (expected none), plugin loaded: {summ.get('plugin_loaded')}")

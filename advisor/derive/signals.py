@@ -642,6 +642,29 @@ def _preemptions_per_request(c: Context, v: Values) -> Value:
     return _div(v["preemptions"], v["requests_finished"])
 
 
+THRASH_PREEMPTIONS_PER_REQUEST = 1.0
+THRASH_REPEATED_SHARE = 0.3
+THRASH_BATCH_OVER_KV = 1.5
+"""Preemption thrash (rules/kv-preemption-thrash.yaml uses the same three): each finished request
+preempted once or more on average, 30% of them twice or more, and the batch vLLM admits 1.5
+times what the KV cache holds at the observed sizes (50% more memory cannot hold it)."""
+
+
+def _preemption_thrash(c: Context, v: Values) -> Value:
+    """1 when the three thrash conditions hold, 0 when one of them is known not to, None when
+    one is unknown (the KV rules' memory steps stand aside only on a 1)."""
+    got = (
+        (v["preemptions_per_finished_request"], THRASH_PREEMPTIONS_PER_REQUEST),
+        (v["requests_preempted_repeatedly_ratio"], THRASH_REPEATED_SHARE),
+        (v["batch_to_kv_sustained_ratio"], THRASH_BATCH_OVER_KV),
+    )
+    if any(x is not None and x < at for x, at in got):
+        return 0.0
+    if any(x is None for x, _ in got):
+        return None
+    return 1.0
+
+
 def _watermark_for_batch(c: Context, v: Values) -> Value:
     """One free block per request of the largest batch, as a share of the cache (so each running
     request can take its next block without evicting another), 0.01 to 0.5."""
@@ -1348,6 +1371,15 @@ def _build() -> Iterator[Signal]:
         "Highest running batch of one engine over the requests its KV cache holds at the observed "
         "sizes: at 1.5 or more, 50% more KV memory cannot hold the batch vLLM admits.",
         lambda c, v: _div(v["requests_running_per_engine_max"], v["kv_sustained_concurrency"]),
+        None,
+    )
+    yield S(
+        "preemption_thrash",
+        "info",
+        "1 when vLLM preempts the same requests again and again with a batch 50% more KV memory "
+        "cannot hold: preemptions per finished request >= 1, 30% of the requests preempted twice "
+        "or more, the batch >= 1.5 x what the KV cache holds (kv-preemption-thrash's own three).",
+        _preemption_thrash,
         None,
     )
     yield S(

@@ -128,7 +128,9 @@ def test_the_same_requests_preempted_again_and_again_are_advised_a_watermark() -
     assert rec is not None and rec.rule == "kv-preemption-thrash"
     assert (rec.knob, rec.current, rec.proposed) == ("watermark", 0.0, 0.5)
     sig = d.signals
-    assert sig["preemptions_per_finished_request"] is not None and sig["preemptions_per_finished_request"] >= 1
+    assert (
+        sig["preemptions_per_finished_request"] is not None and sig["preemptions_per_finished_request"] >= 1
+    )
     assert sig["requests_preempted_repeatedly_ratio"] is not None
     assert sig["requests_preempted_repeatedly_ratio"] >= 0.3
     assert sig["batch_to_kv_sustained_ratio"] is not None and sig["batch_to_kv_sustained_ratio"] >= 1.5
