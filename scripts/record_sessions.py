@@ -139,7 +139,7 @@ SPECS: tuple[Spec, ...] = (
         "cpu-preempt-thrash",
         "Preemption thrash (issue 31): KV cache 3,072 tokens (--kv-cache-memory-bytes 25165824, 24 "
         "blocks of 128), --max-num-seqs 16; 100 requests of 32 in / 384 out at concurrency 24. "
-        "Sixteen one-block prompts are admitted, each grows to 4 blocks: the cache holds 6, so vLLM "
+        "One-block prompts are admitted up to the cap, each grows to 4 blocks: the cache holds 6, so vLLM "
         "preempts the newest, re-admits it as soon as its prompt fits, and preempts it again "
         "(vllm:request_num_preemptions): kv-preemption-thrash (--watermark).",
         max_num_seqs=16,
@@ -148,12 +148,12 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "cpu-preempt-thrash-after",
-        "cpu-preempt-thrash after the advice: --watermark 0.5 (admission keeps half of the KV "
-        "blocks free); the same cap, cache and load.",
+        "cpu-preempt-thrash after the advice: --watermark 0.09 (16 tokens of headroom per running "
+        "request: int(0.09 x 24) = 2 blocks kept free at admission); the same cap, cache and load.",
         max_num_seqs=16,
         kv_cache_memory_bytes=KV_24MIB,
         load=THRASH_LOAD,
-        extra_args=("--watermark", "0.5"),
+        extra_args=("--watermark", "0.09"),
     ),
     Spec(
         "cpu-admission-json",

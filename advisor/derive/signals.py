@@ -665,13 +665,19 @@ def _preemption_thrash(c: Context, v: Values) -> Value:
     return 1.0
 
 
+WATERMARK_TOKENS_PER_RUNNING = 16
+"""Decode headroom the watermark keeps per running request, in tokens (one block of a GPU cache:
+vllm#44594's 0.02 is about this at 256 running on ~200k tokens)."""
+
+
 def _watermark_for_batch(c: Context, v: Values) -> Value:
-    """One free block per request of the largest batch, as a share of the cache (so each running
-    request can take its next block without evicting another), 0.01 to 0.5."""
+    """16 tokens of headroom per request of the largest batch (at least one block), as a share
+    of the cache, rounded up to 0.01, 0.01 to 0.5: each running request can grow a little before
+    an admission would have to evict it."""
     r, t = v["requests_running_per_engine_max"], v["kv_cache_tokens"]
     if r is None or t is None or t <= 0 or r <= 0:
         return None
-    w = r * _block_size(c) / t
+    w = max(r * WATERMARK_TOKENS_PER_RUNNING, _block_size(c)) / t
     return min(0.5, max(0.01, math.ceil(w * 100 - 1e-9) / 100))
 
 
@@ -1385,8 +1391,9 @@ def _build() -> Iterator[Signal]:
     yield S(
         "watermark_for_running_batch",
         "ratio",
-        "A KV watermark of one free block per request of the largest batch, as a share of the "
-        "cache (0.01 to 0.5): an admission leaves each running request its next block.",
+        "A KV watermark of 16 tokens of headroom per request of the largest batch (at least one "
+        "block), as a share of the cache (0.01 to 0.5): an admission leaves the running requests "
+        "room to grow.",
         _watermark_for_batch,
         None,
     )
