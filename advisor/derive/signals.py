@@ -1323,6 +1323,21 @@ def _build() -> Iterator[Signal]:
         _hq("vllm:time_to_first_token_seconds", 0.5),
     )
     yield S(
+        "ttft_short_prompts_estimated",
+        "info",
+        "1: the short prompts' TTFT is ESTIMATED (no stat-logger plugin: vLLM's histograms mix every "
+        "length, the median request's TTFT stands in); 0: the plugin's shortest prompt bucket, "
+        "measured per request.",
+        lambda c, v: (
+            None
+            if v["ttft_short_prompts_seconds_p95"] is None
+            else 0.0
+            if v.sources.get("ttft_short_prompts_seconds_p95") == sketches.SOURCE_PLUGIN
+            else 1.0
+        ),
+        None,
+    )
+    yield S(
         "prompt_length_spread_ratio",
         "ratio",
         "Prompt length p99 over its median: a wide mix of long and short prompts when well above 1 "
