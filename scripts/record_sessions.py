@@ -89,6 +89,7 @@ class Spec:
     max_num_batched_tokens: int | None = None
     plugin: bool = False  # the stat-logger plugin installed (tests/plugin/install.py) on PYTHONPATH
     gzip_log: bool = False  # store vllm.log.gz (iteration-details logs write a line per step)
+    side_load: Load | None = None  # a second ``vllm bench serve`` beside ``load`` (bench-side.json)
 
 
 # mixed lengths across the plugin's default buckets: prompts 60-1140 tokens (0-512 and
@@ -99,8 +100,61 @@ MIXED_LOAD = Load(
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
 TWO_RULES_LOAD = Load(input_len=2800, output_len=8, num_prompts=400, concurrency=12, timeout_s=900.0)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
+# short prompts arriving at 4/s (Poisson) beside three clients sending 3,950-token prompts back to
+# back for as long: a long prompt's chunks fill the 1024-token budget and the short ones wait
+# behind them (four in five requests short: the mean prompt stays under the budget)
+SHORT_BESIDE_LONG = Load(input_len=64, output_len=16, num_prompts=240, concurrency=64, request_rate=4.0)
+LONG_BESIDE_SHORT = Load(input_len=3950, output_len=4, num_prompts=66, concurrency=3)
+LONG_PREFILL_ARGS = ("--max-num-batched-tokens", "1024", "--max-model-len", "4096")
+# more requests admitted than the KV cache holds at their final size (24 blocks of 128, a
+# request ends at 4 blocks): the same requests are preempted again and again
+THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=100, concurrency=24)
 
 SPECS: tuple[Spec, ...] = (
+    Spec(
+        "cpu-long-prefill",
+        "Short prompts beside long ones (issue 31): --max-num-batched-tokens 1024, --max-model-len "
+        "4096, 1 GiB KV cache, the stat-logger plugin (per prompt-length bucket TTFT); 240 requests "
+        "of 64 in / 16 out arriving at 4/s (bench.json) while three clients send 66 prompts of "
+        "3,950 in / 4 out back to back (bench-side.json). A running long prefill is scheduled first "
+        "and takes the whole budget, so a short prompt waits until it is done: "
+        "ttft-long-prefill-blocks-short (--long-prefill-token-threshold).",
+        load=SHORT_BESIDE_LONG,
+        side_load=LONG_BESIDE_SHORT,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=LONG_PREFILL_ARGS,
+        plugin=True,
+    ),
+    Spec(
+        "cpu-long-prefill-after",
+        "cpu-long-prefill after the advice: --long-prefill-token-threshold 256 (a quarter of the "
+        "budget); the same budget, cache, plugin and loads.",
+        load=SHORT_BESIDE_LONG,
+        side_load=LONG_BESIDE_SHORT,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=(*LONG_PREFILL_ARGS, "--long-prefill-token-threshold", "256"),
+        plugin=True,
+    ),
+    Spec(
+        "cpu-preempt-thrash",
+        "Preemption thrash (issue 31): KV cache 3,072 tokens (--kv-cache-memory-bytes 25165824, 24 "
+        "blocks of 128), --max-num-seqs 16; 100 requests of 32 in / 384 out at concurrency 24. "
+        "One-block prompts are admitted up to the cap, each grows to 4 blocks: the cache holds 6, so vLLM "
+        "preempts the newest, re-admits it as soon as its prompt fits, and preempts it again "
+        "(vllm:request_num_preemptions): kv-preemption-thrash (--watermark).",
+        max_num_seqs=16,
+        kv_cache_memory_bytes=KV_24MIB,
+        load=THRASH_LOAD,
+    ),
+    Spec(
+        "cpu-preempt-thrash-after",
+        "cpu-preempt-thrash after the advice: --watermark 0.09 (16 tokens of headroom per running "
+        "request: int(0.09 x 24) = 2 blocks kept free at admission); the same cap, cache and load.",
+        max_num_seqs=16,
+        kv_cache_memory_bytes=KV_24MIB,
+        load=THRASH_LOAD,
+        extra_args=("--watermark", "0.09"),
+    ),
     Spec(
         "cpu-admission-json",
         "Admission control and vLLM's JSON log format (issue 31): --max-num-queued-reqs 2 "
@@ -411,6 +465,12 @@ def check(name: str, summ: dict[str, Any]) -> list[str]:
             )
     elif name == "cpu-idle" and peak:
         bad.append(f"peak running {peak} in the idle session")
+    elif name == "cpu-preempt-thrash":
+        if (peak or 0) < 12 or (pre or 0) < 100:
+            bad.append(f"peak running {peak} (expected 12+, the cap 16), {pre} preemptions (expected 100+)")
+    elif name.startswith("cpu-long-prefill"):
+        if pre or not summ.get("plugin_loaded"):
+            bad.append(f"{pre} preemptions (expected none), plugin loaded: {summ.get('plugin_loaded')}")
     elif name.startswith("cpu-plugin-mixed"):
         buckets = summ.get("plugin_requests_by_prompt_bucket") or {}
         if not summ.get("plugin_loaded"):
@@ -480,6 +540,17 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         }
         if spec.load.range_ratio is not None:
             load_meta["random_range_ratio"] = spec.load.range_ratio
+        if spec.side_load is not None:
+            sl2 = spec.side_load
+            load_meta["beside"] = {
+                "result": "bench-side.json",
+                "random_input_len": sl2.input_len,
+                "random_output_len": sl2.output_len,
+                "num_prompts": sl2.num_prompts,
+                "max_concurrency": sl2.concurrency,
+                "request_rate": "inf" if sl2.request_rate is None else sl2.request_rate,
+                "seed": 1,
+            }
     with server:
         stop = threading.Event()
         result: dict[str, Any] = {}
@@ -556,6 +627,22 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                 rec.join(timeout=spec.idle_s + 60)
             else:
                 time.sleep(spec.pre_s)
+                side = None
+                if spec.side_load is not None:
+                    sl2 = spec.side_load
+                    side = realvllm.start_load(
+                        server.url,
+                        sl2.input_len,
+                        sl2.output_len,
+                        sl2.num_prompts,
+                        sl2.concurrency,
+                        timeout_s=sl2.timeout_s,
+                        result_path=out / "bench-side.json",
+                        output_path=scratch / f"{spec.name}.bench-side.log",
+                        seed=1,
+                        range_ratio=sl2.range_ratio,
+                        request_rate=sl2.request_rate,
+                    )
                 lr = realvllm.run_load(
                     server.url,
                     spec.load.input_len,
@@ -569,6 +656,8 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                     request_rate=spec.load.request_rate,
                 )
                 print(f"  load done in {lr.wall_s:.1f} s", flush=True)
+                if side is not None:
+                    print(f"  side load done in {side.wait().wall_s:.1f} s", flush=True)
                 time.sleep(spec.post_s)
         finally:
             stop.set()

@@ -39,6 +39,7 @@ class Knob:
     env: str | None = None  # set through this environment variable of `vllm serve` (no flag)
     since: str | None = None  # the first vLLM release with this flag/variable, where known
     until: str | None = None  # the first vLLM release without it (removed), where known
+    unlimited_at: float | None = None  # the value that means "no limit" (a decrease from it sets one)
 
     def exists_in(self, version: str | None) -> bool:
         """Whether vLLM ``version`` has this knob's flag (or variable). An unknown version is
@@ -247,6 +248,7 @@ KNOBS: dict[str, Knob] = {
             unit="tokens",
             min=0,
             max=1048576,
+            unlimited_at=0,
             # in every release checked (0.11.0 on); default 0 (SchedulerConfig).
         ),
         _k(

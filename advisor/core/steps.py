@@ -165,10 +165,22 @@ def propose(
         raise ValueError(f"{k.name} takes only '=VALUE' steps")
     if direction == "set":
         raise ValueError(f"direction 'set' needs a '=VALUE' step, got {step!r}")
+    if k.name == "max_num_active_seqs" and current is None:
+        # unset, the admission limit is max_num_seqs (vLLM's Scheduler.max_num_active_reqs)
+        current = lim.max_num_seqs
     if current is None:
         return None
     cur_n = coerce(k, current)
     up = direction == "increase"
+    if k.unlimited_at is not None and cur_n == k.unlimited_at:
+        # no limit (0 for long_prefill_token_threshold): a decrease sets one, at the rule's value
+        # (the bound), at most max_model_len
+        if up or bound_hint is None:
+            return None
+        limit = math.floor(bound_hint)
+        if lim.max_model_len:
+            limit = min(limit, lim.max_model_len)
+        return limit if limit >= 1 and _within(k, limit) else None
     raw = cur_n * st.amount if st.op == "mul" else cur_n + st.amount
     if (raw > cur_n) != up and raw != cur_n:
         raise ValueError(f"step {step!r} does not go in direction {direction!r}")
@@ -225,6 +237,12 @@ def _bounds(k: Knob, lim: Limits) -> tuple[float, float]:
         hi = min(hi, GMU_CAP)
     elif k.name == "max_num_seqs":
         lo = max(lo, 1)
+    elif k.name == "max_num_active_seqs" and lim.max_num_seqs:
+        hi = min(hi, lim.max_num_seqs)  # vLLM refuses to start with it above max_num_seqs
+    elif k.unlimited_at is not None:
+        lo = max(lo, 1)  # 0 is no limit, not the smallest one
+        if lim.max_model_len:
+            hi = min(hi, lim.max_model_len)
     return lo, hi
 
 
@@ -346,6 +364,12 @@ def applicable(
             used *= int(engine.get(n, 1) or 1)
         if int(gpus) <= used:
             return False, f"the host has {gpus} GPU(s) and tp*pp*dp already uses {used}"
+    if k.unlimited_at is not None and cur is not None and direction == "decrease":
+        try:
+            if float(cur) == k.unlimited_at:
+                return True, ""  # no limit yet: a decrease sets one
+        except (TypeError, ValueError):
+            pass
     if k.type in (int, float) and cur is not None and k.name != "replicas":
         try:
             c = float(cur)

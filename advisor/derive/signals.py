@@ -158,12 +158,20 @@ def latency_sources(c: Context) -> dict[str, str]:
         qty = PLUGIN_QUANTITY.get(base)
         est = plugin_latency(c, qty) if qty is not None else None
         out[base] = sketches.SOURCE_PLUGIN if est is not None and est.batches else sketches.SOURCE_HISTOGRAM
+    # the short prompts' TTFT: the plugin's shortest bucket, else estimated from the histogram
+    short = Values(c)
+    short["ttft_short_prompts_seconds_p95"]
+    out["ttft_short_prompts_seconds"] = short.sources.get(
+        "ttft_short_prompts_seconds_p95", sketches.SOURCE_HISTOGRAM
+    )
     return out
 
 
 def help_for(name: str, source: str | None) -> str:
     """A signal's help line, saying where its value came from when that was the plugin."""
     h = CATALOG[name].help if name in CATALOG else ""
+    if source is not None and source in SOURCE_HELP.get(name, {}):
+        return SOURCE_HELP[name][source]
     if source == sketches.SOURCE_PLUGIN:
         return h.replace(HISTOGRAM_NOTE, PLUGIN_NOTE)
     return h
@@ -572,6 +580,107 @@ _PREFILL_SHARE_Q = (
 )
 
 
+# ------------------------------------------------------------------ the scheduler levers (issue 31)
+SOURCE_HELP: dict[str, dict[str, str]] = {
+    "ttft_short_prompts_seconds_p95": {
+        sketches.SOURCE_PLUGIN: "Time to first token of the short prompts, p95: the stat-logger plugin's "
+        "shortest prompt-length bucket, its own requests (within its 1% accuracy).",
+        sketches.SOURCE_HISTOGRAM: "Time to first token of the short prompts, p95, ESTIMATED: the median "
+        "request's TTFT (without the stat-logger plugin vLLM's histogram mixes every length; the "
+        "median prompt is short).",
+    }
+}
+"""Help lines of signals whose meaning depends on their source (see :func:`help_for`)."""
+
+
+def _ttft_short_prompts_p95(c: Context, v: Values) -> Value:
+    """TTFT p95 of the short prompts: the plugin's shortest prompt-length bucket when the page
+    carries it (its own requests, exact within 1%); without the plugin the median request's
+    TTFT (vLLM's histogram mixes every length: the split is estimated)."""
+    labels = sketches.bucket_labels(c.window, "prompt")
+    if labels:
+        est = c.window.memo(
+            ("plugin-latency-bucket", "ttft", labels[0], c.seconds),
+            lambda: sketches.latency(c.window, "ttft", c.seconds, prompt_bucket=labels[0]),
+        )
+        x = est.quantile(0.95) if isinstance(est, sketches.SketchLatency) else None
+        if x is not None:
+            v.sources["ttft_short_prompts_seconds_p95"] = sketches.SOURCE_PLUGIN
+            return x
+    v.sources["ttft_short_prompts_seconds_p95"] = sketches.SOURCE_HISTOGRAM
+    return v["ttft_seconds_p50"]
+
+
+def _long_prefill_threshold(c: Context, v: Values) -> Value:
+    """A quarter of the budget (three quarters left beside a long prompt's chunk: 2048 of
+    8192, issue 31's value), never below the median prompt (short prompts stay whole), in whole
+    blocks; None without the budget."""
+    b = v["max_num_batched_tokens"]
+    if b is None or b <= 0:
+        return None
+    bs = _block_size(c)
+    t = max(b // 4 // bs * bs, bs)
+    p50 = v["prompt_tokens_p50"]
+    if p50 is not None:
+        t = max(t, math.ceil(p50 / bs) * bs)
+    return float(min(t, b))
+
+
+def _preempted_repeatedly(c: Context, v: Values) -> Value:
+    """Share of the requests finished in the window that vLLM preempted twice or more
+    (vllm:request_num_preemptions, 0.30+: bucket le=1 is the once-or-never)."""
+    h = c.window.histogram_delta(n.REQUEST_NUM_PREEMPTIONS, c.seconds)
+    if h is None or h.count <= 0:
+        return None
+    return max(0.0, 1.0 - h.cumulative(1.0) / h.count)
+
+
+def _preemptions_per_request(c: Context, v: Values) -> Value:
+    h = c.window.histogram_delta(n.REQUEST_NUM_PREEMPTIONS, c.seconds)
+    if h is not None and h.count > 0:
+        return h.sum / h.count
+    return _div(v["preemptions"], v["requests_finished"])
+
+
+THRASH_PREEMPTIONS_PER_REQUEST = 1.0
+THRASH_REPEATED_SHARE = 0.3
+THRASH_BATCH_OVER_KV = 1.5
+"""Preemption thrash (rules/kv-preemption-thrash.yaml uses the same three): each finished request
+preempted once or more on average, 30% of them twice or more, and the batch vLLM admits 1.5
+times what the KV cache holds at the observed sizes (50% more memory cannot hold it)."""
+
+
+def _preemption_thrash(c: Context, v: Values) -> Value:
+    """1 when the three thrash conditions hold, 0 when one of them is known not to, None when
+    one is unknown (the KV rules' memory steps stand aside only on a 1)."""
+    got = (
+        (v["preemptions_per_finished_request"], THRASH_PREEMPTIONS_PER_REQUEST),
+        (v["requests_preempted_repeatedly_ratio"], THRASH_REPEATED_SHARE),
+        (v["batch_to_kv_sustained_ratio"], THRASH_BATCH_OVER_KV),
+    )
+    if any(x is not None and x < at for x, at in got):
+        return 0.0
+    if any(x is None for x, _ in got):
+        return None
+    return 1.0
+
+
+WATERMARK_TOKENS_PER_RUNNING = 16
+"""Decode headroom the watermark keeps per running request, in tokens (one block of a GPU cache:
+vllm#44594's 0.02 is about this at 256 running on ~200k tokens)."""
+
+
+def _watermark_for_batch(c: Context, v: Values) -> Value:
+    """16 tokens of headroom per request of the largest batch (at least one block), as a share
+    of the cache, rounded up to 0.01, 0.01 to 0.5: each running request can grow a little before
+    an admission would have to evict it."""
+    r, t = v["requests_running_per_engine_max"], v["kv_cache_tokens"]
+    if r is None or t is None or t <= 0 or r <= 0:
+        return None
+    w = max(r * WATERMARK_TOKENS_PER_RUNNING, _block_size(c)) / t
+    return min(0.5, max(0.01, math.ceil(w * 100 - 1e-9) / 100))
+
+
 def _build() -> Iterator[Signal]:
     S = Signal
     yield S(
@@ -740,7 +849,7 @@ def _build() -> Iterator[Signal]:
             _hmean_q(raw),
         )
     for base, metric, what, raw in _SIZES:
-        for q in (0.5, 0.95):
+        for q in (0.5, 0.95, 0.99):
             pct = f"p{round(q * 100)}"
             yield S(
                 f"{base}_{pct}",
@@ -1201,6 +1310,114 @@ def _build() -> Iterator[Signal]:
             1.0 if (c.engine.get("kv_cache_memory_bytes") or c.engine.get("num_gpu_blocks_override")) else 0.0
         ),
         None,
+        per="config",
+    )
+
+    yield S(
+        "ttft_short_prompts_seconds_p95",
+        "seconds",
+        "Time to first token of the short prompts, p95: the stat-logger plugin's shortest "
+        "prompt-length bucket; without the plugin estimated as the median request's TTFT (vLLM's "
+        "histogram mixes every length; the median prompt is short).",
+        _ttft_short_prompts_p95,
+        _hq("vllm:time_to_first_token_seconds", 0.5),
+    )
+    yield S(
+        "ttft_short_prompts_estimated",
+        "info",
+        "1: the short prompts' TTFT is ESTIMATED (no stat-logger plugin: vLLM's histograms mix every "
+        "length, the median request's TTFT stands in); 0: the plugin's shortest prompt bucket, "
+        "measured per request.",
+        lambda c, v: (
+            None
+            if v["ttft_short_prompts_seconds_p95"] is None
+            else 0.0
+            if v.sources.get("ttft_short_prompts_seconds_p95") == sketches.SOURCE_PLUGIN
+            else 1.0
+        ),
+        None,
+    )
+    yield S(
+        "prompt_length_spread_ratio",
+        "ratio",
+        "Prompt length p99 over its median: a wide mix of long and short prompts when well above 1 "
+        "(histogram buckets: coarse).",
+        lambda c, v: _div(v["prompt_tokens_p99"], v["prompt_tokens_p50"]),
+        f"({_hq('vllm:request_prompt_tokens', 0.99)}) / ({_hq('vllm:request_prompt_tokens', 0.5)})",
+    )
+    yield S(
+        "long_prompt_to_budget_ratio",
+        "ratio",
+        "Prompt length p99 over max_num_batched_tokens: at 1 or more a long prompt's chunks fill "
+        "whole steps.",
+        lambda c, v: _div(v["prompt_tokens_p99"], v["max_num_batched_tokens"]),
+        f"({_hq('vllm:request_prompt_tokens', 0.99)}) / {_KNOB_Q % 'max_num_batched_tokens'}",
+    )
+    yield S(
+        "long_prefill_threshold_for_short_prompts",
+        "tokens",
+        "The long-prefill threshold that leaves short prompts room beside a long one's chunk: a "
+        "quarter of max_num_batched_tokens (2048 of 8192), at least the median prompt, in whole blocks.",
+        _long_prefill_threshold,
+        None,
+    )
+    yield S(
+        "long_prefill_token_threshold",
+        "tokens",
+        "long_prefill_token_threshold the engine runs with (0: no limit).",
+        _knob("long_prefill_token_threshold"),
+        'max(vllm_advisor_engine_knob{{knob="long_prefill_token_threshold"}})',
+        per="config",
+    )
+    yield S(
+        "preemptions_per_finished_request",
+        "ratio",
+        "Preemptions per request finished in the window (vllm:request_num_preemptions, 0.30+; "
+        "before: preemptions over finished requests).",
+        _preemptions_per_request,
+        "sum(increase(vllm:request_num_preemptions_sum[{w}])) / sum(increase(vllm:request_num_preemptions_count[{w}]))",
+    )
+    yield S(
+        "requests_preempted_repeatedly_ratio",
+        "ratio",
+        "Share of the finished requests preempted twice or more (vllm:request_num_preemptions, "
+        "0.30+): the same requests evicted again and again.",
+        _preempted_repeatedly,
+        '1 - sum(increase(vllm:request_num_preemptions_bucket{{le="1.0"}}[{w}])) '
+        "/ sum(increase(vllm:request_num_preemptions_count[{w}]))",
+    )
+    yield S(
+        "batch_to_kv_sustained_ratio",
+        "ratio",
+        "Highest running batch of one engine over the requests its KV cache holds at the observed "
+        "sizes: at 1.5 or more, 50% more KV memory cannot hold the batch vLLM admits.",
+        lambda c, v: _div(v["requests_running_per_engine_max"], v["kv_sustained_concurrency"]),
+        None,
+    )
+    yield S(
+        "preemption_thrash",
+        "info",
+        "1 when vLLM preempts the same requests again and again with a batch 50% more KV memory "
+        "cannot hold: preemptions per finished request >= 1, 30% of the requests preempted twice "
+        "or more, the batch >= 1.5 x what the KV cache holds (kv-preemption-thrash's own three).",
+        _preemption_thrash,
+        None,
+    )
+    yield S(
+        "watermark_for_running_batch",
+        "ratio",
+        "A KV watermark of 16 tokens of headroom per request of the largest batch (at least one "
+        "block), as a share of the cache (0.01 to 0.5): an admission leaves the running requests "
+        "room to grow.",
+        _watermark_for_batch,
+        None,
+    )
+    yield S(
+        "watermark",
+        "ratio",
+        "watermark the engine runs with: the share of KV blocks an admission leaves free (0: none).",
+        _knob("watermark"),
+        'max(vllm_advisor_engine_knob{{knob="watermark"}})',
         per="config",
     )
 

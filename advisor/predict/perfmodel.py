@@ -237,6 +237,12 @@ class Config:
     kv_cache_bytes: float | None = None  # the KV cache's memory on one device, however sized
     block_size: float | None = None  # tokens per KV block (None: unknown, no rounding)
     data_parallel_size: float = 1.0  # engines sharing the load (each with its own KV cache)
+    # the scheduler levers the simulator applies (advisor/predict/simulator.py); the closed form
+    # below does not price them (predict() refuses them)
+    long_prefill_token_threshold: float | None = None  # None/0: no cap on a prefill chunk
+    long_prefill_token_threshold_adaptive: bool = False
+    watermark: float | None = None  # share of KV blocks an admission leaves free
+    max_num_active_seqs: float | None = None  # admission limit into running (None: max_num_seqs)
 
     def usable_kv_tokens(self) -> float | None:
         """The KV tokens requests can hold: vLLM V1's block pool keeps one block as its null block."""
@@ -346,6 +352,10 @@ def build(
         or _gib(engine.get("available_kv_cache_memory_gib")),
         block_size=_num(engine.get("block_size")),
         data_parallel_size=float(engines),
+        long_prefill_token_threshold=_num(engine.get("long_prefill_token_threshold")),
+        long_prefill_token_threshold_adaptive=engine.get("long_prefill_token_threshold_adaptive") is True,
+        watermark=_num(engine.get("watermark")),
+        max_num_active_seqs=_num(engine.get("max_num_active_seqs")),
     )
     for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
         if getattr(cfg, name) is None:
@@ -543,8 +553,23 @@ def with_knob(m: Model, knob: str, value: float) -> tuple[Config, float | None]:
     """The config after setting ``knob`` (and the knob's current value). ValueError when the
     model cannot say what the knob does here (the message says what is missing)."""
     c = m.config
-    if knob in ("max_num_seqs", "max_num_active_seqs"):
+    if knob == "max_num_seqs":
         return replace(c, max_num_seqs=value), c.max_num_seqs
+    if knob == "max_num_active_seqs":
+        # the admission limit into running: the batch's cap as the scheduler applies it (the
+        # closed form reads max_num_seqs as that cap; the simulator reads both)
+        cur = c.max_num_active_seqs if c.max_num_active_seqs is not None else c.max_num_seqs
+        cap = min(value, c.max_num_seqs) if c.max_num_seqs is not None else value
+        return replace(c, max_num_seqs=cap, max_num_active_seqs=value), cur
+    if knob == "watermark":
+        if not 0.0 <= value < 1.0:
+            raise ValueError("watermark is in [0, 1)")
+        return replace(c, watermark=value), c.watermark if c.watermark is not None else 0.0
+    if knob == "long_prefill_token_threshold":
+        if value < 0:
+            raise ValueError("long_prefill_token_threshold is at least 0")
+        cur = c.long_prefill_token_threshold
+        return replace(c, long_prefill_token_threshold=value), cur if cur is not None else 0.0
     if knob == "max_num_batched_tokens":
         return replace(c, max_num_batched_tokens=value), c.max_num_batched_tokens
     if knob == "data_parallel_size":
@@ -610,9 +635,16 @@ def _kv_bytes_per_token(m: Model) -> float | None:
     return None
 
 
+SIMULATED_ONLY = ("watermark", "long_prefill_token_threshold")
+"""Knobs only the scheduler simulator prices (who is admitted when, how a step's budget is
+shared): the closed form's steady state does not see them."""
+
+
 def predict(m: Model, knob: str, value: float, queue_share: float | None = None) -> Prediction:
     """The steady state after setting ``knob`` to ``value`` under the same load, next to the
     measured one. ``queue_share``: the share of TTFT spent queued (None: from the model)."""
+    if knob in SIMULATED_ONLY:
+        raise ValueError(f"the closed form cannot price {knob}: only the scheduler simulator does")
     cfg, current = with_knob(m, knob, value)
     s0, s1 = state(m, m.config), state(m, cfg)
     meas = m.measured

@@ -32,11 +32,17 @@ def engine_of(cfg: pm.Config, defaults: Engine = DEFAULT_ENGINE) -> Engine:
     """The simulator's engine for a config; vLLM's defaults where the config does not say."""
     bs = int(cfg.block_size or defaults.block_size)
     usable = cfg.usable_kv_tokens()
+    seqs = int(cfg.max_num_seqs or defaults.max_num_seqs)
+    active = int(cfg.max_num_active_seqs) if cfg.max_num_active_seqs else None
     return Engine(
-        max_num_seqs=int(cfg.max_num_seqs or defaults.max_num_seqs),
+        max_num_seqs=max(seqs, active or 0),
         max_num_batched_tokens=int(cfg.max_num_batched_tokens or defaults.max_num_batched_tokens),
         kv_blocks=max(1, int(usable // bs)) if usable is not None else defaults.kv_blocks,
         block_size=bs,
+        long_prefill_token_threshold=int(cfg.long_prefill_token_threshold or 0),
+        long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
+        watermark=float(cfg.watermark or 0.0),
+        max_num_active_seqs=min(active, seqs) if active is not None else None,
     )
 
 

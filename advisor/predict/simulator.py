@@ -8,16 +8,25 @@ The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` ap
 - Each step has a token budget (``max_num_batched_tokens``). The **running** requests are
   scheduled first, in their order: a decode takes one token, a prefill that is still going
   (chunked prefill) takes what is left of its prompt, capped by ``long_prefill_token_threshold``
-  (when set) and by what is left of the budget.
+  (when set, and only while more than one request is running or waiting: a lone request has
+  nobody to starve; with ``long_prefill_token_threshold_adaptive`` the cap is floored at the
+  budget over the requests running and waiting, as vLLM 0.31+ does) and by what is left of
+  the budget.
 - Each scheduled request needs its KV in whole blocks of ``block_size``
   (``cdiv(computed + new, block_size)`` blocks held). When the pool lacks a block, the **newest
   running request is preempted** (recompute: its blocks are freed, its progress forgotten, and it
   goes back to the front of the waiting queue); that repeats until the request fits or is itself
   the one preempted. A step that preempted admits nothing new.
 - Then the **waiting** requests are admitted first come first served while the running ones are
-  fewer than ``max_num_seqs`` and budget is left: each takes its prompt (less the prefix-cache
-  hit, in whole blocks) up to the budget left; the first one whose blocks do not fit stops the
-  admission.
+  fewer than ``max_num_seqs`` (or ``max_num_active_seqs``, 0.31+, when set: vLLM's admission
+  limit into RUNNING, ``Scheduler.max_num_active_reqs``; ``max_num_seqs`` then only sizes the
+  model runner) and budget is left: each takes its prompt (less the prefix-cache hit, in whole
+  blocks) up to the budget left; the first one whose blocks do not fit stops the admission.
+  With a ``watermark`` (0.24+) a waiting or preempted request is admitted only while the blocks
+  it takes leave ``int(watermark x blocks)`` free, when something is already running
+  (``KVCacheManager.allocate_slots``: ``required = blocks + watermark_blocks``, applied to
+  WAITING/PREEMPTED requests and only with ``has_scheduled_reqs``); running requests grow
+  into the reserve.
 - After the step, a request whose prompt is fully computed emits a token (its first: TTFT); a
   request that has all its output tokens finishes and frees its blocks.
 - **Step time** is the existing performance model's fitted per-step cost
@@ -49,6 +58,9 @@ class Engine:
     block_size: int = 16
     long_prefill_token_threshold: int = 0  # 0: no cap on one request's prefill chunk
     prefix_hit_rate: float = 0.0  # share of each prompt found in the prefix cache
+    watermark: float = 0.0  # share of the blocks an admission must leave free (0: none)
+    max_num_active_seqs: int | None = None  # admission limit into running (None: max_num_seqs)
+    long_prefill_token_threshold_adaptive: bool = False  # floor the cap at budget / requests
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
@@ -56,6 +68,23 @@ class Engine:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
         if not 0.0 <= self.prefix_hit_rate < 1.0:
             raise ValueError(f"prefix_hit_rate must be in [0, 1) (got {self.prefix_hit_rate})")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"watermark must be in [0, 1) (got {self.watermark})")
+        if self.max_num_active_seqs is not None and not 1 <= self.max_num_active_seqs <= self.max_num_seqs:
+            # vLLM refuses to start with it above max_num_seqs (SchedulerConfig.verify_max_model_len)
+            raise ValueError(
+                f"max_num_active_seqs must be in [1, max_num_seqs] (got {self.max_num_active_seqs})"
+            )
+
+    @property
+    def admission_limit(self) -> int:
+        """The most requests admitted into the running batch."""
+        return self.max_num_active_seqs if self.max_num_active_seqs is not None else self.max_num_seqs
+
+    @property
+    def watermark_blocks(self) -> int:
+        """The blocks an admission must leave free (vLLM: ``int(watermark * num_blocks)``)."""
+        return int(self.watermark * self.kv_blocks)
 
 
 @dataclass(frozen=True)
@@ -185,10 +214,10 @@ def simulate(
         free += r.blocks
         r.blocks = 0
 
-    def grow(r: _Live, new: int) -> bool:
+    def grow(r: _Live, new: int, keep: int = 0) -> bool:
         nonlocal free
         want = math.ceil((r.computed + new) / bs) - r.blocks
-        if want <= free:
+        if want + keep <= free:
             free -= max(want, 0)
             r.blocks += max(want, 0)
             return True
@@ -207,13 +236,19 @@ def simulate(
         budget = engine.max_num_batched_tokens
         sched: list[tuple[_Live, int]] = []
         preempted = 0
+        # the long-prefill cap of this step: none for a lone request; adaptive: at least a fair
+        # share of the budget (vLLM 0.31+, Scheduler.schedule)
+        eligible = len(running) + len(waiting)
+        cap = engine.long_prefill_token_threshold if eligible > 1 else 0
+        if cap > 0 and engine.long_prefill_token_threshold_adaptive:
+            cap = max(cap, engine.max_num_batched_tokens // eligible)
         # 1. running requests, in order
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
             new = r.need()
-            if engine.long_prefill_token_threshold > 0:
-                new = min(new, engine.long_prefill_token_threshold)
+            if cap > 0:
+                new = min(new, cap)
             new = min(new, budget)
             while not grow(r, new):
                 victim = running.pop()  # the newest running request
@@ -231,16 +266,16 @@ def simulate(
             break
         # 2. waiting requests, first come first served (none after a preemption)
         if not preempted:
-            while waiting and budget > 0 and len(running) < engine.max_num_seqs:
+            while waiting and budget > 0 and len(running) < engine.admission_limit:
                 r = waiting[0]
                 if r.computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
                     hit = int(r.prompt * engine.prefix_hit_rate) // bs * bs
                     r.computed = min(hit, r.prompt - 1)
                 new = r.need()
-                if engine.long_prefill_token_threshold > 0:
-                    new = min(new, engine.long_prefill_token_threshold)
+                if cap > 0:
+                    new = min(new, cap)
                 new = min(new, budget)
-                if not grow(r, new):
+                if not grow(r, new, engine.watermark_blocks if running else 0):
                     break
                 waiting.popleft()
                 running.append(r)

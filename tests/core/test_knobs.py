@@ -479,3 +479,29 @@ def test_the_new_levers_have_defaults() -> None:
     assert default_for("watermark", "0.32.0").value == 0.0
     assert default_for("enforce_eager", "0.32.0").value is False
     assert default_for("max_num_active_seqs", "0.32.0").value is None
+
+
+def test_a_long_prefill_threshold_of_no_limit_decreases_to_the_rules_value() -> None:
+    """0 is no limit: a decrease sets one, at the bound the rule gives, at most max_model_len;
+    from a set value it goes down to the bound; it never goes to 0 (that would lift the limit)."""
+    lim = Limits(max_model_len=4096)
+    assert propose("long_prefill_token_threshold", 0, "decrease", "-1", bound_hint=256, limits=lim) == 256
+    assert propose("long_prefill_token_threshold", 0, "decrease", "-1", bound_hint=9000, limits=lim) == 4096
+    assert propose("long_prefill_token_threshold", 0, "decrease", "-1", limits=lim) is None
+    assert propose("long_prefill_token_threshold", 0, "increase", "+1", bound_hint=256, limits=lim) is None
+    assert propose("long_prefill_token_threshold", 2048, "decrease", "-1", bound_hint=512, limits=lim) == 512
+    assert propose("long_prefill_token_threshold", 1, "decrease", "-1", bound_hint=0, limits=lim) is None
+    assert applicable("long_prefill_token_threshold", "decrease", _engine(long_prefill_token_threshold=0))[0]
+
+
+def test_watermark_and_active_seqs_steps() -> None:
+    """watermark from 0 up to the rule's bound (at most 0.5); max_num_active_seqs unset is
+    max_num_seqs (vLLM's admission limit then), and it never goes above it."""
+    assert propose("watermark", 0.0, "increase", "+0.01", bound_hint=0.03) == 0.03
+    assert propose("watermark", 0.0, "increase", "+0.01", bound_hint=0.9) == 0.5
+    assert propose("watermark", 0.5, "increase", "+0.01", bound_hint=0.5) is None
+    lim = Limits(max_num_seqs=16)
+    assert propose("max_num_active_seqs", None, "decrease", "-1", bound_hint=6, limits=lim) == 6
+    assert propose("max_num_active_seqs", None, "decrease", "-1", bound_hint=6) is None  # cap unknown
+    assert propose("max_num_active_seqs", 6, "increase", "x2", limits=lim) == 12
+    assert propose("max_num_active_seqs", 12, "increase", "x2", limits=lim) == 16

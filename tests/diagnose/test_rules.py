@@ -44,7 +44,10 @@ def test_rule_example_fires_and_proposes_a_concrete_value(name: str, example: di
     assert choice is not None, why_not
     if choice.name != "replicas" and choice.direction in ("increase", "decrease"):
         assert proposed is not None and current is not None and proposed != current
-        assert (proposed > current) == (choice.direction == "increase")
+        # a knob's "no limit" value (long_prefill_token_threshold 0) is above every limit
+        unlimited = knobs.KNOBS[choice.name].unlimited_at
+        cur = float("inf") if unlimited is not None and current == unlimited else current
+        assert (proposed > cur) == (choice.direction == "increase")
 
 
 @pytest.mark.parametrize(

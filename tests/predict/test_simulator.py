@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from types import SimpleNamespace
+
 import pytest
 
+from advisor.predict import perfmodel as pm
 from advisor.predict import workload as wl
 from advisor.predict.intake import Row
 from advisor.predict.perfmodel import StepTime
+from advisor.predict.simulated import engine_of
 from advisor.predict.simulator import Engine, Request, simulate
 
 # 10 ms a step, 0.1 ms per decode, 0.01 ms per prefill token
@@ -40,9 +45,96 @@ def test_budget_chunks_a_long_prompt() -> None:
     assert res.done[0].ttft == pytest.approx(sum(s.dt for s in res.steps[:4]))
 
 
-def test_long_prefill_threshold_caps_a_chunk() -> None:
-    res = simulate(_eng(long_prefill_token_threshold=64), FIT, [Request(200, 2)], clients=1, max_steps=100)
-    assert [s.prefill for s in res.steps[:4]] == [64, 64, 64, 8]
+def test_long_prefill_threshold_caps_a_chunk_only_beside_another_request() -> None:
+    # vLLM 0.32 (Scheduler.schedule): a lone request has nobody to starve, so it is not capped
+    alone = simulate(_eng(long_prefill_token_threshold=64), FIT, [Request(200, 2)], clients=1, max_steps=100)
+    assert [s.prefill for s in alone.steps[:1]] == [200]
+    # beside a second one (a decode of 40 tokens), each chunk of the long prompt is capped at 64
+    two = simulate(
+        _eng(long_prefill_token_threshold=64, max_num_batched_tokens=512),
+        FIT,
+        [Request(8, 40), Request(200, 2)],
+        clients=2,
+        max_steps=100,
+    )
+    assert [s.prefill for s in two.steps[:4]] == [8 + 64, 64, 64, 8]
+
+
+def test_adaptive_threshold_is_floored_at_the_budgets_fair_share() -> None:
+    # two requests, budget 512: the fair share is 256, above the threshold of 64
+    res = simulate(
+        _eng(long_prefill_token_threshold=64, long_prefill_token_threshold_adaptive=True),
+        FIT,
+        [Request(600, 2), Request(600, 2)],
+        clients=2,
+        max_steps=100,
+    )
+    assert res.steps[0].prefill == 512  # 256 each
+
+
+def _short_beside_long(threshold: int) -> tuple[float, float]:
+    """A 4,000-token prompt at t=0 and a 32-token one 1 ms later (during the first step), budget 512: the TTFT of each."""
+    res = simulate(
+        _eng(max_num_batched_tokens=512, long_prefill_token_threshold=threshold),
+        FIT,
+        [Request(4000, 4, 0.0), Request(32, 4, 0.001)],
+        max_steps=1000,
+    )
+    by = {d.idx: d for d in res.done}
+    return by[1].ttft, by[0].ttft
+
+
+def test_a_threshold_lets_a_short_prompt_start_beside_a_long_prefill() -> None:
+    """The running long prefill is scheduled first and takes the whole budget, so the short
+    prompt waits for all of it; a threshold leaves budget beside each chunk (issue 31: 2048 took
+    short-request TTFT 18.0 s -> 1.09 s beside a 60k prefill, the long one slightly slower)."""
+    short0, long0 = _short_beside_long(0)
+    short1, long1 = _short_beside_long(128)
+    # without: the short one waits behind the long prefill's eight 512-token steps
+    assert short0 > 6 * (FIT.a + FIT.c * 512)
+    # with: it is admitted at the next step, and prefills beside a 128-token chunk
+    assert short1 < 3 * (FIT.a + FIT.c * 512)
+    assert short1 < short0 / 4
+    # the long prompt's prefill takes more steps (each with the fixed step cost)
+    assert long1 > long0
+
+
+def _thrash(**kw: object) -> tuple[int, int, int]:
+    """24 clients of 8 in / 60 out on 24 blocks of 16 tokens, cap 16: a request ends at 5 blocks,
+    the cache holds 4 such, one-block prompts are admitted 16 at once. (preemptions, requests
+    preempted twice or more, the largest batch)."""
+    res = simulate(
+        _eng(max_num_seqs=16, kv_blocks=24, max_num_batched_tokens=512, **kw),
+        FIT,
+        [Request(8, 60) for _ in range(48)],
+        clients=24,
+        max_steps=20_000,
+    )
+    assert not res.truncated and len(res.done) == 48
+    return res.preemptions, sum(1 for d in res.done if d.preempted >= 2), max(s.running for s in res.steps)
+
+
+def test_a_watermark_cuts_repeated_preemption_on_a_load_that_thrashes() -> None:
+    """vLLM 0.32 (KVCacheManager.allocate_slots): a waiting or preempted request is admitted only
+    while its blocks leave int(watermark x blocks) free; running requests grow into the reserve."""
+    pre0, again0, batch0 = _thrash()
+    pre1, again1, batch1 = _thrash(watermark=0.5)  # 12 of the 24 blocks kept free at admission
+    assert pre0 > 48 and again0 > 10  # the same requests preempted again and again
+    assert pre1 < pre0 / 2 and again1 < again0 / 2
+    assert batch1 < batch0  # the price: a smaller batch
+    # a reserve smaller than one block is none (int(0.02 x 24) = 0)
+    assert _thrash(watermark=0.02)[0] == pre0
+
+
+def test_max_num_active_seqs_is_the_admission_limit_below_max_num_seqs() -> None:
+    pre0, _, batch0 = _thrash()
+    pre1, _, batch1 = _thrash(max_num_active_seqs=5)
+    assert batch0 == 16 and batch1 == 5
+    assert pre1 < pre0 / 2
+    with pytest.raises(ValueError, match="max_num_active_seqs"):
+        _eng(max_num_seqs=4, max_num_active_seqs=5)
+    with pytest.raises(ValueError, match="watermark"):
+        _eng(watermark=1.0)
 
 
 def test_decodes_first_then_admission_within_the_budget() -> None:
@@ -146,3 +238,37 @@ def test_data_parallel_copies_split_the_load() -> None:
     assert [len(r) for r, _ in parts] == [4, 3]
     with pytest.raises(ValueError):
         wl.split(reqs, arr, 0)
+
+
+def test_engine_of_reads_the_scheduler_levers_from_the_config() -> None:
+    """advisor/predict/simulated.engine_of: the launch command's watermark, active-seqs limit and
+    long-prefill threshold (perfmodel.Config, read by perfmodel.build from the engine's knobs)
+    reach the simulator; with_knob moves each (the closed form refuses the two it cannot price)."""
+    cfg = pm.Config(
+        max_num_seqs=16,
+        max_num_batched_tokens=2048,
+        kv_cache_tokens=3072 + 128,
+        kv_cache_memory_bytes=None,
+        gpu_memory_utilization=None,
+        gpu_memory_bytes=None,
+        block_size=128,
+        long_prefill_token_threshold=512,
+        watermark=0.1,
+        max_num_active_seqs=6,
+    )
+    eng = engine_of(cfg)
+    assert (eng.kv_blocks, eng.watermark_blocks, eng.admission_limit) == (24, 2, 6)
+    assert eng.long_prefill_token_threshold == 512 and eng.max_num_seqs == 16
+    plain = engine_of(
+        replace(cfg, long_prefill_token_threshold=None, watermark=None, max_num_active_seqs=None)
+    )
+    assert (plain.watermark_blocks, plain.admission_limit, plain.long_prefill_token_threshold) == (0, 16, 0)
+    model = SimpleNamespace(config=cfg)
+    c1, cur = pm.with_knob(model, "watermark", 0.5)  # type: ignore[arg-type]
+    assert (c1.watermark, cur) == (0.5, 0.1)
+    c2, cur = pm.with_knob(model, "max_num_active_seqs", 4)  # type: ignore[arg-type]
+    assert (c2.max_num_active_seqs, c2.max_num_seqs, cur) == (4, 4, 6)
+    c3, cur = pm.with_knob(model, "long_prefill_token_threshold", 256)  # type: ignore[arg-type]
+    assert (engine_of(c3).long_prefill_token_threshold, cur) == (256, 512)
+    with pytest.raises(ValueError, match="simulator"):
+        pm.predict(model, "watermark", 0.5)  # type: ignore[arg-type]
