@@ -14,6 +14,7 @@ import importlib
 
 import click
 
+from advisor import __version__
 from advisor.cli.base import EXIT_CODES_HELP, Group
 
 LOGS = "advisor.core.log"
@@ -64,7 +65,9 @@ class LazyGroup(Group):
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=EXIT_CODES_HELP,
 )
-@click.version_option(package_name="vllm-advisor")
+# the version from the package itself: a source tree run without installing (the GPU rig's
+# PYTHONPATH) has no distribution metadata to look it up in
+@click.version_option(version=__version__, package_name="vllm-advisor")
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Find which limit hurts a vLLM server and recommend one knob to change.

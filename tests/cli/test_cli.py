@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import signal
@@ -180,3 +181,27 @@ def test_the_bundled_session_kv_advice_names_the_free_memory_from_its_log() -> N
     assert "--kv-cache-memory-bytes 6442450944 -> 9663676416" in text
     assert "The device has 107 GiB free after start-up: the rule's step fits in it" in text
     assert "free memory is unknown" not in text
+
+
+def test_version_from_a_source_tree_without_installing(tmp_path: Path) -> None:
+    """The GPU rig runs the advisor from its source tree on PYTHONPATH, with no distribution
+    metadata: --version still answers (it once died with "'vllm-advisor' is not installed")."""
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for name in ("click", "yaml", "structlog", "prometheus_client", "requests", "urllib3", "idna",
+                 "certifi", "charset_normalizer", "rich", "markdown_it", "mdurl", "pygments", "psutil"):  # fmt: skip
+        mod = importlib.import_module(name)
+        assert mod.__file__ is not None
+        (deps / name).symlink_to(Path(mod.__file__).parent)
+    p = subprocess.run(
+        [sys.executable, "-S", "-m", "advisor.cli", "--version"],  # -S: no site-packages, no metadata
+        capture_output=True,
+        text=True,
+        timeout=300,  # a hang guard only
+        env={"PYTHONPATH": f"{Path(__file__).resolve().parents[2]}:{deps}", "PATH": "/usr/bin:/bin"},
+    )
+    assert p.returncode == 0, p.stderr
+    version = re.search(
+        r'^version = "([^"]+)"$', (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(), re.M
+    )
+    assert version is not None and p.stdout.strip().endswith(f", version {version[1]}")
