@@ -124,17 +124,20 @@ def test_without_the_plugin_the_short_prompts_ttft_is_estimated_and_said_so(tmp_
 
 
 # ------------------------------------------------------------------ preemption thrash
-def test_the_same_requests_preempted_again_and_again_are_advised_a_watermark() -> None:
+def test_the_same_requests_preempted_again_and_again_fire_the_thrash_rule() -> None:
     """cpu-preempt-thrash: the batch sits at its cap of 16 while the KV cache holds 6 of these
-    requests at their final size; most requests are preempted twice or more. The KV rules fire
-    too (the cache is full), but 50% more memory cannot hold a batch 2.7 times what the cache
-    holds: the thrash rule's watermark is the advice (16 tokens of headroom per running request:
-    16 x 16 / 3072 tokens -> 0.09)."""
+    requests at their final size; most requests are preempted twice or more. The thrash rule
+    fires with its watermark (16 tokens of headroom per running request: 16 x 16 / 3072 tokens
+    -> 0.09), and so do the KV rules (the cache is full). Memory that fits comes first: the
+    watermark's own after-run traded TTFT for its fewer preemptions (revert, below), so the
+    advice is the KV rule's memory step, and the watermark is weighed beside it."""
     d = diagnose("cpu-preempt-thrash")
     assert d.status == "advice", d.reason
     rec = d.recommendation
-    assert rec is not None and rec.rule == "kv-preemption-thrash"
-    assert (rec.knob, rec.current, rec.proposed) == ("watermark", 0.0, 0.09)
+    assert rec is not None and (rec.knob, rec.direction) == ("kv_cache_memory_bytes", "increase")
+    assert states(d)["kv-preemption-thrash"] == "firing"
+    weighed = next(c for c in rec.considered if c["rule"] == "kv-preemption-thrash")
+    assert (weighed["knob"], weighed["current"], weighed["proposed"]) == ("watermark", 0.0, 0.09)
     sig = d.signals
     assert (
         sig["preemptions_per_finished_request"] is not None and sig["preemptions_per_finished_request"] >= 1
@@ -199,10 +202,10 @@ def test_the_advised_watermark_measured_on_its_after_run() -> None:
     assert st["kv-preemption-thrash"] != "firing", st
 
 
-def test_the_kv_rules_memory_steps_stand_aside_only_on_thrash() -> None:
-    """preemption_thrash is the thrash rule's own three conditions; on the sessions that preempt
-    without thrash (cpu-long-binds, cpu-preempt-nobind, cpu-preempt-binds) it is 0 and the KV
-    rules keep their memory step."""
+def test_the_thrash_signal_is_the_thrash_rules_conditions() -> None:
+    """preemption_thrash is the thrash rule's own three conditions: 1 on cpu-preempt-thrash, 0
+    on the sessions that preempt without thrash (cpu-long-binds, cpu-preempt-nobind,
+    cpu-preempt-binds), where the KV rules' memory step is the advice."""
     d = diagnose("cpu-preempt-thrash")
     sig = d.signals
     assert sig["preemption_thrash"] == 1
