@@ -114,7 +114,7 @@ def from_source_exact(
     cannot carry a model."""
 
     if session_dir:
-        adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path)
+        adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path, simulate=False)
     elif metrics_files:
         adv, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=config_path)
     elif url:

@@ -13,6 +13,7 @@ after. scripts/validate_sim.py judges it against the recorded after-runs (docs/v
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +53,7 @@ class Outcome:
     goodput_tokens_per_second: float | None
     preemptions_per_request: float
     truncated: bool
+    finished: int = 0  # requests finished
 
     def to_json(self) -> dict[str, Any]:
         def dist(qs: tuple[float | None, ...]) -> dict[str, float | None]:
@@ -130,6 +132,7 @@ def outcome(
         goodput_tokens_per_second=wl.goodput_tokens_per_second(done, targets, span),
         preemptions_per_request=sum(r.preemptions for r in results) / max(len(done), 1),
         truncated=any(r.truncated for r in results),
+        finished=len(done),
     )
 
 
@@ -160,3 +163,148 @@ def simulate_change(
         outcome(model, model.config, reqs, arr, targets),
         outcome(model, cfg1, reqs, arr, targets),
     )
+
+
+# ------------------------------------------------------------------ scoring a decision's candidates
+REPRODUCES = (
+    0.5  # today's simulated throughput within this of the measured one, or the simulator does not decide
+)
+
+
+class Scorer:
+    """One decision's simulations: the load inferred once from the model's busy rows
+    (``model.rows``), one request list for every candidate of every knob (common random numbers:
+    a difference between two candidates is the knob's), today's knobs simulated once, each
+    (knob, value) once. Lazy: nothing is simulated until a candidate is scored.
+
+    :meth:`why_not` says why the simulator cannot decide here (None: it can): an input it lacks
+    (the step-time fit, the lengths, the KV cache's size, busy intervals to fit the load to), or
+    today's simulated run not reproducing today's throughput (within ``REPRODUCES``)."""
+
+    def __init__(
+        self,
+        model: pm.Model,
+        targets: Mapping[str, float],
+        requests: int = REQUESTS,
+        seed: int = 0,
+        off: str | None = None,
+    ) -> None:
+        self.off = off  # why this decision is not simulated at all (None: it is where it can be)
+        self.model = model
+        self.targets = dict(targets)
+        self.requests = requests
+        self.seed = seed
+        self.arrivals: wl.Arrivals | None = None
+        self._reqs: list[Any] = []
+        self._why: str | None = None
+        self._ready = False
+        self._now: Outcome | None = None
+        self._at: dict[tuple[str, float], Outcome | str] = {}
+        self.runs = 0  # simulated runs so far (the cost: each bounded by REQUESTS and MAX_STEPS)
+
+    def why_not(self) -> str | None:
+        if not self._ready:
+            self._ready = True
+            try:
+                self._why = self._prepare()
+            except ValueError as e:
+                self._why = str(e)
+        return self._why
+
+    def _prepare(self) -> str | None:
+        if self.off is not None:
+            return self.off
+        m = self.model
+        if m.fit is None:
+            return "no step-time fit"
+        if not m.prompt_mean or not m.output_mean:
+            return "the prompt and output lengths are unknown"
+        if m.config.kv_cache_tokens is None:
+            return "the KV cache's size is unknown"
+        if len(m.rows) < 2:
+            return "fewer than two busy intervals to infer the load from"
+        self.arrivals = wl.fit_arrivals(m.rows)
+        self._reqs = wl.requests(
+            self.requests,
+            (m.prompt_mean, m.prompt_p95),
+            (m.output_mean, m.output_p95),
+            self.arrivals,
+            self.seed,
+        )
+        self.runs += 1
+        now = self._now = outcome(m, m.config, self._reqs, self.arrivals, self.targets)
+        if now.truncated:
+            return f"today's simulated run stopped at its bound of {MAX_STEPS:,} steps"
+        thr, sim = m.measured.get("output_tokens_per_second"), now.output_tokens_per_second
+        if thr and sim and abs(sim / thr - 1) > REPRODUCES:
+            return (
+                f"today's knobs simulated give {sim:,.0f} tok/s against {thr:,.0f} measured: "
+                "the simulator does not reproduce this server"
+            )
+        if now.goodput_tokens_per_second is None:
+            return "today's simulated run finished no request"
+        return None
+
+    def now(self) -> Outcome:
+        """Today's knobs simulated. ValueError where the simulator cannot decide (:meth:`why_not`)."""
+        why = self.why_not()
+        if why is not None or self._now is None:
+            raise ValueError(why or "not simulated")
+        return self._now
+
+    def at(self, knob: str, value: float) -> Outcome:
+        """``knob=value`` simulated on the same requests. ValueError where it cannot be (the
+        simulator cannot decide here, the model cannot say what the knob does, or a request
+        does not fit the cache)."""
+        self.now()
+        key = (knob, float(value))
+        if key not in self._at:
+            try:
+                cfg, _ = pm.with_knob(self.model, knob, float(value))
+                assert self.arrivals is not None
+                self.runs += 1
+                self._at[key] = outcome(self.model, cfg, self._reqs, self.arrivals, self.targets)
+            except ValueError as e:
+                self._at[key] = str(e)
+        got = self._at[key]
+        if isinstance(got, str):
+            raise ValueError(got)
+        return got
+
+    def simulated(self, knob: str, value: float) -> Simulated:
+        """Today's outcome and ``knob=value``'s, with the load they share (ValueError as :meth:`at`)."""
+        after = self.at(knob, value)
+        assert self.arrivals is not None
+        return Simulated(self.arrivals, self.requests, self.now(), after)
+
+
+REUSE_S = 15.0  # the daemon simulates a decision's candidates at most this often while nothing changes
+
+
+class Recent:
+    """The daemon's last decision's :class:`Scorer`, reused while ``key`` (today's knobs, the
+    targets) stays the same, for up to ``max_age_s``: a candidate is simulated when it is first
+    scored (a rule fires, the state changes: a new candidate), each (knob, value) once per
+    scorer, and the load is inferred afresh at most every ``max_age_s``, not every cycle. Times
+    are the caller's (no clock)."""
+
+    def __init__(self, max_age_s: float = REUSE_S, off: str | None = None) -> None:
+        self.max_age_s = max_age_s
+        self._off = off
+        self._scorer: Scorer | None = None
+        self._key: Any = None
+        self._t = -math.inf
+
+    @classmethod
+    def off(cls, why: str) -> Recent:
+        """Scorers that simulate nothing (``why``: what the decision says instead)."""
+        return cls(off=why)
+
+    def scorer(self, model: pm.Model, targets: Mapping[str, float], now: float, key: Any) -> Scorer:
+        if self._off is not None:
+            return Scorer(model, targets, off=self._off)
+        s = self._scorer
+        if s is not None and self._key == key and 0.0 <= now - self._t < self.max_age_s:
+            return s
+        self._scorer, self._key, self._t = Scorer(model, targets), key, now
+        return self._scorer
