@@ -236,7 +236,7 @@ class Scored:
         zero makes a ratio of goodputs meaningless): simulated where the simulator decided, else
         the closed form's against the measured; None: not predicted."""
         r = self.refined
-        if r is None or r.withdrawn or r.goodput is None or r.goodput_now is None or r.prediction is None:
+        if r is None or r.withdrawn or r.goodput is None or r.goodput_now is None:
             return None
         thr = r.throughput_now
         if not thr:
@@ -460,7 +460,7 @@ def left_standing(chosen: Scored, targets: Mapping[str, float]) -> list[str]:
     """The target breaches the chosen change is predicted to leave (the simulated p95s where the
     simulator decided: TPOT p95 for the ITL target, as goodput counts it; else the closed form's)."""
     r = chosen.refined
-    if r is None or r.prediction is None:
+    if r is None or (r.prediction is None and r.sim is None):
         return []
     out = []
     t = {**DEFAULT_TARGETS, **targets}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from advisor.core import knobs, units
@@ -139,9 +140,15 @@ def from_source_exact(
 def simulated_change(
     model: pm.Model, knob: str, value: float, rows: Sequence[Row], targets: Mapping[str, float]
 ) -> tuple[simulated.Simulated | None, str | None]:
-    """The change through the scheduler simulator, or None and why it cannot be simulated."""
+    """The change through the scheduler simulator as the advice scores it (calibrated to today's
+    measurement, :class:`simulated.Scorer`); where that scorer would not decide, the raw
+    simulation and why it would not; None and why where it cannot be simulated at all."""
+    scorer = simulated.Scorer(replace(model, rows=tuple(rows)), targets)
+    why = scorer.why_not()
     try:
-        return simulated.simulate_change(model, knob, value, rows, targets), None
+        if why is None:
+            return scorer.simulated(knob, value), None
+        return simulated.simulate_change(model, knob, value, rows, targets), f"not calibrated: {why}"
     except ValueError as e:
         return None, str(e)
 

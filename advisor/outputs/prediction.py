@@ -146,6 +146,9 @@ def simulated_rows(sim: Mapping[str, Any], measured: Mapping[str, Any]) -> list[
             fmt(after.get("goodput_tokens_per_second"), "tok/s"),
         )
     )
+    cal = before.get("calibration") or {}
+    if isinstance(cal.get("ttft"), int | float) and isinstance(cal.get("tpot"), int | float):
+        rows.append(("counted at (calibrated)", "", f"TTFT x{cal['ttft']:.2f}", f"TPOT x{cal['tpot']:.2f}"))
     b_meet, c_meet = before.get("share_meeting") or {}, after.get("share_meeting") or {}
     for name in b_meet:
         rows.append((f"meeting {name}", "", _share(b_meet.get(name)), _share(c_meet.get(name))))
@@ -193,6 +196,8 @@ def render_simulated(sim: Simulated | None, why_not: str | None, model: pm.Model
     ]
     for label, m, b, c in simulated_rows(doc, model.measured if model is not None else {}):
         lines.append(f"{label:<24}{m:>16}{b:>16}{c:>16}")
+    if why_not:
+        lines.append(f"note: {why_not}; the advice does not use this simulation")
     if sim.before.truncated or sim.after.truncated:
         lines.append("note: a simulated run stopped at its step bound (the numbers cover what it finished)")
     return "\n".join(lines)

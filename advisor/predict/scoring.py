@@ -122,11 +122,12 @@ def _breaks(
 def sim_checks(
     now: simulated.Outcome, after: simulated.Outcome, targets: Mapping[str, float]
 ) -> list[tuple[str, float | None, float | None, float | None]]:
-    """(label, after, now, target) of the simulated p95s: TTFT p95 against its target, TPOT p95
-    (bench's per-request inter-token mean) against the ITL one."""
+    """(label, after, now, target) of the simulated p95s (calibrated to today's measured ones,
+    :class:`simulated.Scorer`): TTFT p95 against its target, TPOT p95 (bench's per-request
+    inter-token mean) against the ITL one."""
     return [
-        ("TPOT p95", after.tpot[1], now.tpot[1], targets.get("itl_p95_seconds")),
-        ("TTFT p95", after.ttft[1], now.ttft[1], targets.get("ttft_p95_seconds")),
+        ("TPOT p95", after.tpot_p95, now.tpot_p95, targets.get("itl_p95_seconds")),
+        ("TTFT p95", after.ttft_p95, now.ttft_p95, targets.get("ttft_p95_seconds")),
     ]
 
 
@@ -149,7 +150,7 @@ def targets_met(p: pm.Prediction, targets: Mapping[str, float]) -> int:
 def sim_targets_met(after: simulated.Outcome, targets: Mapping[str, float], confidence: float) -> int:
     """How many of the TTFT p95 and ITL p95 targets the simulated p95s meet (TPOT for ITL)."""
     met = 0
-    for v, name in ((after.ttft[1], "ttft_p95_seconds"), (after.tpot[1], "itl_p95_seconds")):
+    for v, name in ((after.ttft_p95, "ttft_p95_seconds"), (after.tpot_p95, "itl_p95_seconds")):
         t = targets.get(name)
         met += v is not None and t is not None and v * (1 + band(confidence)) <= t
     return met
@@ -173,6 +174,7 @@ MEASURABLE = FLAT
 
 
 SIMULATOR, CLOSED_FORM = "simulator", "closed form"
+SIM_CONFIDENCE = 0.85  # a knob only the simulator prices: the error band of its targets' checks
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,7 @@ class Judged:
 @dataclass(frozen=True)
 class Choice:
     value: Any
-    prediction: pm.Prediction
+    prediction: pm.Prediction | None  # None: a knob only the simulator prices
     goodput: float | None
     reason: str
     considered: tuple[tuple[Any, float | None, str | None], ...]  # (value, goodput, excluded why)
@@ -259,12 +261,16 @@ def judge(
     judged on the simulated p95s. Without it, goodput from the closed form's two quantiles."""
     out: list[Judged] = []
     for v in values_in:
+        p: pm.Prediction | None
         try:
             p = predict(model, knob, float(v), values)
         except ValueError as e:
-            out.append(Judged(v, None, None, str(e)))
-            continue
+            if sim is None:
+                out.append(Judged(v, None, None, str(e)))
+                continue
+            p = None  # a knob only the simulator prices: it decides, nothing is shown beside it
         if sim is None:
+            assert p is not None
             g = goodput(p.predicted, targets)
             out.append(Judged(v, p, g, breaks_target(p, targets), targets_met(p, targets)))
             continue
@@ -273,8 +279,9 @@ def judge(
         except ValueError as e:
             out.append(Judged(v, p, None, f"cannot be simulated: {e}"))
             continue
-        why = sim_breaks(sim.now(), o, targets, p.confidence)
-        met = sim_targets_met(o, targets, p.confidence)
+        conf = p.confidence if p is not None else SIM_CONFIDENCE
+        why = sim_breaks(sim.now(), o, targets, conf)
+        met = sim_targets_met(o, targets, conf)
         out.append(Judged(v, p, o.goodput_tokens_per_second, why, met, o))
     return out
 
@@ -297,7 +304,7 @@ def choose(
         judged = judge(model, knob, values_in, values, targets, sim)
     considered = tuple((j.value, j.goodput, j.excluded) for j in judged)
     base = sim.now().goodput_tokens_per_second if sim is not None else goodput(model.measured, targets)
-    scored = [j for j in judged if j.excluded is None and j.prediction is not None]
+    scored = [j for j in judged if j.excluded is None and (j.prediction is not None or j.outcome is not None)]
     if not scored:
         return None
     # within the targets first: the values that meet the most targets, then the best goodput
@@ -306,7 +313,6 @@ def choose(
     best_g = max((j.goodput for j in scored if j.goodput is not None), default=None)
     if best_g is None:
         j = scored[0]
-        assert j.prediction is not None
         return Choice(
             j.value,
             j.prediction,
@@ -317,7 +323,6 @@ def choose(
     good = [j for j in scored if j.goodput is not None and j.goodput >= best_g * (1 - FLAT)]
     pick = [j for j in good if prefer is not None and j.value == prefer]
     j = (pick or good)[0]  # candidates are sorted nearest first
-    assert j.prediction is not None
     g = j.goodput
     moves = base is None or g is None or g > base * (1 + FLAT)
     by = "simulated goodput" if sim is not None else "predicted goodput"
@@ -361,7 +366,7 @@ class Refined:
         TTFT and ITL p95."""
         if self.sim is not None:
             a = self.sim.after
-            return {"ttft_seconds_p95": a.ttft[1], "itl_seconds_p95": a.tpot[1]}
+            return {"ttft_seconds_p95": a.ttft_p95, "itl_seconds_p95": a.tpot_p95}
         p = self.prediction.predicted if self.prediction is not None else {}
         return {"ttft_seconds_p95": p.get("ttft_seconds_p95"), "itl_seconds_p95": p.get("itl_seconds_p95")}
 
@@ -521,46 +526,56 @@ def refine_with(
             decided_by=SIMULATOR if sim is not None else CLOSED_FORM,
             decided_why=sim_why,
         )
-    p = choice.prediction
-    pre0, pre1 = p.measured.get("preemptions_per_second"), p.predicted.get("preemptions_per_second")
-    more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
-    if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
-        notes.append(
-            "the model predicts preemptions will not fall: the batch grows into the new memory "
-            f"and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
-        )
+    cp = choice.prediction  # None: a knob only the simulator prices
+    if cp is not None:
+        pre0, pre1 = cp.measured.get("preemptions_per_second"), cp.predicted.get("preemptions_per_second")
+        more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
+        if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
+            notes.append(
+                "the model predicts preemptions will not fall: the batch grows into the new memory "
+                f"and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
+            )
     if not choice.moves_target:
         notes.append(
             "the simulator finds goodput will not move with this knob"
             if sim is not None
             else "the model predicts goodput will not move with this knob"
         )
-    data = p.to_json()
+    if cp is not None:
+        data = cp.to_json()
+        data["binding_now"] = cp.binding_before
+    else:
+        data = {
+            "knob": knob,
+            "current": current,
+            "value": choice.value,
+            "binding_after": None,
+            "predicted": {k: None for k in pm.METRICS},
+            "measured": {k: model.measured.get(k) for k in pm.METRICS},
+            "confidence": None,
+            "binding_now": model.binding,
+        }
     got = _decision_json(data, sim, sim_why, knob, choice.value)
-    g0 = got.before.goodput_tokens_per_second if got is not None else goodput(p.measured, targets)
-    data["goodput_tokens_per_second"] = {
-        "measured": goodput(p.measured, targets),
-        "now": g0,
-        "predicted": choice.goodput,
-    }
+    measured_g = goodput(model.measured, targets)
+    g0 = got.before.goodput_tokens_per_second if got is not None else measured_g
+    data["goodput_tokens_per_second"] = {"measured": measured_g, "now": g0, "predicted": choice.goodput}
     data["considered"] = [
         {"value": v, "goodput_tokens_per_second": g, "excluded": w} for v, g, w in choice.considered
     ]
     data["why"] = choice.reason
-    data["binding_now"] = p.binding_before
     return Refined(
         value=choice.value,
         predicted=data,
         note=" ".join(n[0].upper() + n[1:] + "." for n in notes),
         goodput=choice.goodput,
         goodput_now=g0,
-        prediction=p,
+        prediction=cp,
         decided_by=data["decided_by"],
         decided_why=sim_why,
         sim=got,
         throughput_now=got.before.output_tokens_per_second
         if got is not None
-        else p.measured.get("output_tokens_per_second"),
+        else model.measured.get("output_tokens_per_second"),
     )
 
 

@@ -54,6 +54,18 @@ class Outcome:
     preemptions_per_request: float
     truncated: bool
     finished: int = 0  # requests finished
+    scale: tuple[float, float] = (1.0, 1.0)  # TTFT, TPOT calibration the shares were counted with
+
+    @property
+    def ttft_p95(self) -> float | None:
+        """TTFT p95 as calibrated to today's measurement (what the targets are judged on)."""
+        v = self.ttft[1]
+        return None if v is None else v * self.scale[0]
+
+    @property
+    def tpot_p95(self) -> float | None:
+        v = self.tpot[1]
+        return None if v is None else v * self.scale[1]
 
     def to_json(self) -> dict[str, Any]:
         def dist(qs: tuple[float | None, ...]) -> dict[str, float | None]:
@@ -68,6 +80,7 @@ class Outcome:
             "goodput_tokens_per_second": self.goodput_tokens_per_second,
             "preemptions_per_request": self.preemptions_per_request,
             "truncated": self.truncated,
+            "calibration": {"ttft": self.scale[0], "tpot": self.scale[1]},
         }
 
 
@@ -94,19 +107,35 @@ class Simulated:
         }
 
 
-def _meets(done: Sequence[Done], targets: Mapping[str, float]) -> dict[str, float | None]:
+def _meets(
+    done: Sequence[Done], targets: Mapping[str, float], scale: tuple[float, float] = (1.0, 1.0)
+) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name, t in targets.items():
-        out[name] = wl.goodput(done, {name: t})
-    out["all"] = wl.goodput(done, targets)
+        out[name] = _share(done, {name: t}, scale)
+    out["all"] = _share(done, targets, scale)
     return out
 
 
-def outcome(
-    model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals, targets: Mapping[str, float]
-) -> Outcome:
-    """``reqs`` through the engines of ``cfg`` (data-parallel copies share the load).
-    ValueError without a step-time fit, or for a request the cache cannot hold."""
+def _ok(d: Done, targets: Mapping[str, float], scale: tuple[float, float]) -> bool:
+    """The request meets every target, its TTFT and TPOT scaled by ``scale`` (calibration)."""
+    tpot = d.tpot * scale[1] if d.tpot is not None else None
+    return wl.meets(d.ttft * scale[0], tpot, d.e2e, targets)
+
+
+def _share(done: Sequence[Done], targets: Mapping[str, float], scale: tuple[float, float]) -> float | None:
+    return sum(_ok(d, targets, scale) for d in done) / len(done) if done else None
+
+
+@dataclass(frozen=True)
+class _Run:
+    done: list[Done]
+    span: float
+    preemptions: int
+    truncated: bool
+
+
+def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals) -> _Run:
     if model.fit is None:
         raise ValueError("no step-time fit")
     eng = engine_of(cfg)
@@ -117,23 +146,44 @@ def outcome(
     done = [d for r in results for d in r.done]
     end = max(r.end for r in results)
     t0 = min((d.arrival for d in done), default=0.0)
-    span = end - t0
+    return _Run(done, end - t0, sum(r.preemptions for r in results), any(r.truncated for r in results))
+
+
+def _outcome_of(run: _Run, targets: Mapping[str, float], scale: tuple[float, float] = (1.0, 1.0)) -> Outcome:
+    done, span = run.done, run.span
     tpots = [d.tpot for d in done if d.tpot is not None]
 
     def qs(xs: Sequence[float]) -> tuple[float | None, ...]:
         return tuple(wl.quantile(xs, q) for q in QUANTILES)
 
+    good = sum(d.output for d in done if _ok(d, targets, scale))
     return Outcome(
         output_tokens_per_second=sum(d.output for d in done) / span if span > 0 else None,
         ttft=qs([d.ttft for d in done]),
         tpot=qs(tpots),
         e2e=qs([d.e2e for d in done]),
-        meets=_meets(done, targets),
-        goodput_tokens_per_second=wl.goodput_tokens_per_second(done, targets, span),
-        preemptions_per_request=sum(r.preemptions for r in results) / max(len(done), 1),
-        truncated=any(r.truncated for r in results),
+        meets=_meets(done, targets, scale),
+        goodput_tokens_per_second=good / span if done and span > 0 else None,
+        preemptions_per_request=run.preemptions / max(len(done), 1),
+        truncated=run.truncated,
         finished=len(done),
+        scale=scale,
     )
+
+
+def outcome(
+    model: pm.Model,
+    cfg: pm.Config,
+    reqs: Sequence[Any],
+    arr: wl.Arrivals,
+    targets: Mapping[str, float],
+    scale: tuple[float, float] = (1.0, 1.0),
+) -> Outcome:
+    """``reqs`` through the engines of ``cfg`` (data-parallel copies share the load); goodput
+    and the shares meeting the targets counted with each request's TTFT and TPOT times
+    ``scale`` (the calibration to today's measurement, :class:`Scorer`; 1: as simulated).
+    ValueError without a step-time fit, or for a request the cache cannot hold."""
+    return _outcome_of(_run(model, cfg, reqs, arr), targets, scale)
 
 
 def simulate_change(
@@ -166,9 +216,10 @@ def simulate_change(
 
 
 # ------------------------------------------------------------------ scoring a decision's candidates
-REPRODUCES = (
-    0.5  # today's simulated throughput within this of the measured one, or the simulator does not decide
-)
+# today's simulated throughput within REPRODUCES of the measured one, and its TTFT and TPOT p95
+# within a factor REPRODUCES_LATENCY of the measured ones, or the simulator does not decide
+REPRODUCES = 0.5
+REPRODUCES_LATENCY = 3.0
 
 
 class Scorer:
@@ -200,6 +251,7 @@ class Scorer:
         self._ready = False
         self._now: Outcome | None = None
         self._at: dict[tuple[str, float], Outcome | str] = {}
+        self.scale = (1.0, 1.0)  # TTFT, TPOT: measured p95 over today's simulated (the calibration)
         self.runs = 0  # simulated runs so far (the cost: each bounded by REQUESTS and MAX_STEPS)
 
     def why_not(self) -> str | None:
@@ -232,15 +284,33 @@ class Scorer:
             self.seed,
         )
         self.runs += 1
-        now = self._now = outcome(m, m.config, self._reqs, self.arrivals, self.targets)
-        if now.truncated:
+        run = _run(m, m.config, self._reqs, self.arrivals)
+        raw = _outcome_of(run, self.targets)
+        if raw.truncated:
             return f"today's simulated run stopped at its bound of {MAX_STEPS:,} steps"
-        thr, sim = m.measured.get("output_tokens_per_second"), now.output_tokens_per_second
+        thr, sim = m.measured.get("output_tokens_per_second"), raw.output_tokens_per_second
         if thr and sim and abs(sim / thr - 1) > REPRODUCES:
             return (
                 f"today's knobs simulated give {sim:,.0f} tok/s against {thr:,.0f} measured: "
                 "the simulator does not reproduce this server"
             )
+        # calibration: each request's TTFT and TPOT scaled so that today's simulated p95 is the
+        # measured one (the targets are judged at the measured level; the change is the
+        # simulator's); a factor past REPRODUCES_LATENCY either way: it does not reproduce today
+        factors = []
+        for label, measured, simulated_now in (
+            ("TTFT p95", m.measured.get("ttft_seconds_p95"), raw.ttft[1]),
+            ("TPOT p95", m.measured.get("tpot_seconds_p95"), raw.tpot[1]),
+        ):
+            f = measured / simulated_now if measured and simulated_now else 1.0
+            if not 1 / REPRODUCES_LATENCY <= f <= REPRODUCES_LATENCY:
+                return (
+                    f"today's knobs simulated give {label} {simulated_now:.3g} s against "
+                    f"{measured:.3g} s measured: the simulator does not reproduce this server"
+                )
+            factors.append(f)
+        self.scale = (factors[0], factors[1])
+        now = self._now = _outcome_of(run, self.targets, self.scale)
         if now.goodput_tokens_per_second is None:
             return "today's simulated run finished no request"
         return None
@@ -263,7 +333,7 @@ class Scorer:
                 cfg, _ = pm.with_knob(self.model, knob, float(value))
                 assert self.arrivals is not None
                 self.runs += 1
-                self._at[key] = outcome(self.model, cfg, self._reqs, self.arrivals, self.targets)
+                self._at[key] = outcome(self.model, cfg, self._reqs, self.arrivals, self.targets, self.scale)
             except ValueError as e:
                 self._at[key] = str(e)
         got = self._at[key]
