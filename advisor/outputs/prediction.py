@@ -109,6 +109,7 @@ MEASURED_AT = {
     ("ttft_seconds", "p50"): "ttft_seconds_p50",
     ("ttft_seconds", "p95"): "ttft_seconds_p95",
     ("tpot_seconds", "p95"): "tpot_seconds_p95",
+    ("itl_seconds", "p95"): "itl_seconds_p95",
 }
 
 
@@ -117,7 +118,12 @@ def simulated_rows(sim: Mapping[str, Any], measured: Mapping[str, Any]) -> list[
     TTFT, TPOT and E2E at p50/p95/p99, throughput, goodput and the share meeting each target."""
     before, after = sim.get("before") or {}, sim.get("after") or {}
     rows: list[tuple[str, str, str, str]] = []
-    for key, label in (("ttft_seconds", "TTFT"), ("tpot_seconds", "TPOT"), ("e2e_seconds", "E2E")):
+    for key, label in (
+        ("ttft_seconds", "TTFT"),
+        ("tpot_seconds", "TPOT"),
+        ("itl_seconds", "ITL"),
+        ("e2e_seconds", "E2E"),
+    ):
         b, c = before.get(key) or {}, after.get(key) or {}
         for q in QUANTILES:
             qn = f"p{round(q * 100)}"
@@ -147,7 +153,7 @@ def simulated_rows(sim: Mapping[str, Any], measured: Mapping[str, Any]) -> list[
         )
     )
     cal = before.get("calibration") or {}
-    if isinstance(cal.get("ttft"), int | float) and isinstance(cal.get("tpot"), int | float):
+    if all(isinstance(cal.get(k), int | float) for k in ("ttft", "tpot")):
         rows.append(("counted at (calibrated)", "", f"TTFT x{cal['ttft']:.2f}", f"TPOT x{cal['tpot']:.2f}"))
     b_meet, c_meet = before.get("share_meeting") or {}, after.get("share_meeting") or {}
     for name in b_meet:

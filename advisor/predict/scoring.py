@@ -124,7 +124,7 @@ def sim_checks(
 ) -> list[tuple[str, float | None, float | None, float | None]]:
     """(label, after, now, target) of the simulated p95s (calibrated to today's measured ones,
     :class:`simulated.Scorer`): TTFT p95 against its target, TPOT p95 (bench's per-request
-    inter-token mean) against the ITL one."""
+    inter-token mean, as goodput counts it) against the ITL one."""
     return [
         ("TPOT p95", after.tpot_p95, now.tpot_p95, targets.get("itl_p95_seconds")),
         ("TTFT p95", after.ttft_p95, now.ttft_p95, targets.get("ttft_p95_seconds")),
@@ -297,7 +297,8 @@ def choose(
     judged: Sequence[Judged] | None = None,
 ) -> Choice | None:
     """The candidate expected best by goodput within the targets: among those within 1% of the
-    best, ``prefer`` (the rule's own step) if it is one, else the smallest move. None when no
+    best, ``prefer`` (the rule's own step) if it is one and the closed form decides, else the
+    smallest move. None when no
     candidate can be predicted or all break a target. ``sim``: a scorer that decides (goodput
     per simulated request); None: the closed form decides."""
     if judged is None:
@@ -321,7 +322,9 @@ def choose(
             considered,
         )
     good = [j for j in scored if j.goodput is not None and j.goodput >= best_g * (1 - FLAT)]
-    pick = [j for j in good if prefer is not None and j.value == prefer]
+    # the closed form breaks a near-tie to the rule's own step; the simulator, counting requests,
+    # to the smallest move (a larger step within 1% of it gains nothing it can show)
+    pick = [j for j in good if prefer is not None and sim is None and j.value == prefer]
     j = (pick or good)[0]  # candidates are sorted nearest first
     g = j.goodput
     moves = base is None or g is None or g > base * (1 + FLAT)
@@ -362,8 +365,8 @@ class Refined:
     @property
     def predicted_p95(self) -> dict[str, float | None]:
         """The p95 latencies the change is predicted to leave (the label's metric -> seconds):
-        the simulated TTFT and TPOT p95 where the simulator decided, else the closed form's
-        TTFT and ITL p95."""
+        the simulated (calibrated) TTFT and TPOT p95 where the simulator decided (TPOT against the
+        ITL target, as goodput counts it), else the closed form's TTFT and ITL p95."""
         if self.sim is not None:
             a = self.sim.after
             return {"ttft_seconds_p95": a.ttft_p95, "itl_seconds_p95": a.tpot_p95}
@@ -441,6 +444,8 @@ def refine_with(
     if knob not in pm.KNOBS or direction not in STEPS or current is None:
         return None
     sim, sim_why = deciding(scorer)
+    if sim is not None and knob in simulated.NOT_DECIDING:
+        sim, sim_why = None, simulated.NOT_DECIDING[knob]
     bound = None
     extra: list[Any] = [proposed]
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "increase":
@@ -453,6 +458,13 @@ def refine_with(
             asked = math.ceil(model.offered * model.engines)
             if bound is None or asked < bound:
                 extra.append(_within(knob, current, asked, limits))
+        # the simulator also weighs the cap at the KV fit: the requests the cache holds at their
+        # full length (past it the batch preempts; the simulator sees whether that pays)
+        usable = c.usable_kv_tokens()
+        if sim is not None and usable and model.prompt_mean and model.output_mean:
+            fit = math.floor(usable / c.footprint(model.prompt_mean, model.output_mean)) * model.engines
+            if fit > float(current):
+                extra.append(_within(knob, current, fit, limits))
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "decrease":
         # The model does not choose a cap cut. A cut is advised to stop preemption, and the rule's
         # value is what the KV cache holds at the observed sizes (no lower: validation showed a
