@@ -15,16 +15,20 @@ from click.testing import CliRunner
 from advisor.cli import main
 from advisor.core import steps as knob_steps
 from advisor.core.config import Config
+from advisor.diagnose import arbitration
+from advisor.diagnose.evaluate import Finding
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import predict as predict_cmd
 from advisor.outputs import prediction as prediction_out
 from advisor.predict import perfmodel as pm
 from advisor.predict import replicas, scoring, simulated
-from tests.paths import FIXTURES
+from tests.paths import FIXTURES, REPO
 
 SESSION = FIXTURES / "sessions" / "cpu-long-binds"
 TARGETS = {"ttft_p95_seconds": 60.0, "itl_p95_seconds": 0.1}  # CPU-sized: some requests meet them
 REQUESTS = 120  # bounds the work of every simulated run here
+TARGETS_H200 = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}  # the defaults
+REQUESTS_H200 = 300
 
 
 @cache
@@ -186,3 +190,42 @@ def test_the_sentence_of_what_decided() -> None:
         "(the KV cache's size is unknown)."
     )
     assert prediction_out.decided_line({}) is None
+
+
+QUEUE_HEADROOM = REPO / "validation" / "runs" / "queue-headroom.before"
+
+
+def test_a_cap_raised_past_the_kv_fit_that_gains_nothing_is_not_advised() -> None:
+    """Issue 30's first failure, as a class: a cap that binds with a queue (queue-headroom.before:
+    vLLM 0.25 on an H200, cap 16, 128 clients, 1k-in/512-out) on a KV cache made to hold 12
+    requests at the mean sizes, so the cap already stands past the KV fit. Raising it lets no
+    more requests run (they preempt): the simulated goodput does not move, so the change is not
+    one arbitration chooses by prediction. With the recorded KV cache (49,152 tokens: room for
+    ~30) the same raise does pay, and is advised."""
+    model, values = predict_cmd.from_source(Config(), load_rules(), session_dir=str(QUEUE_HEADROOM))
+    c = model.config
+    assert c.max_num_seqs == 16 and model.prompt_mean and model.output_mean
+    foot = c.footprint(model.prompt_mean, model.output_mean)
+    small = replace(model, config=replace(c, kv_cache_tokens=12 * foot + (c.block_size or 0)))
+
+    def scored(m: pm.Model) -> arbitration.Scored:
+        r = scoring.refine_with(
+            m, values, TARGETS_H200, "max_num_seqs", "increase", 16, 24, knob_steps.Limits(),
+            simulated.Scorer(m, TARGETS_H200, requests=REQUESTS_H200),
+        )  # fmt: skip
+        assert r is not None and r.decided_by == "simulator", r
+        return arbitration.Scored(_candidate(), r)
+
+    past = scored(small)
+    assert past.refined is not None and past.refined.gain is not None
+    assert past.refined.gain < 1 + scoring.FLAT, past.refined
+    assert not past.raises_goodput
+    assert "will not move" in past.refined.note
+    roomy = scored(model)
+    assert roomy.raises_goodput and roomy.value > 16
+
+
+def _candidate() -> arbitration.Candidate:
+    rule = next(r for r in load_rules() if r.id == "queue-seqs-cap-binds")
+    choice = next(k for k in rule.knobs if k.name == "max_num_seqs")
+    return arbitration.Candidate(Finding(rule, "firing", ()), choice, 16, 24, "cmdline", ())
