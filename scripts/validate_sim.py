@@ -17,9 +17,8 @@ benchmark's settings; its requests are as many as the base run completed (at mos
 
 Prints a table: measured, closed-form predicted, simulated, for output throughput, TTFT p50/p95,
 TPOT p95, goodput (output tokens/s of the requests meeting the default targets, counted per
-request as ``vllm bench serve --goodput`` does; the closed form's from its two quantiles; and
-"as scored": the simulated requests' TTFT and TPOT calibrated to the base run's measured p95, as
-the advice's ``simulated.Scorer`` counts them) and preemptions, and the share of pairs each model gets within issue 30's goals (15% throughput and
+request as ``vllm bench serve --goodput`` does and as the advice's ``simulated.Scorer`` counts
+them; the closed form's from its two quantiles) and preemptions, and the share of pairs each model gets within issue 30's goals (15% throughput and
 TPOT p95, 30% TTFT, 20% goodput).
 """
 
@@ -66,19 +65,6 @@ def run(model: pm.Model, cfg: pm.Config, reqs: list[Any], arr: wl.Arrivals) -> d
         "goodput": o.goodput_tokens_per_second,
         "preempt_per_request": o.preemptions_per_request,
     }
-
-
-def calibration(model: pm.Model, s0: dict[str, float | None]) -> tuple[float, float] | None:
-    """The scorer's calibration (measured p95 over today's simulated, TTFT and TPOT); None where
-    it would not decide (a factor past simulated.REPRODUCES_LATENCY)."""
-    out = []
-    for metric, key in (("ttft_seconds_p95", "p95_ttft_ms"), ("tpot_seconds_p95", "p95_tpot_ms")):
-        m, sim = model.measured.get(metric), s0.get(key)
-        f = m / sim if m and sim else 1.0
-        if not 1 / simulated.REPRODUCES_LATENCY <= f <= simulated.REPRODUCES_LATENCY:
-            return None
-        out.append(f)
-    return out[0], out[1]
 
 
 def arrivals_of(run_dir: Path) -> wl.Arrivals:
@@ -179,17 +165,6 @@ def main(argv: list[str]) -> int:
             if hit is not None:
                 hits[who].setdefault("goodput", []).append(hit)
         print(f"| {name} | goodput | {_fmt(g_meas)} | {_fmt(g_cf)} | {_fmt(g_sim)} |")
-        # goodput as the advice scores it: each request's TTFT and TPOT calibrated to the base
-        # run's measured p95 (simulated.Scorer), then scaled by throughput as above
-        cal = calibration(model, s0)
-        g_scored = None
-        if cal is not None and scale_sim:
-            o = simulated.outcome(model, cfg1, reqs, arr, TARGETS, cal).goodput_tokens_per_second
-            g_scored = o * scale_sim if o is not None else None
-        hit = goodput_hit(g_scored, g_meas, b1["output_throughput"])
-        if hit is not None:
-            hits["simulator"].setdefault("goodput as scored", []).append(hit)
-        print(f"| {name} | goodput as scored (calibrated) | {_fmt(g_meas)} | | {_fmt(g_scored)} |")
         pre_meas = report.preemptions(report.RUNS / after)
         completed = b1.get("completed") or 0
         rate = cf.predicted.get("preemptions_per_second")

@@ -457,9 +457,8 @@ def _decided(r: scoring.Refined | None) -> str:
 
 
 def left_standing(chosen: Scored, targets: Mapping[str, float]) -> list[str]:
-    """The target breaches the chosen change is predicted to leave (the simulated p95s,
-    calibrated, where the simulator decided: TPOT p95 for the ITL target; else the closed
-    form's)."""
+    """The target breaches the chosen change is predicted to leave (the simulated p95s where the
+    simulator decided: TPOT p95 for the ITL target; else the closed form's)."""
     r = chosen.refined
     if r is None or (r.prediction is None and r.sim is None):
         return []

@@ -122,9 +122,8 @@ def _breaks(
 def sim_checks(
     now: simulated.Outcome, after: simulated.Outcome, targets: Mapping[str, float]
 ) -> list[tuple[str, float | None, float | None, float | None]]:
-    """(label, after, now, target) of the simulated p95s (calibrated to today's measured ones,
-    :class:`simulated.Scorer`): TTFT p95 against its target, TPOT p95 (bench's per-request
-    inter-token mean, as goodput counts it) against the ITL one."""
+    """(label, after, now, target) of the simulated p95s: TTFT p95 against its target, TPOT p95
+    (bench's per-request inter-token mean, as goodput counts it) against the ITL one."""
     return [
         ("TPOT p95", after.tpot_p95, now.tpot_p95, targets.get("itl_p95_seconds")),
         ("TTFT p95", after.ttft_p95, now.ttft_p95, targets.get("ttft_p95_seconds")),
@@ -365,7 +364,7 @@ class Refined:
     @property
     def predicted_p95(self) -> dict[str, float | None]:
         """The p95 latencies the change is predicted to leave (the label's metric -> seconds):
-        the simulated (calibrated) TTFT and TPOT p95 where the simulator decided (TPOT against the
+        the simulated TTFT and TPOT p95 where the simulator decided (TPOT against the
         ITL target, as goodput counts it), else the closed form's TTFT and ITL p95."""
         if self.sim is not None:
             a = self.sim.after
