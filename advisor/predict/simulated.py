@@ -222,7 +222,9 @@ class Scorer:
 
     :meth:`why_not` says why the simulator cannot decide here (None: it can): an input it lacks
     (the step-time fit, the lengths, the KV cache's size, busy intervals to fit the load to), or
-    today's simulated run not reproducing today's throughput (within ``REPRODUCES``)."""
+    today's simulated run not reproducing today's measurement (throughput within ``REPRODUCES``,
+    TTFT and TPOT p95 within a factor ``REPRODUCES_LATENCY``), or ``off`` (a replay's earlier
+    decisions)."""
 
     def __init__(
         self,
@@ -346,7 +348,7 @@ class Scorer:
 
 NOT_DECIDING = {
     "max_num_batched_tokens": (
-        "the simulator's TTFT for a token-budget change is off by +200% to +570% on the recorded "
+        "the simulator's TTFT for a token-budget change is off by +214% to +571% on the recorded "
         "pairs (itl-stutter, dense-kv-tp: docs/validation.md): the closed form decides it"
     ),
 }
