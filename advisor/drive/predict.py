@@ -140,15 +140,16 @@ def from_source_exact(
 def simulated_change(
     model: pm.Model, knob: str, value: float, rows: Sequence[Row], targets: Mapping[str, float]
 ) -> tuple[simulated.Simulated | None, str | None]:
-    """The change through the scheduler simulator as the advice scores it (calibrated to today's
-    measurement, :class:`simulated.Scorer`); where that scorer would not decide, the raw
-    simulation and why it would not; None and why where it cannot be simulated at all."""
+    """The change through the scheduler simulator as the advice scores it (:class:`simulated.Scorer`:
+    the decision's requests, today's knobs checked against today's measurement); where that scorer
+    would not decide, the simulation still and why it would not decide; None and why where it
+    cannot be simulated at all."""
     scorer = simulated.Scorer(replace(model, rows=tuple(rows)), targets)
     why = scorer.why_not()
     try:
         if why is None:
             return scorer.simulated(knob, value), None
-        return simulated.simulate_change(model, knob, value, rows, targets), f"not calibrated: {why}"
+        return simulated.simulate_change(model, knob, value, rows, targets), f"not deciding: {why}"
     except ValueError as e:
         return None, str(e)
 
