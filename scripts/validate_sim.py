@@ -17,8 +17,8 @@ benchmark's settings; its requests are as many as the base run completed (at mos
 
 Prints a table: measured, closed-form predicted, simulated, for output throughput, TTFT p50/p95,
 TPOT p95, goodput (output tokens/s of the requests meeting the default targets, counted per
-request as ``vllm bench serve --goodput`` does; the closed form's from its two quantiles) and
-preemptions, and the share of pairs each model gets within issue 30's goals (15% throughput and
+request as ``vllm bench serve --goodput`` does and as the advice's ``simulated.Scorer`` counts
+them; the closed form's from its two quantiles) and preemptions, and the share of pairs each model gets within issue 30's goals (15% throughput and
 TPOT p95, 30% TTFT, 20% goodput).
 """
 

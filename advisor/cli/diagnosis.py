@@ -298,6 +298,8 @@ def predict(
         if exact:
             doc["measured_exact"] = {"source": "stat-logger plugin", **exact}
         doc["simulated"] = sim.to_json() if sim is not None else {"unavailable": why_not}
+        if sim is not None and why_not:
+            doc["simulated"]["not_deciding"] = why_not
         click.echo(jsonout.dumps(doc, indent=2))
     else:
         click.echo(prediction_out.render_text(p, model, exact))

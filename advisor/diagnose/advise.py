@@ -25,7 +25,7 @@ from advisor.diagnose import arbitration
 from advisor.diagnose.arbitration import Candidate
 from advisor.diagnose.evaluate import Evaluator
 from advisor.predict import perfmodel as pm
-from advisor.predict import scoring
+from advisor.predict import scoring, simulated
 
 STATUSES = ("advice", "healthy", "inconclusive", "insufficient-data")
 # the reason of an "inconclusive" that would be "healthy" if every rule could be checked
@@ -266,10 +266,12 @@ def diagnose(
     now: float | None = None,
     last_change: float | None = None,
     observed: scoring.Observed | None = None,
+    recent: simulated.Recent | None = None,
 ) -> Diagnosis:
     """Signals over the recent window -> findings -> exactly one recommendation (or why not).
     ``observed``: the model's facts over the window (the runner's intake); None: taken from the
-    window's pages once."""
+    window's pages once. ``recent``: the daemon's last decision's simulations, reused while the
+    rules' states and the knobs stay the same (None: simulated afresh)."""
     now = window.now() if now is None else now
     values = Values(Context(window, engine, cfg.window_s, cfg.targets)).all()
     findings = evaluator.evaluate(values, now)
@@ -309,13 +311,21 @@ def diagnose(
             model = scoring.model_of(obs, engine, values)
         except pm.InsufficientData:
             model = None
-    firing = arbitration.score(cands, model, values, engine, cfg)
+    # one scorer for the decision: every candidate of every rule simulated on the same requests
+    # (lazy: nothing is simulated unless a candidate is scored; a candidate a new finding brings
+    # is simulated on the same requests). The daemon's is reused for REUSE_S while today's knobs
+    # and the targets stay (the load it replays is then up to that old)
+    scorer = None
+    if model is not None:
+        key = (model.config, tuple(sorted(cfg.targets.items())))
+        scorer = (recent or simulated.Recent()).scorer(model, cfg.targets, now, key)
+    firing = arbitration.score(cands, model, values, engine, cfg, scorer=scorer)
     held: list[arbitration.Scored] = []
     # a breach no firing rule answers (none fires, or only a standing configuration finding such
     # as eager mode on a GPU): the changes the rules' other conditions held back are weighed too
     if breached and not arbitration.answers_breach(cands):
         hb, why = arbitration.held_back(findings, values, engine, cfg)
-        held = arbitration.score(hb, model, values, engine, cfg, why)
+        held = arbitration.score(hb, model, values, engine, cfg, why, scorer)
     decision = arbitration.decide(firing, held, cfg)
     if decision.inconclusive is not None:
         return without_advice("inconclusive", decision.inconclusive)

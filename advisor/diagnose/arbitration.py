@@ -25,7 +25,7 @@ from advisor.core.units import fmt
 from advisor.diagnose.evaluate import DEFAULT_TARGETS, Finding, check
 from advisor.diagnose.ruleset import KnobChoice, Rule
 from advisor.predict import perfmodel as pm
-from advisor.predict import scoring
+from advisor.predict import scoring, simulated
 
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 # Changes that put more load on the KV cache: never advised while vLLM preempts.
@@ -232,12 +232,13 @@ class Scored:
 
     @property
     def improvement(self) -> float | None:
-        """Predicted goodput less the measured one, as a share of the measured throughput (a
-        goodput near zero makes a ratio of goodputs meaningless); None: not predicted."""
+        """The value's goodput less today's, as a share of today's throughput (a goodput near
+        zero makes a ratio of goodputs meaningless): simulated where the simulator decided, else
+        the closed form's against the measured; None: not predicted."""
         r = self.refined
-        if r is None or r.withdrawn or r.goodput is None or r.goodput_now is None or r.prediction is None:
+        if r is None or r.withdrawn or r.goodput is None or r.goodput_now is None:
             return None
-        thr = r.prediction.measured.get("output_tokens_per_second")
+        thr = r.throughput_now
         if not thr:
             return None
         return (r.goodput - r.goodput_now) / thr
@@ -249,7 +250,7 @@ class Scored:
         r = self.refined
         if self.improvement is None or r is None or r.goodput is None or r.goodput_now is None:
             return False
-        thr = r.prediction.measured.get("output_tokens_per_second") if r.prediction else None
+        thr = r.throughput_now
         return r.goodput > r.goodput_now * (1 + scoring.FLAT) and max(
             r.goodput, r.goodput_now
         ) >= scoring.MEASURABLE * (thr or 0.0)
@@ -279,8 +280,11 @@ def score(
     engine: EngineInfo,
     cfg: Config,
     held_back: Mapping[str, str] | None = None,
+    scorer: simulated.Scorer | None = None,
 ) -> list[Scored]:
-    """Each candidate's value chosen and predicted by the model (where it can)."""
+    """Each candidate's value chosen and predicted by the model (where it can): by simulated
+    goodput where ``scorer`` can decide (one scorer for the whole decision: every candidate of
+    every rule replays the same requests), else by the closed form's."""
     out = []
     limits = knob_steps.Limits.from_engine(engine, host_gpus(engine, cfg))
     for c in candidates:
@@ -295,6 +299,7 @@ def score(
                 c.current,
                 c.proposed,
                 limits,
+                scorer,
             )
         out.append(Scored(c, refined, (held_back or {}).get(c.finding.rule.id)))
     return out
@@ -345,12 +350,12 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
     if how == "prediction":
         g = chosen.refined.goodput if chosen.refined is not None else None
         g0 = chosen.refined.goodput_now if chosen.refined is not None else None
-        text = f"Chosen by prediction: goodput {fmt(g, 'tok/s')} (now {fmt(g0, 'tok/s')})"
+        text = f"Chosen by prediction ({_decided(chosen.refined)}): goodput {fmt(g, 'tok/s')} (now {fmt(g0, 'tok/s')})"
         rivals = [s for s in others if s.improvement is not None]
         if rivals:
             r = rivals[0]
             text += (
-                f", the best of {len(rivals) + 1} changes the model scored "
+                f", the best of {len(rivals) + 1} changes scored "
                 f"(next: {r.candidate.finding.rule.id}, {r.candidate.choice.name} "
                 f"{knobs.format_value(r.value)}, {fmt(r.refined.goodput if r.refined else None, 'tok/s')})"
             )
@@ -366,10 +371,11 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
     best = max(scored, key=lambda s: s.improvement or 0.0)
     ref = best.refined
     assert ref is not None  # scored above
-    thr = ref.prediction.measured.get("output_tokens_per_second") if ref.prediction else None
+    thr = ref.throughput_now
     what = (
         f"best: {best.candidate.choice.name} {knobs.format_value(best.value)}, goodput "
-        f"{fmt(ref.goodput, 'tok/s')}, now {fmt(ref.goodput_now, 'tok/s')}, of {fmt(thr, 'tok/s')}"
+        f"{fmt(ref.goodput, 'tok/s')}, now {fmt(ref.goodput_now, 'tok/s')}, of {fmt(thr, 'tok/s')}; "
+        f"{_decided(ref)}"
     )
     if max(ref.goodput or 0.0, ref.goodput_now or 0.0) < scoring.MEASURABLE * (thr or 0.0):
         return (
@@ -442,17 +448,30 @@ def breaches(values: Mapping[str, float | None], targets: Mapping[str, float]) -
     return out
 
 
+def _decided(r: scoring.Refined | None) -> str:
+    """What decided a change's goodput, in words."""
+    if r is not None and r.decided_by == scoring.SIMULATOR:
+        return "simulated per request"
+    why = r.decided_why if r is not None else None
+    return "closed form" + (f"; not simulated: {why}" if why else "")
+
+
 def left_standing(chosen: Scored, targets: Mapping[str, float]) -> list[str]:
-    """The target breaches the chosen change is predicted to leave (from its prediction)."""
+    """The target breaches the chosen change is predicted to leave (the simulated p95s where the
+    simulator decided: TPOT p95 for the ITL target; else the closed form's)."""
     r = chosen.refined
-    if r is None or r.prediction is None:
+    if r is None or (r.prediction is None and r.sim is None):
         return []
     out = []
     t = {**DEFAULT_TARGETS, **targets}
+    p95 = r.predicted_p95
     for metric, target, label in BREACH_METRICS:
-        v, lim = r.prediction.predicted.get(metric), t.get(target)
+        v, lim = p95.get(metric), t.get(target)
+        how = "predicted"
+        if r.sim is not None:  # TPOT p95 against the ITL target, as the simulated goodput counts it
+            label, how = {"ITL p95": "TPOT p95"}.get(label, label), "simulated"
         if v is not None and lim is not None and v > lim:
-            out.append(f"{label} predicted {fmt(v, 's')}, over its {fmt(lim, 's')} target")
+            out.append(f"{label} {how} {fmt(v, 's')}, over its {fmt(lim, 's')} target")
     return out
 
 
@@ -476,6 +495,7 @@ def considered_json(s: Scored) -> dict[str, Any]:
         "goodput_tokens_per_second": None if r is None else r.goodput,
         "goodput_change": None if s.gain is None else s.gain - 1,
         "goodput_improvement": s.improvement,  # predicted less measured goodput over the throughput
+        "decided_by": None if r is None else r.decided_by,
         "predicted": {
             k: pred.get(k) for k in ("output_tokens_per_second", "ttft_seconds_p95", "itl_seconds_p95")
         }

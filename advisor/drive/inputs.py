@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -66,10 +67,15 @@ def from_session(
     on_diagnosis: Callable[[float, Diagnosis], None] | None = None,
     config_path: str | None = None,
     command: PastedCommand | None = None,
+    simulate: bool = True,
 ) -> tuple[Advisor, Diagnosis | None]:
-    """Replay a session as the daemon would have lived it; the last diagnosis is the answer."""
+    """Replay a session as the daemon would have lived it; the last diagnosis is the answer.
+    Only the last one simulates its candidates (the earlier ones evaluate the rules' hold times;
+    the closed form scores them): ``simulate`` False, none does (``predict`` reads the model)."""
     s = Session.load(directory)
     adv, _ = advisor_for_session(s, cfg, rules, config_path, command)
+    scrapes = [t for _, kind, t, _ in s.timeline() if kind == "scrape" and t is not None]
+    adv.simulate_from = (scrapes[-1] if scrapes else -math.inf) if simulate else math.inf
     last = replay(adv, ((i.kind, i.t, i.text) for i in s.replay()), on_diagnosis)
     return adv, last
 
@@ -165,6 +171,7 @@ def from_prometheus(
         cfg, window_s=max(window_s, cfg.min_window_s), retention_s=max(cfg.retention_s, window_s + 60.0)
     )
     adv = Advisor(cfg1, rules, base=history.engine, clock=clock)
+    adv.simulate_from = at  # the answer's decision simulates its candidates; the replay's do not
     items: list[tuple[float, int, Snapshot | None]] = [(s.t, 1, s) for s in history.snapshots]
     items += [(t, 0, None) for t in history.down]
     for t, _, snap in sorted(items, key=lambda i: (i[0], i[1])):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from advisor.core import knobs, units
@@ -114,7 +115,7 @@ def from_source_exact(
     cannot carry a model."""
 
     if session_dir:
-        adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path)
+        adv, d = inputs.from_session(session_dir, cfg, rules, config_path=config_path, simulate=False)
     elif metrics_files:
         adv, d = inputs.from_files(list(metrics_files), log_file, cfg, rules, config_path=config_path)
     elif url:
@@ -139,9 +140,16 @@ def from_source_exact(
 def simulated_change(
     model: pm.Model, knob: str, value: float, rows: Sequence[Row], targets: Mapping[str, float]
 ) -> tuple[simulated.Simulated | None, str | None]:
-    """The change through the scheduler simulator, or None and why it cannot be simulated."""
+    """The change through the scheduler simulator as the advice scores it (:class:`simulated.Scorer`:
+    the decision's requests, today's knobs checked against today's measurement); where that scorer
+    would not decide, the simulation still and why it would not decide; None and why where it
+    cannot be simulated at all."""
+    scorer = simulated.Scorer(replace(model, rows=tuple(rows)), targets)
+    why = scorer.why_not()
     try:
-        return simulated.simulate_change(model, knob, value, rows, targets), None
+        if why is None:
+            return scorer.simulated(knob, value), None
+        return simulated.simulate_change(model, knob, value, rows, targets), f"not deciding: {why}"
     except ValueError as e:
         return None, str(e)
 

@@ -8,6 +8,7 @@ the daemon drives it on a timer, a replay drives it as fast as it likes.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from advisor.diagnose.advise import Diagnosis, diagnose
 from advisor.diagnose.evaluate import Evaluator
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs.state import ExportState
-from advisor.predict import scoring
+from advisor.predict import scoring, simulated
 from advisor.predict.intake import Intake
 from advisor.sources import engine, logs, logwrap
 from advisor.sources import engine_config as engine_config_src
@@ -62,6 +63,9 @@ class Stats:
     page_skipped: dict[str, int] = field(default_factory=dict)  # the last page: samples not kept, by why
 
 
+REPLAYED = "a replay simulates its last decision only"
+
+
 class Advisor:
     """One vLLM server's advisor state. Not thread-safe: the daemon serialises calls."""
 
@@ -80,6 +84,9 @@ class Advisor:
         self.clock = clock
         self.window = Window(max_age_s=cfg.retention_s, clock=clock)
         self.intake = Intake()  # the model's facts, page by page, over the window's span
+        self.recent = simulated.Recent()  # the last decision's simulations (at most every 15 s)
+        # decisions before this time are scored by the closed form (a replay's, but its last)
+        self.simulate_from = -math.inf
         self.evaluator = Evaluator(list(rules), dict(cfg.targets))
         self.base = dict(base or {})
         self.config_path = config_path
@@ -160,6 +167,7 @@ class Advisor:
         inconclusive, saying so."""
         self.window = Window(max_age_s=self.cfg.retention_s, clock=self.clock)
         self.intake = Intake()
+        self.recent = simulated.Recent()
         self.evaluator.reset()
         self._seen_restarts.clear()
         self.changes = [dc_replace(c, t=c.t + step_s) for c in self.changes]
@@ -334,7 +342,8 @@ class Advisor:
         # advice may resume; a change without an experiment waits observe_after_change_s
         last_change = now if observing else (self.last_change_t if exp is None else None)
         obs = scoring.Observed.of(self.intake, self.window, self.cfg.window_s)
-        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, last_change, obs)
+        recent = self.recent if now >= self.simulate_from else simulated.Recent.off(REPLAYED)
+        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, last_change, obs, recent)
         plugin = self.plugin_context()
         if plugin:
             d = dc_replace(d, context={**d.context, **plugin})

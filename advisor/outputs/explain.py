@@ -183,6 +183,7 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False, replicas: D
         con.print(Text(prediction_title(rec.predicted), style="bold"))
         con.print(prediction_table(rec.predicted))
         con.print()
+        _simulated(con, rec.predicted)
     for line in _after_lines(rec):
         con.print(Text(line))
     if rec.leaves or rec.considered:
@@ -195,6 +196,50 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False, replicas: D
     con.print(Text(f"Context: {_ctx_line(d.context)}", style="dim"))
     _findings(con, d)
     return _tidy(buf.getvalue())
+
+
+def _simulated(con: Console, pred: Mapping[str, Any]) -> None:
+    """Which model decided, and the simulator's view of the change: the load it inferred and the
+    simulated distributions next to the measured ones."""
+    line = prediction_out.decided_line(pred)
+    if line:
+        con.print(Text(line))
+    sim = pred.get("simulated")
+    if not isinstance(sim, Mapping):
+        if line:
+            con.print()
+        return
+    head, why = prediction_out.simulated_header(sim)
+    con.print(Text(f"Simulated: {head}"))
+    if why:
+        con.print(Text(f"({why})", style="dim"))
+    table = Table(show_edge=False, box=None, pad_edge=False)
+    for name, justify in (
+        ("metric", "left"),
+        ("measured", "right"),
+        ("simulated now", "right"),
+        ("after", "right"),
+    ):
+        table.add_column(name, justify=justify, style="bold" if name == "metric" else None)  # type: ignore[arg-type]
+    for row in prediction_out.simulated_rows(sim, pred.get("measured") or {}):
+        table.add_row(*row)
+    con.print(table)
+    con.print()
+
+
+def _simulated_markdown(pred: Mapping[str, Any]) -> list[str]:
+    out: list[str] = []
+    line = prediction_out.decided_line(pred)
+    if line:
+        out += ["", line]
+    sim = pred.get("simulated")
+    if isinstance(sim, Mapping):
+        head, why = prediction_out.simulated_header(sim)
+        out += ["", f"**Simulated:** {head} ({why})", "", "| metric | measured | simulated now | after |"]
+        out += ["|---|---:|---:|---:|"] + [
+            f"| {' | '.join(r)} |" for r in prediction_out.simulated_rows(sim, pred.get("measured") or {})
+        ]
+    return out
 
 
 def _replicas(con: Console, replicas: Desired | None) -> None:
@@ -400,6 +445,7 @@ def render_markdown(d: Diagnosis, replicas: Desired | None = None) -> str:
             f"| metric | {MEASURED_STEADY} | predicted | change |",
         ]
         out += ["|---|---:|---:|---:|"] + [f"| {' | '.join(r)} |" for r in prediction_rows(rec.predicted)]
+        out += _simulated_markdown(rec.predicted)
     if rec.note:
         out += ["", f"_Note:_ {rec.note}"]
     if rec.leaves:

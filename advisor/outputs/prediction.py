@@ -93,48 +93,124 @@ def render_text(
     return "\n".join(lines)
 
 
+def load_words(a: Mapping[str, Any]) -> str:
+    """The arrival process the simulator inferred (its JSON), in words."""
+    if a.get("kind") == "closed":
+        return f"a closed loop of {a.get('clients')} clients"
+    shape = a.get("gamma_shape")
+    kind = ""
+    if isinstance(shape, int | float):
+        kind = "Poisson" if 0.8 <= shape <= 1.25 else "bursty" if shape < 0.8 else "regular"
+        kind = f" (gamma shape {shape:.2f}: {kind})"
+    return f"open arrivals at {fmt(a.get('rate_per_second'), '/s')}{kind}"
+
+
+MEASURED_AT = {
+    ("ttft_seconds", "p50"): "ttft_seconds_p50",
+    ("ttft_seconds", "p95"): "ttft_seconds_p95",
+    ("tpot_seconds", "p95"): "tpot_seconds_p95",
+    ("itl_seconds", "p95"): "itl_seconds_p95",
+}
+
+
+def simulated_rows(sim: Mapping[str, Any], measured: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(metric, measured, simulated now, simulated after) of a simulated change (its JSON):
+    TTFT, TPOT and E2E at p50/p95/p99, throughput, goodput and the share meeting each target."""
+    before, after = sim.get("before") or {}, sim.get("after") or {}
+    rows: list[tuple[str, str, str, str]] = []
+    for key, label in (
+        ("ttft_seconds", "TTFT"),
+        ("tpot_seconds", "TPOT"),
+        ("itl_seconds", "ITL"),
+        ("e2e_seconds", "E2E"),
+    ):
+        b, c = before.get(key) or {}, after.get(key) or {}
+        for q in QUANTILES:
+            qn = f"p{round(q * 100)}"
+            m = MEASURED_AT.get((key, qn))
+            rows.append(
+                (
+                    f"{label} {qn}",
+                    fmt(measured.get(m), "s") if m else "-",
+                    fmt(b.get(qn), "s"),
+                    fmt(c.get(qn), "s"),
+                )
+            )
+    rows.append(
+        (
+            "output tokens/s",
+            fmt(measured.get("output_tokens_per_second"), "tok/s"),
+            fmt(before.get("output_tokens_per_second"), "tok/s"),
+            fmt(after.get("output_tokens_per_second"), "tok/s"),
+        )
+    )
+    rows.append(
+        (
+            "goodput (all targets)",
+            "",
+            fmt(before.get("goodput_tokens_per_second"), "tok/s"),
+            fmt(after.get("goodput_tokens_per_second"), "tok/s"),
+        )
+    )
+    fid = sim.get("measured_over_simulated_now") or {}
+    if all(isinstance(fid.get(k), int | float) for k in ("ttft_p95", "tpot_p95")):
+        rows.append(
+            (
+                "measured / simulated now",
+                "",
+                f"TTFT p95 x{fid['ttft_p95']:.2f}",
+                f"TPOT p95 x{fid['tpot_p95']:.2f}",
+            )
+        )
+    b_meet, c_meet = before.get("share_meeting") or {}, after.get("share_meeting") or {}
+    for name in b_meet:
+        rows.append((f"meeting {name}", "", _share(b_meet.get(name)), _share(c_meet.get(name))))
+    return rows
+
+
+def simulated_header(sim: Mapping[str, Any]) -> tuple[str, str]:
+    """The simulated section's first line and what the load was inferred from."""
+    a = sim.get("arrivals") or {}
+    return (
+        f"{sim.get('requests')} requests, the same for every candidate; the load inferred: {load_words(a)}",
+        str(a.get("inferred_from") or ""),
+    )
+
+
+def decided_line(pred: Mapping[str, Any]) -> str | None:
+    """Which model decided the advised value and weighed it against the other changes, as one
+    sentence (None: the prediction does not say)."""
+    by = pred.get("decided_by")
+    if by == "simulator":
+        return (
+            "Decided by the scheduler simulator: goodput counted per simulated request (output tokens/s "
+            "of the requests meeting every target, as vllm bench serve --goodput counts it)."
+        )
+    if by == "closed form":
+        why = pred.get("decided_by_why")
+        return "Decided by the closed form (goodput from two quantiles)" + (
+            f": the simulator could not decide ({why})." if why else "."
+        )
+    return None
+
+
 def render_simulated(sim: Simulated | None, why_not: str | None, model: pm.Model | None = None) -> str:
     """The scheduler simulator's view of the same change: the load it inferred, the simulated
     distributions now and after (the same requests), goodput counted per request."""
     if sim is None:
         return f"\nsimulated: not run ({why_not})"
-    a = sim.arrivals
-    load = (
-        f"a closed loop of {a.clients} clients"
-        if a.kind == "closed"
-        else f"open arrivals at {fmt(a.rate, '/s')} (gamma shape {a.shape:.2f}: {'Poisson' if 0.8 <= a.shape <= 1.25 else 'bursty' if a.shape < 0.8 else 'regular'})"
-    )
-    meas = model.measured if model is not None else {}
+    doc = sim.to_json()
+    head, why = simulated_header(doc)
     lines = [
         "",
-        f"simulated: {sim.requests} requests, the same for both; the load inferred: {load}",
-        f"  ({a.why})",
+        f"simulated: {head}",
+        f"  ({why})",
         f"{'':<24}{'measured':>16}{'simulated now':>16}{'after':>16}",
     ]
-
-    measured_at = {
-        ("ttft", 0.5): "ttft_seconds_p50",
-        ("ttft", 0.95): "ttft_seconds_p95",
-        ("tpot", 0.95): "tpot_seconds_p95",
-    }
-    for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
-        for i, q in enumerate(QUANTILES):
-            m = measured_at.get((key, q))
-            lines.append(
-                f"{f'{label} p{round(q * 100)}':<24}{fmt(meas.get(m), 's') if m else '-':>16}"
-                f"{fmt(getattr(sim.before, key)[i], 's'):>16}{fmt(getattr(sim.after, key)[i], 's'):>16}"
-            )
-    lines.append(
-        f"{'output tokens/s':<24}{fmt(meas.get('output_tokens_per_second'), 'tok/s'):>16}"
-        f"{fmt(sim.before.output_tokens_per_second, 'tok/s'):>16}{fmt(sim.after.output_tokens_per_second, 'tok/s'):>16}"
-    )
-    lines.append(
-        f"{'goodput (all targets)':<24}{'':>16}"
-        f"{fmt(sim.before.goodput_tokens_per_second, 'tok/s'):>16}{fmt(sim.after.goodput_tokens_per_second, 'tok/s'):>16}"
-    )
-    for name in sim.before.meets:
-        b, c = sim.before.meets[name], sim.after.meets.get(name)
-        lines.append(f"{'meeting ' + name:<24}{'':>16}{_share(b):>16}{_share(c):>16}")
+    for label, m, b, c in simulated_rows(doc, model.measured if model is not None else {}):
+        lines.append(f"{label:<24}{m:>16}{b:>16}{c:>16}")
+    if why_not:
+        lines.append(f"note: {why_not}; the advice does not use this simulation")
     if sim.before.truncated or sim.after.truncated:
         lines.append("note: a simulated run stopped at its step bound (the numbers cover what it finished)")
     return "\n".join(lines)

@@ -232,11 +232,12 @@ class _Prefix:
     """Prefix sums of the rows' terms (one subset), with the rows' start and end times, expiring
     from the left."""
 
-    __slots__ = ("_off", "cum", "ends", "starts")
+    __slots__ = ("_off", "cum", "ends", "rows", "starts")
 
     def __init__(self) -> None:
         self.starts: list[float] = []
         self.ends: list[float] = []
+        self.rows: list[Row] = []  # the rows themselves (the simulator's load is fitted from them)
         self.cum: list[array[float]] = [array("d", [0.0] * len(TERMS))]
         self._off = 0  # rows dropped from the front (kept until compacted)
 
@@ -244,6 +245,7 @@ class _Prefix:
         last = self.cum[-1]
         self.starts.append(row.t - row.dt)
         self.ends.append(row.t)
+        self.rows.append(row)
         self.cum.append(array("d", [a + b for a, b in zip(last, terms, strict=True)]))
 
     def drop_before(self, horizon: float) -> None:
@@ -252,15 +254,16 @@ class _Prefix:
         if self._off > 256 and self._off * 2 > len(self.starts):
             del self.starts[: self._off]
             del self.ends[: self._off]
+            del self.rows[: self._off]
             del self.cum[: self._off]
             self._off = 0
 
-    def between(self, t0: float, t1: float) -> tuple[Sums, int]:
-        """The rows between two pages taken in [t0, t1]."""
+    def between(self, t0: float, t1: float) -> tuple[Sums, int, tuple[Row, ...]]:
+        """The rows between two pages taken in [t0, t1]: their sums, their count, the rows."""
         i = bisect_left(self.starts, t0, lo=self._off)
         j = max(i, bisect_right(self.ends, t1, lo=self._off))
         a, b = self.cum[i], self.cum[j]
-        return Sums(y - x for x, y in zip(a, b, strict=True)), j - i
+        return Sums(y - x for x, y in zip(a, b, strict=True)), j - i, tuple(self.rows[i:j])
 
     def __len__(self) -> int:
         return len(self.starts) - self._off
@@ -348,9 +351,9 @@ class Intake:
 
     def view(self, t0: float = -math.inf, t1: float = math.inf) -> IntakeView:
         """The facts of the intervals between pages taken in [t0, t1]."""
-        busy, nb = self.busy.between(t0, t1)
-        queued, nq = self.queued.between(t0, t1)
-        return IntakeView(busy, nb, queued, nq, self._offered.max_between(t0, t1))
+        busy, nb, rows = self.busy.between(t0, t1)
+        queued, nq, _ = self.queued.between(t0, t1)
+        return IntakeView(busy, nb, queued, nq, self._offered.max_between(t0, t1), rows)
 
 
 @dataclass(frozen=True)
@@ -362,6 +365,7 @@ class IntakeView:
     queued: Sums
     queued_rows: int
     offered_max: float | None  # requests waiting + running per engine, highest queued interval
+    rows: tuple[Row, ...] = ()  # the busy rows themselves, in time order (the simulator's load)
 
     def as_mapping(self) -> Mapping[str, float]:
         return {name: self.busy[name] for name in TERMS}

@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.core import names as n
 from advisor.core.model import EngineInfo
 from advisor.derive import steps
 from advisor.derive.window import Window
-from advisor.predict.intake import IntakeView, Sums
+from advisor.predict.intake import IntakeView, Row, Sums
 
 KNOBS = (
     "max_num_seqs",
@@ -283,6 +283,9 @@ class Model:
     missing: tuple[str, ...] = ()
     binding: str = "unknown"
     itl_chunk: float | None = None  # prefill tokens in a step at ITL p95
+    # the busy rows fitted from, in time order: the load the scheduler simulator replays
+    # (advisor/predict/simulated.py); not compared (two models differ by their fit, not their rows)
+    rows: tuple[Row, ...] = field(default=(), compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -417,6 +420,7 @@ def build(
         measured=measured,
         fit=fit,
         missing=tuple(missing),
+        rows=facts.rows,
     )
     chunk = None
     itl95 = measured["itl_seconds_p95"]

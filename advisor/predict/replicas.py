@@ -16,7 +16,11 @@ carries ``current / r`` of what it carries now.
   queue it has seen.
 - **Knob first**: when the diagnosis advises a per-server knob and the model predicts that
   change meets both targets (at the observed load), the count stays at ``current``: one change at
-  a time, the cheaper one first.
+  a time, the cheaper one first. Where the scheduler simulator decided the advice, "meets" is
+  counted per request: 95% of the simulated requests meet every target (goodput's test).
+- The curve of counts stays the closed form's: up to 64 counts per cycle are too many to
+  simulate (each a replay of the window's load), and the count is a bound on the load, not a
+  choice between knobs.
 - **Replicas cannot meet them** (a prefill longer than the TTFT target, a step slower than the ITL
   target at any batch): the smallest count at which the batch holds the whole load (nothing
   queues; beyond it more replicas only make each batch smaller), else ``MAX_REPLICAS``.
@@ -141,15 +145,24 @@ def _breach(p: pm.Prediction, targets: Sequence[tuple[str, str, str, float]], sa
     return None
 
 
+MEETS_SHARE = 0.95  # the targets are p95s: a change meets them when 95% of its requests meet every one
+
+
 def knob_meets_targets(predicted: Mapping[str, Any] | None, targets: Mapping[str, float]) -> bool:
-    """Whether an advised change's prediction (``Prediction.to_json()``) meets every latency
-    target (all of them known)."""
+    """Whether an advised change's prediction (``Prediction.to_json()``, with what decided it)
+    meets every latency target (all of them known): where the scheduler simulator decided, per
+    request (at least ``MEETS_SHARE`` of the simulated requests meet every target, as goodput
+    counts them); else the closed form's p95s, each against its target."""
     if not predicted:
         return False
     after = predicted.get("predicted") or {}
     known = _known_targets(targets)
     if not known:
         return False
+    sim = predicted.get("simulated")
+    if predicted.get("decided_by") == "simulator" and isinstance(sim, Mapping):
+        share = ((sim.get("after") or {}).get("share_meeting") or {}).get("all")
+        return isinstance(share, int | float) and not math.isnan(share) and share >= MEETS_SHARE
     for metric, _, _, t in known:
         v = after.get(metric)
         if not isinstance(v, int | float) or math.isnan(v) or v > t:

@@ -17,6 +17,7 @@ from advisor.core.units import fmt
 from advisor.derive.signals import Context, Values
 from advisor.derive.window import Window
 from advisor.predict import perfmodel as pm
+from advisor.predict import simulated
 from advisor.predict.intake import Intake, IntakeView
 
 
@@ -95,18 +96,45 @@ def breaks_target(p: pm.Prediction, targets: Mapping[str, float]) -> str | None:
         ("tpot_seconds_p95", "itl_p95_seconds", "TPOT p95"),
         ("ttft_seconds_p95", "ttft_p95_seconds", "TTFT p95"),
     )
-    for metric, target_name, label in checks:
-        t = targets.get(target_name)
-        after, now = p.predicted.get(metric), p.measured.get(metric)
+    return _breaks(
+        [(label, p.predicted.get(m), p.measured.get(m), targets.get(t)) for m, t, label in checks],
+        p.confidence,
+    )
+
+
+def _breaks(
+    checks: Sequence[tuple[str, float | None, float | None, float | None]], confidence: float, what: str = ""
+) -> str | None:
+    """The first of (label, after, now, target) that the change pushes past its target (or, broken
+    already, further past by more than ``WORSE``)."""
+    for label, after, now, t in checks:
         if t is None or after is None:
             continue
         if now is not None and now > t:  # broken already: may not get worse by more than WORSE
             if after > now * (1 + WORSE):
-                return f"{label} predicted {fmt(after, 's')}, {fmt(now, 's')} now, against its {fmt(t, 's')} target"
-        elif after * (1 + band(p.confidence)) > t and (now is None or after > now):
+                return f"{label} {what}predicted {fmt(after, 's')}, {fmt(now, 's')} now, against its {fmt(t, 's')} target"
+        elif after * (1 + band(confidence)) > t and (now is None or after > now):
             # met now: a change that raises it must keep it met within the prediction's error
-            return f"{label} predicted {fmt(after, 's')} against its {fmt(t, 's')} target"
+            return f"{label} {what}predicted {fmt(after, 's')} against its {fmt(t, 's')} target"
     return None
+
+
+def sim_checks(
+    now: simulated.Outcome, after: simulated.Outcome, targets: Mapping[str, float]
+) -> list[tuple[str, float | None, float | None, float | None]]:
+    """(label, after, now, target) of the simulated p95s: TTFT p95 against its target, TPOT p95
+    (bench's per-request inter-token mean, as goodput counts it) against the ITL one."""
+    return [
+        ("TPOT p95", after.tpot_p95, now.tpot_p95, targets.get("itl_p95_seconds")),
+        ("TTFT p95", after.ttft_p95, now.ttft_p95, targets.get("ttft_p95_seconds")),
+    ]
+
+
+def sim_breaks(
+    now: simulated.Outcome, after: simulated.Outcome, targets: Mapping[str, float], confidence: float
+) -> str | None:
+    """:func:`breaks_target` on the simulated p95s (today's simulated against the change's)."""
+    return _breaks(sim_checks(now, after, targets), confidence, "simulated, ")
 
 
 def targets_met(p: pm.Prediction, targets: Mapping[str, float]) -> int:
@@ -115,6 +143,15 @@ def targets_met(p: pm.Prediction, targets: Mapping[str, float]) -> int:
     for metric, name in (("ttft_seconds_p95", "ttft_p95_seconds"), ("itl_seconds_p95", "itl_p95_seconds")):
         v, t = p.predicted.get(metric), targets.get(name)
         met += v is not None and t is not None and v * (1 + band(p.confidence)) <= t
+    return met
+
+
+def sim_targets_met(after: simulated.Outcome, targets: Mapping[str, float], confidence: float) -> int:
+    """How many of the TTFT p95 and ITL p95 targets the simulated p95s meet (TPOT for ITL)."""
+    met = 0
+    for v, name in ((after.ttft_p95, "ttft_p95_seconds"), (after.tpot_p95, "itl_p95_seconds")):
+        t = targets.get(name)
+        met += v is not None and t is not None and v * (1 + band(confidence)) <= t
     return met
 
 
@@ -135,14 +172,33 @@ FLAT = 0.01  # goodput within 1% of the best counts as the best: the smallest mo
 MEASURABLE = FLAT
 
 
+SIMULATOR, CLOSED_FORM = "simulator", "closed form"
+SIM_CONFIDENCE = 0.85  # a knob only the simulator prices: the error band of its targets' checks
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One candidate value as the decision judged it: the closed form's prediction (the shown
+    metrics), the simulated outcome where the simulator decides, its goodput, why it is excluded
+    (a target it breaks, or what cannot be predicted) and how many targets it meets."""
+
+    value: Any
+    prediction: pm.Prediction | None
+    goodput: float | None
+    excluded: str | None
+    met: int = 0
+    outcome: simulated.Outcome | None = None
+
+
 @dataclass(frozen=True)
 class Choice:
     value: Any
-    prediction: pm.Prediction
+    prediction: pm.Prediction | None  # None: a knob only the simulator prices
     goodput: float | None
     reason: str
     considered: tuple[tuple[Any, float | None, str | None], ...]  # (value, goodput, excluded why)
     moves_target: bool = True
+    outcome: simulated.Outcome | None = None  # the chosen value simulated (decided by the simulator)
 
 
 def candidates(
@@ -183,6 +239,52 @@ def candidates(
     return sorted(out, key=lambda x: abs(float(x) - float(current)))
 
 
+def deciding(scorer: simulated.Scorer | None) -> tuple[simulated.Scorer | None, str | None]:
+    """The scorer if the simulator decides here, else None and why not."""
+    if scorer is None:
+        return None, "not simulated (no scorer given)"
+    why = scorer.why_not()
+    return (scorer, None) if why is None else (None, why)
+
+
+def judge(
+    model: pm.Model,
+    knob: str,
+    values_in: Sequence[Any],
+    values: Mapping[str, float | None],
+    targets: Mapping[str, float],
+    sim: simulated.Scorer | None = None,
+) -> list[Judged]:
+    """Each candidate value predicted (the closed form) and, with ``sim`` (a scorer that can
+    decide), simulated on the decision's requests: goodput counted per request, the targets
+    judged on the simulated p95s. Without it, goodput from the closed form's two quantiles."""
+    out: list[Judged] = []
+    for v in values_in:
+        p: pm.Prediction | None
+        try:
+            p = predict(model, knob, float(v), values)
+        except ValueError as e:
+            if sim is None:
+                out.append(Judged(v, None, None, str(e)))
+                continue
+            p = None  # a knob only the simulator prices: it decides, nothing is shown beside it
+        if sim is None:
+            assert p is not None
+            g = goodput(p.predicted, targets)
+            out.append(Judged(v, p, g, breaks_target(p, targets), targets_met(p, targets)))
+            continue
+        try:
+            o = sim.at(knob, float(v))
+        except ValueError as e:
+            out.append(Judged(v, p, None, f"cannot be simulated: {e}"))
+            continue
+        conf = p.confidence if p is not None else SIM_CONFIDENCE
+        why = sim_breaks(sim.now(), o, targets, conf)
+        met = sim_targets_met(o, targets, conf)
+        out.append(Judged(v, p, o.goodput_tokens_per_second, why, met, o))
+    return out
+
+
 def choose(
     model: pm.Model,
     knob: str,
@@ -190,42 +292,44 @@ def choose(
     values: Mapping[str, float | None],
     targets: Mapping[str, float],
     prefer: Any = None,
+    sim: simulated.Scorer | None = None,
+    judged: Sequence[Judged] | None = None,
 ) -> Choice | None:
-    """The candidate the model expects best by goodput within the targets: among those within
-    1% of the best, ``prefer`` (the rule's own step) if it is one, else the smallest move. None
-    when no candidate can be predicted or all break a target."""
-    scored: list[tuple[Any, pm.Prediction, float | None]] = []
-    considered: list[tuple[Any, float | None, str | None]] = []
-    base = goodput(model.measured, targets)
-    for v in values_in:
-        try:
-            p = predict(model, knob, float(v), values)
-        except ValueError as e:
-            considered.append((v, None, str(e)))
-            continue
-        g = goodput(p.predicted, targets)
-        why = breaks_target(p, targets)
-        considered.append((v, g, why))
-        if why is None:
-            scored.append((v, p, g))
+    """The candidate expected best by goodput within the targets: among those within 1% of the
+    best, ``prefer`` (the rule's own step) if it is one and the closed form decides, else the
+    smallest move. None when no
+    candidate can be predicted or all break a target. ``sim``: a scorer that decides (goodput
+    per simulated request); None: the closed form decides."""
+    if judged is None:
+        judged = judge(model, knob, values_in, values, targets, sim)
+    considered = tuple((j.value, j.goodput, j.excluded) for j in judged)
+    base = sim.now().goodput_tokens_per_second if sim is not None else goodput(model.measured, targets)
+    scored = [j for j in judged if j.excluded is None and (j.prediction is not None or j.outcome is not None)]
     if not scored:
         return None
     # within the targets first: the values that meet the most targets, then the best goodput
-    most = max(targets_met(p, targets) for _, p, _ in scored)
-    scored = [x for x in scored if targets_met(x[1], targets) == most]
-    best_g = max((g for _, _, g in scored if g is not None), default=None)
+    most = max(j.met for j in scored)
+    scored = [j for j in scored if j.met == most]
+    best_g = max((j.goodput for j in scored if j.goodput is not None), default=None)
     if best_g is None:
-        v, p, g = scored[0]
-        return Choice(v, p, g, "the model cannot score goodput here: the nearest value", tuple(considered))
-    good = [(v, p, g) for v, p, g in scored if g is not None and g >= best_g * (1 - FLAT)]
-    pick = [x for x in good if prefer is not None and x[0] == prefer]
-    v, p, g = (pick or good)[0]  # candidates are sorted nearest first
+        j = scored[0]
+        return Choice(
+            j.value,
+            j.prediction,
+            j.goodput,
+            "the model cannot score goodput here: the nearest value",
+            considered,
+        )
+    good = [j for j in scored if j.goodput is not None and j.goodput >= best_g * (1 - FLAT)]
+    # the closed form breaks a near-tie to the rule's own step; the simulator, counting requests,
+    # to the smallest move (a larger step within 1% of it gains nothing it can show)
+    pick = [j for j in good if prefer is not None and sim is None and j.value == prefer]
+    j = (pick or good)[0]  # candidates are sorted nearest first
+    g = j.goodput
     moves = base is None or g is None or g > base * (1 + FLAT)
-    reason = (
-        f"predicted goodput {fmt(g, 'tok/s')} (now {fmt(base, 'tok/s')}), the best of "
-        f"{len(considered)} values within the targets"
-    )
-    return Choice(v, p, g, reason, tuple(considered), moves)
+    by = "simulated goodput" if sim is not None else "predicted goodput"
+    reason = f"{by} {fmt(g, 'tok/s')} (now {fmt(base, 'tok/s')}), the best of {len(considered)} values within the targets"
+    return Choice(j.value, j.prediction, g, reason, considered, moves, j.outcome)
 
 
 # ------------------------------------------------------------------ advice by prediction
@@ -233,8 +337,10 @@ def choose(
 class Refined:
     """The advised value after prediction: the value, the prediction (JSON) and a note; or
     ``withdrawn``: why the model advises against every value of this knob. ``goodput`` is the
-    predicted goodput of the value (tokens/s within the targets), ``goodput_now`` the measured
-    one: what arbitration between rules compares."""
+    value's goodput (tokens/s of the requests within the targets) and ``goodput_now`` today's,
+    both simulated where the simulator decides (``decided_by``; counted per simulated request),
+    else the closed form's (``decided_why``: why the simulator could not); ``throughput_now``
+    the output tokens/s they are shares of: what arbitration between rules compares."""
 
     value: Any = None
     predicted: dict[str, Any] | None = None
@@ -243,13 +349,45 @@ class Refined:
     goodput: float | None = None
     goodput_now: float | None = None
     prediction: pm.Prediction | None = None
+    decided_by: str = CLOSED_FORM
+    decided_why: str | None = None  # why the simulator did not decide (None: it did)
+    sim: simulated.Simulated | None = None  # the value simulated beside today's knobs
+    throughput_now: float | None = None
 
     @property
     def gain(self) -> float | None:
-        """Predicted goodput over the measured one (None: unknown)."""
+        """The value's goodput over today's (None: unknown)."""
         if self.goodput is None or not self.goodput_now:
             return None
         return self.goodput / self.goodput_now
+
+    @property
+    def predicted_p95(self) -> dict[str, float | None]:
+        """The p95 latencies the change is predicted to leave (the label's metric -> seconds):
+        the simulated TTFT and TPOT p95 where the simulator decided (TPOT against the
+        ITL target, as goodput counts it), else the closed form's TTFT and ITL p95."""
+        if self.sim is not None:
+            a = self.sim.after
+            return {"ttft_seconds_p95": a.ttft_p95, "itl_seconds_p95": a.tpot_p95}
+        p = self.prediction.predicted if self.prediction is not None else {}
+        return {"ttft_seconds_p95": p.get("ttft_seconds_p95"), "itl_seconds_p95": p.get("itl_seconds_p95")}
+
+
+def _decision_json(
+    data: dict[str, Any], sim: simulated.Scorer | None, why_not: str | None, knob: str, value: Any
+) -> simulated.Simulated | None:
+    """Add what decided (and the simulated view of the value) to a prediction's JSON; returns
+    the value simulated (None: the closed form decided)."""
+    data["decided_by"] = SIMULATOR if sim is not None else CLOSED_FORM
+    data["decided_by_why"] = why_not
+    if sim is None:
+        return None
+    try:
+        got = sim.simulated(knob, float(value))
+    except ValueError:
+        return None
+    data["simulated"] = got.to_json()
+    return got
 
 
 def _within(knob: str, current: Any, value: float, limits: knob_steps.Limits) -> Any:
@@ -277,12 +415,14 @@ def refine(
     proposed: Any,
     limits: knob_steps.Limits,
 ) -> Refined | None:
-    """:func:`refine_with` the model fitted to ``obs`` (None where none can be fitted)."""
+    """:func:`refine_with` the model fitted to ``obs`` (None where none can be fitted), its
+    candidates simulated where the simulator can decide."""
     try:
         model = model_of(obs, engine, values)
     except pm.InsufficientData:
         return None
-    return refine_with(model, values, targets, knob, direction, current, proposed, limits)
+    scorer = simulated.Scorer(model, targets)
+    return refine_with(model, values, targets, knob, direction, current, proposed, limits, scorer)
 
 
 def refine_with(
@@ -294,11 +434,17 @@ def refine_with(
     current: Any,
     proposed: Any,
     limits: knob_steps.Limits,
+    scorer: simulated.Scorer | None = None,
 ) -> Refined | None:
-    """Choose the value of the advised knob by predicted goodput. None when the model cannot
+    """Choose the value of the advised knob by goodput: simulated per request where ``scorer``
+    can decide (:meth:`simulated.Scorer.why_not`; one scorer per decision, so every candidate
+    of every knob replays the same requests), else the closed form's. None when the model cannot
     say (the rule's own step stands)."""
     if knob not in pm.KNOBS or direction not in STEPS or current is None:
         return None
+    sim, sim_why = deciding(scorer)
+    if sim is not None and knob in simulated.NOT_DECIDING:
+        sim, sim_why = None, simulated.NOT_DECIDING[knob]
     bound = None
     extra: list[Any] = [proposed]
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "increase":
@@ -311,6 +457,13 @@ def refine_with(
             asked = math.ceil(model.offered * model.engines)
             if bound is None or asked < bound:
                 extra.append(_within(knob, current, asked, limits))
+        # the simulator also weighs the cap at the KV fit: the requests the cache holds at their
+        # full length (past it the batch preempts; the simulator sees whether that pays)
+        usable = c.usable_kv_tokens()
+        if sim is not None and usable and model.prompt_mean and model.output_mean:
+            fit = math.floor(usable / c.footprint(model.prompt_mean, model.output_mean)) * model.engines
+            if fit > float(current):
+                extra.append(_within(knob, current, fit, limits))
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "decrease":
         # The model does not choose a cap cut. A cut is advised to stop preemption, and the rule's
         # value is what the KV cache holds at the observed sizes (no lower: validation showed a
@@ -327,8 +480,30 @@ def refine_with(
         )
         data["binding_now"] = p.binding_before
         g, g0 = goodput(p.predicted, targets), goodput(p.measured, targets)
-        data["goodput_tokens_per_second"] = {"measured": g0, "predicted": g}
-        return Refined(value=proposed, predicted=data, goodput=g, goodput_now=g0, prediction=p)
+        thr = p.measured.get("output_tokens_per_second")
+        got = _decision_json(data, sim, sim_why, knob, proposed)
+        if got is not None:  # the simulated goodput weighs it against the other rules' changes
+            g, g0, thr = (
+                got.after.goodput_tokens_per_second,
+                got.before.goodput_tokens_per_second,
+                got.before.output_tokens_per_second,
+            )
+        data["goodput_tokens_per_second"] = {
+            "measured": goodput(p.measured, targets),
+            "now": g0,
+            "predicted": g,
+        }
+        return Refined(
+            value=proposed,
+            predicted=data,
+            goodput=g,
+            goodput_now=g0,
+            prediction=p,
+            decided_by=data["decided_by"],
+            decided_why=sim_why if got is None else None,
+            sim=got,
+            throughput_now=thr,
+        )
     cands = candidates(knob, current, direction, limits, extra=extra, bound=bound)
     notes: list[str] = []
     if knob == "kv_cache_memory_bytes" and direction == "increase":
@@ -350,59 +525,69 @@ def refine_with(
                 if float(proposed) - float(current) <= room
                 else f"the device has {knobs.format_bytes(room)} free after start-up: the step is cut to fit"
             )
-    choice = choose(model, knob, cands, values, targets, prefer=proposed)
+    judged = judge(model, knob, cands, values, targets, sim)
+    choice = choose(model, knob, cands, values, targets, prefer=proposed, sim=sim, judged=judged)
     if choice is None:
-        excluded = _excluded(cands, model, knob, values, targets)
-        if not any(g is not None for _, g, _ in excluded):
+        if not any(j.goodput is not None for j in judged):
             return None  # the model cannot predict this knob here (an input is unknown): the rule's step
-        why = "; ".join(f"{knobs.format_value(v)}: {w}" for v, _, w in excluded)
-        return Refined(withdrawn=f"the model predicts every value of {knob} breaks a target ({why})")
-    p = choice.prediction
-    pre0, pre1 = p.measured.get("preemptions_per_second"), p.predicted.get("preemptions_per_second")
-    more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
-    if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
-        notes.append(
-            "the model predicts preemptions will not fall: the batch grows into the new memory "
-            f"and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
+        why = "; ".join(f"{knobs.format_value(j.value)}: {j.excluded}" for j in judged)
+        by = "the simulator" if sim is not None else "the model"
+        return Refined(
+            withdrawn=f"{by} predicts every value of {knob} breaks a target ({why})",
+            decided_by=SIMULATOR if sim is not None else CLOSED_FORM,
+            decided_why=sim_why,
         )
+    cp = choice.prediction  # None: a knob only the simulator prices
+    if cp is not None:
+        pre0, pre1 = cp.measured.get("preemptions_per_second"), cp.predicted.get("preemptions_per_second")
+        more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
+        if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
+            notes.append(
+                "the model predicts preemptions will not fall: the batch grows into the new memory "
+                f"and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
+            )
     if not choice.moves_target:
-        notes.append("the model predicts goodput will not move with this knob")
-    data = p.to_json()
-    data["goodput_tokens_per_second"] = {
-        "measured": goodput(p.measured, targets),
-        "predicted": choice.goodput,
-    }
+        notes.append(
+            "the simulator finds goodput will not move with this knob"
+            if sim is not None
+            else "the model predicts goodput will not move with this knob"
+        )
+    if cp is not None:
+        data = cp.to_json()
+        data["binding_now"] = cp.binding_before
+    else:
+        data = {
+            "knob": knob,
+            "current": current,
+            "value": choice.value,
+            "binding_after": None,
+            "predicted": {k: None for k in pm.METRICS},
+            "measured": {k: model.measured.get(k) for k in pm.METRICS},
+            "confidence": None,
+            "binding_now": model.binding,
+        }
+    got = _decision_json(data, sim, sim_why, knob, choice.value)
+    measured_g = goodput(model.measured, targets)
+    g0 = got.before.goodput_tokens_per_second if got is not None else measured_g
+    data["goodput_tokens_per_second"] = {"measured": measured_g, "now": g0, "predicted": choice.goodput}
     data["considered"] = [
         {"value": v, "goodput_tokens_per_second": g, "excluded": w} for v, g, w in choice.considered
     ]
     data["why"] = choice.reason
-    data["binding_now"] = p.binding_before
     return Refined(
         value=choice.value,
         predicted=data,
         note=" ".join(n[0].upper() + n[1:] + "." for n in notes),
         goodput=choice.goodput,
-        goodput_now=goodput(p.measured, targets),
-        prediction=p,
+        goodput_now=g0,
+        prediction=cp,
+        decided_by=data["decided_by"],
+        decided_why=sim_why,
+        sim=got,
+        throughput_now=got.before.output_tokens_per_second
+        if got is not None
+        else model.measured.get("output_tokens_per_second"),
     )
-
-
-def _excluded(
-    cands: Sequence[Any],
-    model: pm.Model,
-    knob: str,
-    values: Mapping[str, float | None],
-    targets: Mapping[str, float],
-) -> list[tuple[Any, float | None, str | None]]:
-    out: list[tuple[Any, float | None, str | None]] = []
-    for v in cands:
-        try:
-            p = predict(model, knob, float(v), values)
-        except ValueError as e:
-            out.append((v, None, str(e)))
-            continue
-        out.append((v, goodput(p.predicted, targets), breaks_target(p, targets)))
-    return out
 
 
 # ------------------------------------------------------------------ closing the loop

