@@ -42,7 +42,6 @@ from advisor.predict import perfmodel as pm  # noqa: E402
 from advisor.predict import scoring, simulated  # noqa: E402
 from advisor.predict import workload as wl  # noqa: E402
 from advisor.predict.intake import rows_of  # noqa: E402
-from advisor.verify.bench import load_bench  # noqa: E402
 
 COLS = (  # (label, bench key, closed-form metric)
     ("tok/s", "output_throughput", "output_tokens_per_second"),
@@ -71,19 +70,6 @@ def arrivals_of(run_dir: Path) -> wl.Arrivals:
     """The load as the advisor infers it from the run's own pages (not the benchmark's flags)."""
     adv, _ = inputs.from_session(run_dir, predictions.Config(), predictions._rules())
     return wl.fit_arrivals(rows_of(adv.window.snapshots()))
-
-
-def measured_goodput(run_dir: Path) -> float | None:
-    """Output tokens/s of the benchmark's requests that met every target (per request)."""
-    b = load_bench(run_dir / "bench.json.gz")
-    if not b.duration_s:
-        return None
-    good = sum(
-        r.output_len or 0
-        for r in b.ok_rows
-        if r.ttft_s is not None and r.e2e_s is not None and wl.meets(r.ttft_s, r.tpot_s, r.e2e_s, TARGETS)
-    )
-    return good / b.duration_s
 
 
 def goodput_hit(pred: float | None, meas: float | None, throughput: float) -> bool | None:
@@ -154,7 +140,7 @@ def main(argv: list[str]) -> int:
                 f"| {name} | {label} | {meas:.4g} | {_fmt(p_cf)} ({_pct(p_cf, meas)}) | {_fmt(p_sim)} ({_pct(p_sim, meas)}) |"
             )
         # goodput: each model's own, scaled by measured over modelled throughput of the base run
-        g_meas = measured_goodput(report.RUNS / after)
+        g_meas = report.measured_goodput(report.RUNS / after)
         scale_sim = b0["output_throughput"] / s0["output_throughput"] if s0.get("output_throughput") else None
         g_sim = s1["goodput"] * scale_sim if s1.get("goodput") is not None and scale_sim else None
         thr0 = cf.measured.get("output_tokens_per_second")

@@ -165,7 +165,7 @@ STEPS = {
     "increase": ("+25%", "+50%", "x2", "x3", "x4"),
     "decrease": ("-10%", "-25%", "/2", "/4"),
 }
-FLAT = 0.01  # goodput within 1% of the best counts as the best: the smallest move wins
+FLAT = 0.01  # goodput within 1% of the best counts as the best: the rule's step, else the smallest move
 # Goodput tells changes apart only where a share of the output meets the targets (now or
 # predicted): below it the prediction rests on the far tail of the latency distributions, which
 # the model does not predict, and a ratio of two near-zero goodputs means nothing.
@@ -296,8 +296,7 @@ def choose(
     judged: Sequence[Judged] | None = None,
 ) -> Choice | None:
     """The candidate expected best by goodput within the targets: among those within 1% of the
-    best, ``prefer`` (the rule's own step) if it is one and the closed form decides, else the
-    smallest move. None when no
+    best, ``prefer`` (the rule's own step) if it is one, else the smallest move. None when no
     candidate can be predicted or all break a target. ``sim``: a scorer that decides (goodput
     per simulated request); None: the closed form decides."""
     if judged is None:
@@ -321,9 +320,9 @@ def choose(
             considered,
         )
     good = [j for j in scored if j.goodput is not None and j.goodput >= best_g * (1 - FLAT)]
-    # the closed form breaks a near-tie to the rule's own step; the simulator, counting requests,
-    # to the smallest move (a larger step within 1% of it gains nothing it can show)
-    pick = [j for j in good if prefer is not None and sim is None and j.value == prefer]
+    # a near-tie goes to the rule's own step (the step the recorded after-runs measured), by
+    # either model: within 1% neither can tell the values apart; else to the smallest move
+    pick = [j for j in good if prefer is not None and j.value == prefer]
     j = (pick or good)[0]  # candidates are sorted nearest first
     g = j.goodput
     moves = base is None or g is None or g > base * (1 + FLAT)

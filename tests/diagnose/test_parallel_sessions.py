@@ -14,17 +14,20 @@ rule examples, and stays quiet on the vision-language sessions here.
 
 from __future__ import annotations
 
-from functools import cache
+import importlib.util
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from advisor.core.config import Config
 from advisor.derive.signals import CATALOG, Context, promql
 from advisor.derive.window import Window
-from advisor.diagnose.advise import Diagnosis, provenanced_engine
+from advisor.diagnose.advise import provenanced_engine
 from advisor.diagnose.arbitration import resolve_choice
-from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
 from advisor.outputs.exporter import make_registry
 from advisor.outputs.state import ExportState
@@ -32,10 +35,9 @@ from advisor.sources.metrics import parse_page
 from advisor.sources.session import Session
 from advisor.verify import comparison, verdict
 from advisor.verify import live_experiment as lx
-from tests.paths import FIXTURES, REPO
+from tests.diagnose.sessions import ALL, RULES, SESSIONS, diagnose, states
+from tests.paths import REPO
 
-SESSIONS = FIXTURES / "sessions"
-RULES = load_rules()
 NEW_RULES = (
     "moe-expert-parallel",
     "moe-data-parallel",
@@ -47,18 +49,6 @@ FIRES_ON = {
     "cpu-moe-queue": {"moe-data-parallel"},
     "cpu-vl-media": {"mm-media-loading-threads"},
 }
-ALL = sorted(p.name for p in SESSIONS.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-@cache
-def diagnose(name: str) -> Diagnosis:
-    _, d = from_session(SESSIONS / name, Config(), RULES)
-    assert d is not None
-    return d
-
-
-def states(d: Diagnosis) -> dict[str, str]:
-    return {f["rule"]: f["state"] for f in d.findings}
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -163,21 +153,29 @@ def test_more_media_loading_threads_advised_then_measured() -> None:
     assert comp.verdict == "keep", comp.reasons
 
 
+@contextmanager
+def gpu_suite(monkeypatch: pytest.MonkeyPatch, state: Path, profile: str) -> Iterator[Any]:
+    """validation/suite.py loaded as a module for ``profile`` with its state in ``state``
+    (planning only: nothing here starts a server)."""
+    monkeypatch.setenv("PROFILE", profile)
+    monkeypatch.setenv("G", str(state))
+    name = f"suite_{profile}"
+    spec = importlib.util.spec_from_file_location(name, REPO / "validation" / "suite.py")
+    assert spec is not None and spec.loader is not None
+    suite = importlib.util.module_from_spec(spec)
+    sys.modules[name] = suite
+    try:
+        spec.loader.exec_module(suite)
+        yield suite
+    finally:
+        del sys.modules[name]
+
+
 def test_the_gpu_suite_applies_parallelism_advice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """validation/suite.py profile h200x2 (no GPU here: only the planning, no server starts): the
     advice --enable-expert-parallel becomes a flag without a value, --tensor-parallel-size 2 a
     valued flag, and the MoE scenario serves the MoE model dir."""
-    import importlib.util
-    import sys
-
-    monkeypatch.setenv("PROFILE", "h200x2")
-    monkeypatch.setenv("G", str(tmp_path))
-    spec = importlib.util.spec_from_file_location("suite_h200x2", REPO / "validation" / "suite.py")
-    assert spec is not None and spec.loader is not None
-    suite = importlib.util.module_from_spec(spec)
-    sys.modules["suite_h200x2"] = suite
-    try:
-        spec.loader.exec_module(suite)
+    with gpu_suite(monkeypatch, tmp_path, "h200x2") as suite:
         runs = suite.load_state()
         assert [r.id for r in runs] == ["dense-kv-tp.before", "moe-ep.before"]
         runs[1].advice = {
@@ -192,8 +190,6 @@ def test_the_gpu_suite_applies_parallelism_advice(tmp_path: Path, monkeypatch: p
         dense_after = suite.serve_argv(runs[3])
         assert dense_after[-2:] == ["--tensor-parallel-size", "2"]
         assert dense_after.count("--gpu-memory-utilization") == 1
-    finally:
-        del sys.modules["suite_h200x2"]
 
 
 def test_the_gpu_suite_follows_advice_step_after_step(
@@ -202,18 +198,8 @@ def test_the_gpu_suite_follows_advice_step_after_step(
     """validation/suite.py follow mode (planning only, no server starts): each run's advice is
     the next run's change, up to the scenario's ``follow`` restarts; advice that returns to a
     setting already measured plans nothing; eager mode's advice drops the flag."""
-    import importlib.util
-    import sys
-
-    monkeypatch.setenv("PROFILE", "h200")
-    monkeypatch.setenv("G", str(tmp_path))
     monkeypatch.setenv("ONLY", "follow-misconf,eager-graphs")
-    spec = importlib.util.spec_from_file_location("suite_follow", REPO / "validation" / "suite.py")
-    assert spec is not None and spec.loader is not None
-    suite = importlib.util.module_from_spec(spec)
-    sys.modules["suite_follow"] = suite
-    try:
-        spec.loader.exec_module(suite)
+    with gpu_suite(monkeypatch, tmp_path, "h200") as suite:
         runs = suite.load_state()
         ids = [r.id for r in runs]
         assert ids[0] == "follow-misconf.before" and "eager-graphs.before" in ids
@@ -241,8 +227,6 @@ def test_the_gpu_suite_follows_advice_step_after_step(
         suite.plan_after(eager, runs)
         assert "--enforce-eager" not in suite.serve_argv(runs[-1])
         assert "--enforce-eager" in suite.serve_argv(eager)
-    finally:
-        del sys.modules["suite_follow"]
 
 
 def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:

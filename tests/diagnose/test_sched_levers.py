@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -27,34 +26,18 @@ from advisor.cli import main
 from advisor.core.config import Config
 from advisor.derive import sketches
 from advisor.derive.signals import help_for
-from advisor.diagnose.advise import Diagnosis
-from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
-from tests.paths import FIXTURES
+from tests.diagnose.sessions import ALL, RULES, SESSIONS, diagnose, states
 
-SESSIONS = FIXTURES / "sessions"
 LONG = SESSIONS / "cpu-long-prefill"
 LONG_AFTER = SESSIONS / "cpu-long-prefill-after"
 THRASH = SESSIONS / "cpu-preempt-thrash"
 THRASH_AFTER = SESSIONS / "cpu-preempt-thrash-after"
-RULES = load_rules()
 NEW_RULES = ("ttft-long-prefill-blocks-short", "kv-preemption-thrash")
 FIRES_ON = {
     "cpu-long-prefill": {"ttft-long-prefill-blocks-short"},
     "cpu-preempt-thrash": {"kv-preemption-thrash"},
 }
-ALL = sorted(p.name for p in SESSIONS.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-@cache
-def diagnose(name: str) -> Diagnosis:
-    _, d = from_session(SESSIONS / name, Config(), RULES)
-    assert d is not None
-    return d
-
-
-def states(d: Diagnosis) -> dict[str, str]:
-    return {f["rule"]: f["state"] for f in d.findings}
 
 
 @pytest.mark.parametrize("name", ALL)
