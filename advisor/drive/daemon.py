@@ -1122,8 +1122,10 @@ def observe_advisor(
         for i in range(n):
             d = daemon.cycle()
             bar.advance(task)
-            if i == 0 and not daemon.advisor.up:
-                break  # down: say so now rather than after the whole window
+            if i == 0 and not daemon.advisor.up and daemon.advisor.stats.scrapes.get("refused"):
+                # nothing listens: say so now rather than after the whole window; a page that
+                # was slow to come (a busy server) is not that, and the next ones may come
+                break
             if i < n - 1:
                 sleep(interval_s)
     assert d is not None

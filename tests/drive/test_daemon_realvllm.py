@@ -27,6 +27,11 @@ from tests.promstack import prometheus, query, wait_until
 KV_BYTES = 25165824  # 3,072 tokens = 24 blocks of 128: 8 requests of 384 tokens fit
 
 
+def _text(page: str) -> str:
+    """The page's words without its markup (what a failed check prints)."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))[:3000]
+
+
 def _points(page: str) -> list[int]:
     """The points of every line the page's charts draw."""
     return [int(x) for x in re.findall(r'<path class="series" [^>]*data-points="(\d+)"', page)]
@@ -86,8 +91,20 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             )
             status = query(prom, 'vllm_advisor_status{status="insufficient-data"} == 1')
             assert status, "a down server must not look healthy or advised"
-            page = requests.get(f"http://{host}:{port}/", timeout=10).text
-            assert "vLLM is <b>DOWN</b>" in page and 'class="outage"' in page and 'id="change"' not in page
+            # the page is drawn by the daemon's own cycle, which may come after Prometheus's scrape
+            last: list[str] = []
+
+            def page_down() -> bool:
+                last[:] = [requests.get(f"http://{host}:{port}/", timeout=10).text]
+                return "vLLM is <b>DOWN</b>" in last[0] and 'class="outage"' in last[0]
+
+            try:
+                wait_until("the page says vLLM is down", page_down, 30, [proc])
+            except AssertionError as e:
+                raise AssertionError(
+                    f"{e}; the page's text:\n{_text(last[0]) if last else '(none)'}"
+                ) from None
+            assert 'id="change"' not in last[0]
 
             server.restart(kv_cache_memory_bytes=proposed)
             wait_until("vllm_advisor_up == 1 again", lambda: query(prom, "vllm_advisor_up == 1"), 60, [proc])

@@ -27,7 +27,10 @@ import pytest
 import requests
 
 from advisor.cli.common import DEMO_SESSION
+from advisor.core.config import Config
 from advisor.core.log import configure_logging
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive import daemon as daemon_mod
 from advisor.drive.daemon import Daemon
 from advisor.outputs.exporter import BoundedHTTPServer
 from advisor.sources import engine, session
@@ -729,3 +732,34 @@ def test_a_gzip_encoded_page_is_decoded(tmp_path: Path) -> None:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_explain_url_keeps_watching_past_a_first_page_that_was_slow() -> None:
+    """``explain --url`` on a busy server: the first page comes after the scrape deadline (the
+    stand-in holds it 3 s, the deadline is 0.8 s); that is a slow server, not a dead one, so the
+    watch goes on and the later pages are diagnosed (CI saw a real vLLM CPU server under load
+    miss its first deadline and the whole watch given up). Nothing listening still stops at once."""
+    standin = StandIn(session_pages(DEMO_SESSION))
+    standin.mode = "hang"
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        standin.mode = "ok"  # the server has caught up by the next interval
+
+    with serve(standin) as url:
+        advisor, d = daemon_mod.observe_advisor(
+            url, Config(), load_rules(), 3.0, 1.0, sleep=sleep, progress=False
+        )
+    assert advisor.stats.scrapes.get("timeout") == 1
+    assert advisor.stats.scrapes.get("success") == 3
+    assert len(sleeps) == 3  # the whole window was watched
+    assert advisor.up, d.reason
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    sleeps.clear()
+    with pytest.raises(daemon_mod.DaemonError, match="refused"):
+        daemon_mod.observe_advisor(dead, Config(), load_rules(), 3.0, 1.0, sleep=sleep, progress=False)
+    assert sleeps == []  # said at once, not after the window
