@@ -319,13 +319,23 @@ def choose(
             "the model cannot score goodput here: the nearest value",
             considered,
         )
-    good = [j for j in scored if j.goodput is not None and j.goodput >= best_g * (1 - FLAT)]
+    thr = (
+        sim.now().output_tokens_per_second
+        if sim is not None
+        else model.measured.get("output_tokens_per_second")
+    )
+    # goodput under 1% of the output (nearly every request breaks a target, for every value)
+    # tells no value from another, as arbitration counts it: all of them are a tie
+    measurable = thr is None or best_g >= MEASURABLE * thr
+    good = [
+        j for j in scored if j.goodput is not None and (not measurable or j.goodput >= best_g * (1 - FLAT))
+    ]
     # a near-tie goes to the rule's own step (the step the recorded after-runs measured), by
     # either model: within 1% neither can tell the values apart; else to the smallest move
     pick = [j for j in good if prefer is not None and j.value == prefer]
     j = (pick or good)[0]  # candidates are sorted nearest first
     g = j.goodput
-    moves = base is None or g is None or g > base * (1 + FLAT)
+    moves = measurable and (base is None or g is None or g > base * (1 + FLAT))
     by = "simulated goodput" if sim is not None else "predicted goodput"
     reason = f"{by} {fmt(g, 'tok/s')} (now {fmt(base, 'tok/s')}), the best of {len(considered)} values within the targets"
     return Choice(j.value, j.prediction, g, reason, considered, moves, j.outcome)

@@ -141,6 +141,20 @@ def test_where_no_request_meets_the_targets_a_change_is_still_advised() -> None:
     assert len(rec.considered) >= 1
 
 
+def test_where_goodput_tells_no_value_apart_the_rules_own_step_stands() -> None:
+    """cpu-two-rules-cap (the cap raised; every 2,800-token prompt still enters one step beside
+    the decodes): under 1% of the output meets the targets for every budget the model weighs, so
+    goodput cannot choose among them and the rule's own step ("at least halved": a budget that
+    still fits a whole prompt changes nothing) stands, not the smallest move (8192 -> 7372 before:
+    a 1% tie taken of a goodput of 0.035 tok/s)."""
+    d = diagnose(SESSIONS / "cpu-two-rules-cap")
+    rec = d.recommendation
+    assert rec is not None and rec.rule == "itl-stutter-prefill-chunks", d.reason
+    assert rec.knob == "max_num_batched_tokens" and float(rec.current) == 8192
+    assert float(rec.proposed) <= 8192 / 2, rec.proposed
+    assert "goodput will not move" in (rec.note or ""), rec.note
+
+
 def test_explain_lists_the_other_change_with_its_prediction(tmp_path: Path) -> None:
     session = str(SESSIONS / "cpu-two-rules")
     cfg = tmp_path / "advisor.yaml"
