@@ -110,7 +110,38 @@ LONG_PREFILL_ARGS = ("--max-num-batched-tokens", "1024", "--max-model-len", "409
 # request ends at 4 blocks): the same requests are preempted again and again
 THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=100, concurrency=24)
 
+# long prompts behind a small token budget (issue 30, the class "a small budget with long
+# prompts that a larger one fixes"): 1,024-token prompts chunked 64 tokens a step, eight clients;
+# the cap and the KV cache have room, so TTFT is the budget's own prefill backlog
+BUDGET_LOAD = Load(input_len=1024, output_len=64, num_prompts=200, concurrency=10)
+
 SPECS: tuple[Spec, ...] = (
+    Spec(
+        "cpu-prefill-budget",
+        "Long prompts behind a small token budget (issue 30): --max-num-batched-tokens 64, 1 GiB KV "
+        "cache, default cap; 160 requests of 1,024 in / 64 out at concurrency 8. Every prompt is "
+        "prefilled 64 tokens a step (16+ steps) beside the decodes; nothing queues for the cap or "
+        "the cache, so TTFT is prefill time: ttft-prefill-budget-bound (a larger budget).",
+        max_num_batched_tokens=64,
+        load=BUDGET_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    ),
+    Spec(
+        "cpu-prefill-budget-after",
+        "cpu-prefill-budget after the advice: --max-num-batched-tokens 256 (the simulator's "
+        "choice; the rule's own step, x2, is cpu-prefill-budget-x2); the same cache and load.",
+        max_num_batched_tokens=256,
+        load=BUDGET_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    ),
+    Spec(
+        "cpu-prefill-budget-x2",
+        "cpu-prefill-budget with the rule's own step: --max-num-batched-tokens 128 (x2); the same "
+        "cache and load.",
+        max_num_batched_tokens=128,
+        load=BUDGET_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    ),
     Spec(
         "cpu-long-prefill",
         "Short prompts beside long ones (issue 31): --max-num-batched-tokens 1024, --max-model-len "

@@ -33,7 +33,6 @@ from advisor.core.config import DEFAULT_TARGETS, Config  # noqa: E402
 from advisor.core.knobs import format_bytes  # noqa: E402
 from advisor.diagnose.ruleset import load_rules  # noqa: E402
 from advisor.drive.inputs import from_session  # noqa: E402
-from advisor.predict.workload import meets  # noqa: E402
 from advisor.sources.metrics import parse_page  # noqa: E402
 from advisor.sources.session import Session  # noqa: E402
 from advisor.verify.bench import load_bench  # noqa: E402
@@ -91,17 +90,7 @@ def bench(run_dir: Path) -> dict[str, Any]:
 def measured_goodput(run_dir: Path) -> float | None:
     """Output tokens/s of the benchmark's requests that met every default target, counted per
     request as ``vllm bench serve --goodput`` does."""
-    b = load_bench(run_dir / "bench.json.gz")
-    if not b.duration_s:
-        return None
-    good = sum(
-        r.output_len or 0
-        for r in b.ok_rows
-        if r.ttft_s is not None
-        and r.e2e_s is not None
-        and meets(r.ttft_s, r.tpot_s, r.e2e_s, DEFAULT_TARGETS)
-    )
-    return good / b.duration_s
+    return load_bench(run_dir / "bench.json.gz").goodput(DEFAULT_TARGETS)
 
 
 def render_goodput(results: dict[str, Any]) -> list[str]:

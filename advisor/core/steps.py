@@ -129,8 +129,9 @@ def propose(
       at least 1; the result is clamped to the knob's safe range;
     - ``bound_hint`` grounds the value: a decrease goes at least down to floor(hint), an
       increase at least up to ceil(hint) (e.g. max_num_seqs 256 -25% with hint 128 -> 128);
-    - max_num_batched_tokens stays >= 2048, >= max_num_seqs and (without chunked prefill)
-      >= max_model_len; it grows up to max(max_model_len, 16384) and max_num_seqs *
+    - max_num_batched_tokens is cut no lower than 2048 (a raise from below it moves by its
+      step: the model weighs what the extra prefill per step costs the decodes), and stays
+      >= max_num_seqs and (without chunked prefill) >= max_model_len; it grows up to max(max_model_len, 16384) and max_num_seqs *
       max_model_len (8192 x2 with max_model_len 8192 -> 16384: with chunked prefill a
       budget above max_model_len is valid and schedules several prefills per step; beyond
       that doubling rarely pays when no request is longer, and long chunks stall decodes);
@@ -192,7 +193,7 @@ def propose(
         value: Any = round(raw, 2)
         if bound_hint is not None:
             value = min(value, bound_hint) if not up else max(value, bound_hint)
-        lo, hi = _bounds(k, lim)
+        lo, hi = _bounds(k, lim, up)
         value = min(max(value, lo), hi)
         value = round(value, 2)
         if (up and value <= cur_n) or (not up and value >= cur_n):
@@ -208,7 +209,7 @@ def propose(
         value = min(math.floor(raw + 1e-9), cur_n - 1)
         if bound_hint is not None:
             value = min(value, math.floor(bound_hint))
-    lo, hi = _bounds(k, lim)
+    lo, hi = _bounds(k, lim, up)
     if lo > hi:
         return None
     value = int(min(max(value, lo), hi))
@@ -221,11 +222,12 @@ def _within(k: Knob, value: float) -> bool:
     return (k.min is None or value >= k.min) and (k.max is None or value <= k.max)
 
 
-def _bounds(k: Knob, lim: Limits) -> tuple[float, float]:
+def _bounds(k: Knob, lim: Limits, up: bool) -> tuple[float, float]:
     lo = k.min if k.min is not None else -math.inf
     hi = k.max if k.max is not None else math.inf
     if k.name == "max_num_batched_tokens":
-        lo = max(lo, MNBT_FLOOR)
+        if not up:  # a cut stops at the floor; a raise from below it moves by its own step
+            lo = max(lo, MNBT_FLOOR)
         if lim.max_num_seqs:
             lo = max(lo, lim.max_num_seqs)
         if lim.enable_chunked_prefill is False and lim.max_model_len:
@@ -375,7 +377,7 @@ def applicable(
             c = float(cur)
         except (TypeError, ValueError):
             return True, ""
-        lo, hi = _bounds(k, Limits.from_engine(engine, host_gpus))
+        lo, hi = _bounds(k, Limits.from_engine(engine, host_gpus), direction == "increase")
         if direction == "increase" and c >= hi:
             return False, f"{k.name} is already {format_value(cur)}, at its upper bound"
         if direction == "decrease" and c <= lo:

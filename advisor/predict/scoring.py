@@ -452,8 +452,8 @@ def refine_with(
     if knob not in pm.KNOBS or direction not in STEPS or current is None:
         return None
     sim, sim_why = deciding(scorer)
-    if sim is not None and knob in simulated.NOT_DECIDING:
-        sim, sim_why = None, simulated.NOT_DECIDING[knob]
+    if sim is not None and (knob, direction) in simulated.NOT_DECIDING:
+        sim, sim_why = None, simulated.NOT_DECIDING[knob, direction]
     bound = None
     extra: list[Any] = [proposed]
     if knob in ("max_num_seqs", "max_num_active_seqs") and direction == "increase":

