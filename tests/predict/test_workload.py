@@ -38,7 +38,21 @@ def pages(res: Result, every: float = SCRAPE) -> list[Row]:
             fin = bisect.bisect_right(ends, t) - bisect.bisect_right(ends, t0)
             if r0 and run and steps:
                 rows.append(
-                    Row(t, t - t0, steps, 1.0, 0.0, (r0 + run) / 2, (w0 + wait) / 2, None, 0.0, fin, 1)
+                    Row(
+                        t,
+                        t - t0,
+                        steps,
+                        1.0,
+                        0.0,
+                        (r0 + run) / 2,
+                        (w0 + wait) / 2,
+                        None,
+                        0.0,
+                        fin,
+                        1,
+                        in_system_start=r0 + w0,
+                        in_system_end=run + wait,
+                    )
                 )
         prev = (t, run, wait)
         t += every
