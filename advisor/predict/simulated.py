@@ -388,8 +388,8 @@ class Scorer:
 
 NOT_DECIDING = {
     "max_num_batched_tokens": (
-        "the simulator's TTFT for a token-budget change is off by +214% to +571% on the recorded "
-        "pairs (itl-stutter, dense-kv-tp: docs/validation.md): the closed form decides it"
+        "the simulator's TTFT p95 for a token-budget change is off by +214% on dense-kv-tp's recorded "
+        "pair (docs/validation.md): the closed form decides it"
     ),
 }
 """Knobs whose changes the simulator does not decide, and why (its validation against the recorded
