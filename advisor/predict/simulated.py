@@ -472,6 +472,14 @@ class SimulatorPrediction:
         }
 
 
+LONG_PREFILL_MISS = (
+    "a known miss: the simulator draws one lognormal prompt length, not a mix of short and long "
+    "prompts, so it cannot see the short prompts a threshold lets past a long one (on cpu-long-prefill "
+    "it predicted TTFT up where the short prompts' TTFT p95 fell 2.87 -> 0.60 s: docs/prediction.md); "
+    "read its TTFT change as unknown"
+)
+
+
 def predict_simulator_only(
     model: pm.Model, knob: str, value: float, sim: Simulated, not_deciding: str | None = None
 ) -> SimulatorPrediction:
@@ -485,6 +493,8 @@ def predict_simulator_only(
             f"the watermark keeps int({value:g} x {eng.kv_blocks} blocks) = {eng.watermark_blocks} "
             "blocks free when a request is admitted beside running ones"
         )
+    if knob.startswith("long_prefill_token_threshold"):
+        notes.append(LONG_PREFILL_MISS)
     return SimulatorPrediction(
         knob,
         current,

@@ -141,6 +141,19 @@ def test_long_prefill_threshold_is_a_known_miss_of_the_simulator() -> None:
         m0, "long_prefill_token_threshold", value, rows, dict(DEFAULT_TARGETS)
     )
     assert sim is not None
+    # predict says so beside the prediction
+    res = CliRunner().invoke(
+        main,
+        [
+            "predict",
+            "--session",
+            str(SESSIONS / "cpu-long-prefill"),
+            "--set",
+            f"long_prefill_token_threshold={value:g}",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert "note: a known miss" in res.output and "read its TTFT change as unknown" in res.output
     b, a = sim.before, sim.after
     assert b.ttft[0] is not None and a.ttft[0] is not None and a.ttft[0] >= 0.9 * b.ttft[0]  # the miss
     assert b.ttft_p95 is not None and a.ttft_p95 is not None and a.ttft_p95 >= 0.9 * b.ttft_p95
