@@ -276,7 +276,11 @@ def predict(
             interval_s=config_mod.parse_duration_s(interval),
             config_path=engine_config,
         )
-        p = scoring.predict(model, knob, value, values)
+        sp = None
+        if predict_cmd.simulator_only(knob):
+            sp = predict_cmd.simulator_prediction(model, knob, value, rows, cfg.targets)
+        else:
+            p = scoring.predict(model, knob, value, values)
     except inputs.NoData as e:
         fail(str(e), EXIT_NO_DATA)
         raise
@@ -292,9 +296,23 @@ def predict(
     except daemon_errors() as e:
         fail(str(e))
         raise
+    if sp is not None:  # only the simulator prices this knob: the prediction is its
+        if fmt == "json":
+            doc = sp.to_json()
+            if exact:
+                doc["measured_exact"] = {"source": "stat-logger plugin", **exact}
+            doc["simulated"] = sp.sim.to_json()
+            if sp.not_deciding:
+                doc["simulated"]["not_deciding"] = sp.not_deciding
+            click.echo(jsonout.dumps(doc, indent=2))
+        else:
+            click.echo(prediction_out.render_simulator_text(sp, exact))
+            click.echo(prediction_out.render_simulated(sp.sim, sp.not_deciding, model))
+        return
     sim, why_not = predict_cmd.simulated_change(model, knob, value, rows, cfg.targets)
     if fmt == "json":
         doc = p.to_json()
+        doc["predicted_by"] = "closed form"
         if exact:
             doc["measured_exact"] = {"source": "stat-logger plugin", **exact}
         doc["simulated"] = sim.to_json() if sim is not None else {"unavailable": why_not}

@@ -26,8 +26,11 @@ def parse_set(text: str) -> tuple[str, float]:
         raise ValueError(f"--set {text!r}: expected KNOB=VALUE")
     name, raw = text.split("=", 1)
     key = name.strip().lstrip("-").replace("-", "_")
-    if key not in pm.KNOBS:
-        raise ValueError(f"--set {text!r}: the model moves {', '.join(pm.KNOBS)}")
+    if key not in pm.KNOBS and key not in pm.SIMULATED_ONLY:
+        raise ValueError(
+            f"--set {text!r}: the model moves {', '.join(pm.KNOBS)}; "
+            f"the scheduler simulator alone {', '.join(pm.SIMULATED_ONLY)}"
+        )
     k = knobs.KNOBS.get(key)
     if k is None:
         raise ValueError(f"--set {text!r}: this vLLM version has no {key}")
@@ -36,9 +39,22 @@ def parse_set(text: str) -> tuple[str, float]:
         value = units.parse_bytes(raw) if key.endswith("_bytes") else float(knobs.coerce(k, raw.strip()))
     except (TypeError, ValueError):
         raise ValueError(f"--set {text!r}: {raw.strip()!r} is not a value for {key}") from None
-    if value <= 0:
+    if key in ZERO_MEANS_OFF:
+        if value < 0:
+            raise ValueError(f"--set {text!r}: the value must be 0 (off) or more")
+    elif value <= 0:
         raise ValueError(f"--set {text!r}: the value must be positive")
     return key, value
+
+
+ZERO_MEANS_OFF = pm.SIMULATED_ONLY
+"""Knobs whose 0 is a value (no watermark, no long-prefill cap, the adaptive cap off): the
+rollback the rules name."""
+
+
+def simulator_only(knob: str) -> bool:
+    """A knob only the scheduler simulator prices: its prediction is the simulator's."""
+    return knob in pm.SIMULATED_ONLY
 
 
 def observe_url(
@@ -165,3 +181,14 @@ def exact_latencies(ctx: Context, values: Mapping[str, float | None]) -> dict[st
         if sources.get(base) == sketches.SOURCE_PLUGIN and v is not None:
             out[m] = v
     return out
+
+
+def simulator_prediction(
+    model: pm.Model, knob: str, value: float, rows: Sequence[Row], targets: Mapping[str, float]
+) -> simulated.SimulatorPrediction:
+    """A knob only the simulator prices (:func:`simulator_only`): the simulated change as the
+    prediction. ValueError (saying why) where it cannot be simulated or the value is out of range."""
+    sim, why = simulated_change(model, knob, value, rows, targets)
+    if sim is None:
+        raise ValueError(f"only the scheduler simulator prices {knob}, and it cannot run here: {why}")
+    return simulated.predict_simulator_only(model, knob, value, sim, why)

@@ -10,7 +10,7 @@ from advisor.core import knobs
 from advisor.core.units import fmt
 from advisor.predict import perfmodel as pm
 from advisor.predict.scoring import band
-from advisor.predict.simulated import QUANTILES, Simulated
+from advisor.predict.simulated import QUANTILES, Simulated, SimulatorPrediction
 
 LABELS = {
     "running": ("running batch", ""),
@@ -90,6 +90,56 @@ def render_text(
         lines.append(f"note: {note}")
     if model is not None and model.missing:
         lines.append(f"unknown inputs (lower confidence): {', '.join(model.missing)}")
+    return "\n".join(lines)
+
+
+NOT_SIMULATED = "n/a"  # a metric the simulator does not report (the closed form's alone)
+
+
+def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | None = None) -> str:
+    """A knob only the simulator prices: its prediction as the closed form's table (measured,
+    predicted, change), predicted by the simulator (the measured value times its simulated after
+    over now); the closed form's binding and confidence are not shown, the running batch marked
+    as not simulated. ``exact``: the stat-logger plugin's latencies, as :func:`render_text`."""
+    cur = knobs.format_value(_int_if_whole(p.current)) if p.current is not None else "unknown"
+    lines = [
+        f"{p.knob}: {cur} -> {knobs.format_value(_int_if_whole(p.value))} (same load)",
+        f"predicted by the scheduler simulator ({p.closed_form_why}):",
+        "the measured value times the simulated after over the simulated now",
+        "",
+        f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}",
+    ]
+    measured: dict[str, Any] = dict(p.measured)
+    predicted: dict[str, Any] = dict(p.predicted)
+    marked = []
+    for m, v in (exact or {}).items():
+        r = p.ratio(m)
+        if m in measured:
+            measured[m], predicted[m] = v, (v * r if r is not None else None)
+            marked.append(m)
+    for m in pm.METRICS:
+        label, unit = LABELS[m]
+        if m in marked:
+            label += EXACT_MARK
+        r = p.ratio(m)
+        pv = fmt(predicted.get(m), unit) if predicted.get(m) is not None else NOT_SIMULATED
+        lines.append(
+            f"{label:<18}{fmt(measured.get(m), unit):>16}{pv:>16}"
+            f"{'' if r is None else f'{(r - 1) * 100:+.0f}%':>9}"
+        )
+    lines.append(
+        f"{NOT_SIMULATED}: the simulator does not say (the running batch is the closed form's alone)"
+    )
+    if marked:
+        lines.append(
+            f"{EXACT_MARK.strip()} measured by the stat-logger plugin's sketches; predicted: the simulated change applied to it"
+        )
+    for note in p.notes:
+        lines.append(f"note: {note}")
+    if p.not_deciding:
+        lines.append(
+            f"note: {p.not_deciding}; the advice would not rely on this simulation: take it as a direction, not a value"
+        )
     return "\n".join(lines)
 
 

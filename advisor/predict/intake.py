@@ -97,6 +97,11 @@ class Row:
     preemptions: float
     finished: float
     engines: int
+    # waiting + running per engine at the earlier and the later page (running and waiting above
+    # are the two pages' mean, for the fit; the arrivals are counted between the pages
+    # themselves, advisor/predict/workload.py). None: not known (rows made elsewhere)
+    in_system_start: float | None = None
+    in_system_end: float | None = None
 
     @property
     def queued(self) -> bool:
@@ -203,6 +208,8 @@ def row_between(prev: Snapshot, cur: Snapshot) -> Row | None:
         preemptions=max(0.0, _delta(prev, cur, n.NUM_PREEMPTIONS) or 0.0) / e,
         finished=max(0.0, _delta(prev, cur, n.REQUEST_SUCCESS) or 0.0) / e,
         engines=e,
+        in_system_start=(r0 + w0) / e,
+        in_system_end=(r1 + w1) / e,
     )
 
 

@@ -57,6 +57,10 @@ KNOBS = (
 )
 """The knobs the model can move."""
 
+SIMULATED_ONLY = ("watermark", "long_prefill_token_threshold", "long_prefill_token_threshold_adaptive")
+"""Knobs only the scheduler simulator prices (who is admitted when, how a step's budget is
+shared): the closed form's steady state does not see them."""
+
 METRICS = (
     "output_tokens_per_second",
     "ttft_seconds_p50",
@@ -574,6 +578,12 @@ def with_knob(m: Model, knob: str, value: float) -> tuple[Config, float | None]:
             raise ValueError("long_prefill_token_threshold is at least 0")
         cur = c.long_prefill_token_threshold
         return replace(c, long_prefill_token_threshold=value), cur if cur is not None else 0.0
+    if knob == "long_prefill_token_threshold_adaptive":
+        # a switch: 1 on, 0 off (the cap floored at the budget's fair share, simulator.py)
+        if value not in (0.0, 1.0):
+            raise ValueError("long_prefill_token_threshold_adaptive is on (1) or off (0)")
+        cur = 1.0 if c.long_prefill_token_threshold_adaptive else 0.0
+        return replace(c, long_prefill_token_threshold_adaptive=bool(value)), cur
     if knob == "max_num_batched_tokens":
         return replace(c, max_num_batched_tokens=value), c.max_num_batched_tokens
     if knob == "data_parallel_size":
@@ -628,7 +638,7 @@ def with_knob(m: Model, knob: str, value: float) -> tuple[Config, float | None]:
             kv_cache_bytes=c.kv_cache_bytes + more_bytes,
             gpu_memory_utilization=value,
         ), c.gpu_memory_utilization
-    raise ValueError(f"the model cannot move {knob} (it moves {', '.join(KNOBS)})")
+    raise ValueError(f"the model cannot move {knob} (it moves {', '.join(KNOBS + SIMULATED_ONLY)})")
 
 
 def _kv_bytes_per_token(m: Model) -> float | None:
@@ -637,11 +647,6 @@ def _kv_bytes_per_token(m: Model) -> float | None:
     if c.kv_cache_bytes and c.kv_cache_tokens:
         return c.kv_cache_bytes / c.kv_cache_tokens
     return None
-
-
-SIMULATED_ONLY = ("watermark", "long_prefill_token_threshold")
-"""Knobs only the scheduler simulator prices (who is admitted when, how a step's budget is
-shared): the closed form's steady state does not see them."""
 
 
 def predict(m: Model, knob: str, value: float, queue_share: float | None = None) -> Prediction:

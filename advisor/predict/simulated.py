@@ -120,6 +120,40 @@ class Simulated:
         }
 
 
+SIMULATED_METRICS = {
+    "output_tokens_per_second": lambda o: o.output_tokens_per_second,
+    "ttft_seconds_p50": lambda o: o.ttft[0],
+    "ttft_seconds_p95": lambda o: o.ttft[1],
+    "tpot_seconds_p95": lambda o: o.tpot[1],
+    "itl_seconds_p95": lambda o: o.itl[1],
+}
+"""The prediction's metrics (:data:`perfmodel.METRICS`) a simulated run gives, by name."""
+
+
+def predicted(sim: Simulated, measured: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The change as the simulator predicts it, in the closed form's terms (every key of
+    :data:`perfmodel.METRICS`): each measured value times the simulated after over simulated now
+    (as the closed form applies its ratio, so the simulator's own bias cancels). Preemptions/s
+    move with preemptions per request times throughput. None where the simulator does not say:
+    the running batch (it is not reported), a metric unmeasured, or a ratio over zero (none
+    simulated now)."""
+    out: dict[str, float | None] = {k: None for k in pm.METRICS}
+    b, a = sim.before, sim.after
+    for k, get in SIMULATED_METRICS.items():
+        m, x0, x1 = measured.get(k), get(b), get(a)
+        out[k] = m * x1 / x0 if m is not None and x0 and x1 is not None else None
+    m = measured.get("preemptions_per_second")
+    t0, t1 = b.output_tokens_per_second, a.output_tokens_per_second
+    if m is not None and t0 and t1 is not None:
+        if b.preemptions_per_request > 0:
+            out["preemptions_per_second"] = (
+                m * (a.preemptions_per_request / b.preemptions_per_request) * (t1 / t0)
+            )
+        elif a.preemptions_per_request == 0:
+            out["preemptions_per_second"] = m  # none simulated before or after: what was measured
+    return out
+
+
 def _meets(done: Sequence[Done], targets: Mapping[str, float]) -> dict[str, float | None]:
     """The share of requests meeting each target and all of them (:func:`workload.goodput`: TTFT
     against the TTFT p95 target, TPOT, bench's per-request inter-token mean, against the ITL one;
@@ -354,9 +388,8 @@ class Scorer:
 
 NOT_DECIDING = {
     ("max_num_batched_tokens", "decrease"): (
-        "the simulator's TTFT for a token-budget cut is off by +214% to +571% on the recorded "
-        "pairs (itl-stutter, dense-kv-tp: docs/validation.md; +307% on cpu-plugin-mixed's cut to "
-        "64): the closed form decides it"
+        "the simulator's TTFT p95 for a token-budget cut is off by +214% on dense-kv-tp's recorded "
+        "pair (docs/validation.md; +307% on cpu-plugin-mixed's cut to 64): the closed form decides it"
     ),
 }
 """(knob, direction) of the changes the simulator does not decide, and why (its validation against
@@ -395,3 +428,87 @@ class Recent:
             return s
         self._scorer, self._key, self._t = Scorer(model, targets), key, now
         return self._scorer
+
+
+# ------------------------------------------------------------------ a knob only the simulator prices
+@dataclass(frozen=True)
+class SimulatorPrediction:
+    """``predict --set`` of a knob the closed form cannot price (:data:`perfmodel.SIMULATED_ONLY`):
+    the prediction is the simulator's (:func:`predicted`); the closed form's columns
+    (binding, confidence, running batch) are None, not invented. ``not_deciding``: why the advice's
+    scorer would not trust this simulation (today's knobs not reproducing today's measurement),
+    None where it would."""
+
+    knob: str
+    current: float | None
+    value: float
+    predicted: dict[str, float | None]
+    measured: dict[str, float | None]
+    sim: Simulated
+    not_deciding: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def closed_form_why(self) -> str:
+        return f"the closed form cannot price {self.knob}: only the scheduler simulator does"
+
+    def ratio(self, metric: str) -> float | None:
+        a, b = self.predicted.get(metric), self.measured.get(metric)
+        if a is None or b is None or b == 0:
+            return None
+        return a / b
+
+    def to_json(self) -> dict[str, Any]:
+        """The closed form's keys (``binding_after`` and ``confidence`` None: it has none), then
+        ``predicted_by`` and why the closed form did not."""
+        return {
+            "knob": self.knob,
+            "current": _whole(self.current),
+            "value": _whole(self.value),
+            "binding_after": None,
+            "predicted": {k: self.predicted.get(k) for k in pm.METRICS},
+            "measured": {k: self.measured.get(k) for k in pm.METRICS},
+            "confidence": None,
+            "predicted_by": "simulator",
+            "closed_form": {"unavailable": self.closed_form_why},
+            "notes": list(self.notes),
+        }
+
+
+LONG_PREFILL_MISS = (
+    "a known miss: the simulator draws one lognormal prompt length, not a mix of short and long "
+    "prompts, so it cannot see the short prompts a threshold lets past a long one (on cpu-long-prefill "
+    "it predicted TTFT up where the short prompts' TTFT p95 fell 2.87 -> 0.60 s: docs/prediction.md); "
+    "read its TTFT change as unknown"
+)
+
+
+def predict_simulator_only(
+    model: pm.Model, knob: str, value: float, sim: Simulated, not_deciding: str | None = None
+) -> SimulatorPrediction:
+    """The simulated change ``sim`` of ``knob=value`` as the prediction (ValueError where the
+    model cannot say what the value does: out of range)."""
+    cfg, current = pm.with_knob(model, knob, value)
+    notes = []
+    if knob == "watermark":
+        eng = engine_of(cfg)
+        notes.append(
+            f"the watermark keeps int({value:g} x {eng.kv_blocks} blocks) = {eng.watermark_blocks} "
+            "blocks free when a request is admitted beside running ones"
+        )
+    if knob.startswith("long_prefill_token_threshold"):
+        notes.append(LONG_PREFILL_MISS)
+    return SimulatorPrediction(
+        knob,
+        current,
+        value,
+        predicted(sim, model.measured),
+        dict(model.measured),
+        sim,
+        not_deciding,
+        tuple(notes),
+    )
+
+
+def _whole(x: float | None) -> float | int | None:
+    return int(x) if x is not None and float(x).is_integer() else x

@@ -3,8 +3,9 @@
 Pure: it reads the intake's busy intervals (:class:`advisor.predict.intake.Row`) and the
 fitted model's length statistics; it returns values. Nothing here does I/O.
 
-- **Arrivals**, per interval: ``finished + the change of (waiting + running)``. When the
-  requests in the system (waiting + running) sit at a plateau at their highest (see
+- **Arrivals**, per interval: ``finished + the change of (waiting + running)`` between its two
+  pages. When the requests in the system (waiting + running, at the pages) sit at a plateau at
+  their highest, the dips of a client between a response and its next request allowed (see
   :func:`fit_arrivals`), the load is taken as a **closed loop** of that many clients (what
   ``vllm bench serve --max-concurrency C`` sends); otherwise as **open arrivals** at the mean
   rate, with their burstiness: the per-interval arrival counts' variance over their mean (1 for
@@ -18,7 +19,6 @@ fitted model's length statistics; it returns values. Nothing here does I/O.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 import statistics
@@ -42,30 +42,62 @@ class Arrivals:
     why: str  # what it was inferred from
 
 
+def _at_page(r: Row) -> float:
+    """Waiting + running per engine at the row's later page (its two pages' mean where the row
+    does not carry the page's own value)."""
+    return r.in_system_end if r.in_system_end is not None else r.in_system
+
+
+def _arrived(a: Row | None, b: Row) -> float | None:
+    """Requests that arrived (all engines) between ``b``'s two pages: finished + the change of
+    waiting + running between those pages themselves. Without the pages' own values: between
+    the two rows' means (``a`` the row before; None for the first)."""
+    if b.in_system_start is not None and b.in_system_end is not None:
+        return max(0.0, (b.finished + b.in_system_end - b.in_system_start) * b.engines)
+    if a is None:
+        return None
+    return max(0.0, (b.finished + b.in_system - a.in_system) * b.engines)
+
+
 def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
     """The arrival process from the busy intervals (running > 0). ValueError with fewer than
     two of them.
 
     A closed loop of C clients keeps C requests in the system (each sends the next one as its
     last finishes): waiting + running sits at its highest value from the end of the ramp until
-    the drain of a finite load. Open arrivals only touch their highest value at a peak (and past
-    the knee it climbs to it). So: closed when, from the first busy interval at the highest
-    waiting + running (within half a request or 5%) to the last one, at least ``HELD`` of the
-    intervals are there, and that plateau spans at least ``PLATEAU_SHARE`` of the busy
-    intervals (and three); open otherwise."""
+    the drain of a finite load. A page can catch a client between a response and its next
+    request, missing from waiting + running: it finished a request in the interval before that
+    page, and it is back by the next page (its gap is shorter than a scrape interval: with
+    requests finishing together, ``ignore_eos`` and equal lengths, several are caught at once).
+    Open arrivals only touch their highest value at a peak (and past the knee it climbs to it),
+    and a fall from it lasts. So, on the pages themselves (not the two-end means of an
+    interval, which spread one page's dip over two intervals): closed when, from the first page
+    at the highest waiting + running (within half a request or 5%) to the last one, at least
+    ``HELD`` of the pages are there or are a client gap (the deficit no more than the requests
+    finished in the interval before the page, and the next page at the highest again or the
+    deficit one request: with short requests one client is often between two of them on
+    consecutive pages, cpu-prefill-budget-after), and that
+    plateau spans at least ``PLATEAU_SHARE`` of the busy intervals (and three); open otherwise."""
     busy = [r for r in rows if r.running > 0 and r.dt > 0]
     if len(busy) < 2:
         raise ValueError("fewer than two busy intervals: the arrivals cannot be fitted")
-    load = [r.in_system for r in busy]
+    load = [_at_page(r) for r in busy]
     top = max(load)
     band = max(0.5, 0.05 * top)
     at_top = [i for i, x in enumerate(load) if x >= top - band]
     span_rows = at_top[-1] - at_top[0] + 1
-    held = len(at_top) / span_rows
-    plateau = top  # a closed loop's clients: the pages catch a finished one's next request late, never early
-    counts = [
-        max(0.0, (b.finished + b.in_system - a.in_system) * b.engines) for a, b in itertools.pairwise(busy)
+    gaps = [
+        i
+        for i in range(at_top[0], at_top[-1] + 1)
+        if load[i] < top - band
+        and top - load[i] <= busy[i].finished + band
+        and (load[i + 1] >= top - band or top - load[i] <= 1 + band)
     ]
+    held = (len(at_top) + len(gaps)) / span_rows
+    plateau = top  # a closed loop's clients: the pages catch a finished one's next request late, never early
+    got = [_arrived(a, b) for a, b in zip([None, *busy[:-1]], busy, strict=True)]
+    first = 0 if got[0] is not None else 1
+    counts = [c for c in got[first:] if c is not None]
     # the rate over the intervals that had arrivals: a drain at the end of a finite load (or a
     # lull before its start) is not part of the rate the server was offered
     # (an interval "has arrivals" at a quarter of the median count: the pages' two-end averages
@@ -75,18 +107,19 @@ def fit_arrivals(rows: Sequence[Row]) -> Arrivals:
     rate = 0.0
     if arriving:
         lo, hi = arriving[0], arriving[-1] + 1
-        span = sum(b.dt for b in busy[lo + 1 : hi + 1])
+        span = sum(b.dt for b in busy[first + lo : first + hi])
         rate = sum(counts[lo:hi]) / span if span > 0 else 0.0
     spans = span_rows >= max(3, PLATEAU_SHARE * len(busy))
     if held >= HELD and spans and plateau >= 1:
         n = max(1, round(plateau * busy[0].engines))
+        gap_words = f" or a client gap ({len(gaps)})" if gaps else ""
         return Arrivals(
             "closed",
             n,
             None,
             1.0,
             f"waiting + running held at {plateau:.0f} per engine over {span_rows} of {len(busy)} busy "
-            f"intervals ({held:.0%} of them at it): a closed loop of {n} clients",
+            f"intervals ({held:.0%} of them at it{gap_words}): a closed loop of {n} clients",
         )
     # the dispersion of the counts over the steady intervals (the ramp and the drain of a
     # finite load are not its burstiness): the middle 80% of the busy span

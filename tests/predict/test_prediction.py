@@ -67,7 +67,9 @@ def test_predict_json_has_exactly_the_documented_shape() -> None:
         "measured",
         "confidence",
         "simulated",
+        "predicted_by",
     }
+    assert d["predicted_by"] == "closed form"
     assert set(d["predicted"]) == keys and set(d["measured"]) == keys
     # the scheduler simulator beside it: the run's load was `vllm bench serve --max-concurrency
     # 256` (a closed loop), inferred from the pages alone; per-target goodput before and after

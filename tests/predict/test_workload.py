@@ -7,6 +7,7 @@ judged by scripts/validate_sim.py and docs/validation.md."""
 from __future__ import annotations
 
 import bisect
+import itertools
 
 import pytest
 
@@ -38,7 +39,21 @@ def pages(res: Result, every: float = SCRAPE) -> list[Row]:
             fin = bisect.bisect_right(ends, t) - bisect.bisect_right(ends, t0)
             if r0 and run and steps:
                 rows.append(
-                    Row(t, t - t0, steps, 1.0, 0.0, (r0 + run) / 2, (w0 + wait) / 2, None, 0.0, fin, 1)
+                    Row(
+                        t,
+                        t - t0,
+                        steps,
+                        1.0,
+                        0.0,
+                        (r0 + run) / 2,
+                        (w0 + wait) / 2,
+                        None,
+                        0.0,
+                        fin,
+                        1,
+                        in_system_start=r0 + w0,
+                        in_system_end=run + wait,
+                    )
                 )
         prev = (t, run, wait)
         t += every
@@ -85,3 +100,48 @@ def test_bursts_read_as_a_small_gamma_shape() -> None:
     bursty = wl.fit_arrivals(pages(simulate(ENG, FIT, _reqs(1500, 4.0, 0.2), max_steps=900_000)))
     assert bursty.kind == poisson.kind == "open"
     assert bursty.shape < 0.5 * poisson.shape, (bursty.why, poisson.why)
+
+
+def _page_rows(load: list[float], finished: list[float]) -> list[Row]:
+    """Busy rows between pages whose waiting + running is ``load`` (one more page than rows)."""
+    rows = []
+    for i, (a, b) in enumerate(itertools.pairwise(load)):
+        run0, run1 = min(a, 8), min(b, 8)
+        rows.append(
+            Row(
+                2.0 * (i + 1),
+                2.0,
+                100,
+                1.0,
+                0.0,
+                (run0 + run1) / 2,
+                (a - run0 + b - run1) / 2,
+                None,
+                0.0,
+                finished[i],
+                1,
+                in_system_start=a,
+                in_system_end=b,
+            )
+        )
+    return rows
+
+
+def test_a_page_catching_clients_between_requests_is_still_the_closed_loop() -> None:
+    """cpu-cap-under-load's pattern: ten clients, eight requests finishing together, and a page
+    now and then catching some clients between a response and their next request (the deficit
+    no more than the finishes just before, the next page back at ten). The intervals' two-end
+    means would show two low intervals per low page; on the pages it is one client gap each."""
+    load = [10.0] + [10.0, 10.0, 4.0, 10.0, 10.0, 10.0, 7.0, 10.0] * 4
+    fin = [0.0 if x == 10.0 else 8.0 for x in load[1:]]
+    arr = wl.fit_arrivals(_page_rows(load, fin))
+    assert (arr.kind, arr.clients) == ("closed", 10), arr.why
+    assert "client gap" in arr.why
+
+
+def test_a_fall_from_the_top_that_lasts_is_open() -> None:
+    """The same dips held for two pages, or deeper than the finishes before them: open arrivals
+    (a closed loop's clients are back within a scrape interval)."""
+    load = [10.0] + [10.0, 10.0, 4.0, 5.0, 10.0, 10.0, 7.0, 6.0] * 4
+    fin = [2.0] * (len(load) - 1)
+    assert wl.fit_arrivals(_page_rows(load, fin)).kind == "open"
