@@ -1127,7 +1127,9 @@ def _build() -> Iterator[Signal]:
             else v["kv_cache_usage_ratio_avg"] * v["kv_cache_tokens"],
             _div(v["requests_running_avg"], v["engines"]),
         ),
-        None,
+        "avg(avg_over_time(vllm:kv_cache_usage_perc[{w}]))"
+        f" * {_FACT_Q % 'kv_cache_tokens'}"
+        f" / (sum(avg_over_time(vllm:num_requests_running[{{w}}])) / {_ENGINES_Q})",
     )
     yield S(
         "api_server_cpu_cores",
@@ -1337,7 +1339,9 @@ def _build() -> Iterator[Signal]:
         lambda c, v: (
             1.0 if (c.engine.get("kv_cache_memory_bytes") or c.engine.get("num_gpu_blocks_override")) else 0.0
         ),
-        None,
+        # the exporter publishes every knob with a known number: neither there (nor non-zero) is 0
+        'max(vllm_advisor_engine_knob{{knob=~"kv_cache_memory_bytes|num_gpu_blocks_override"}} > bool 0)'
+        " or max(vllm_advisor_engine_knob) * 0",
         per="config",
     )
 

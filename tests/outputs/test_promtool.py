@@ -128,6 +128,8 @@ TWIN_SESSIONS = {
     "gpu-node-2": "cpu-preempt-thrash-after",
     "gpu-node-3": "cpu-healthy",
 }
+# and, for the twins only, one whose KV size vLLM took from --gpu-memory-utilization (not fixed)
+TWIN_EXPR_SESSIONS = {**TWIN_SESSIONS, "gpu-node-4": "cpu-gmu"}
 TWIN_SIGNALS = (
     "kv_tokens_per_request",
     "kv_sustained_concurrency",
@@ -137,6 +139,8 @@ TWIN_SIGNALS = (
     "requests_preempted_repeatedly_ratio",
     "kv_cache_usage_ratio_max",
     "preemption_recompute_ratio",
+    "tokens_in_flight_per_running_request",
+    "kv_size_fixed",
 )
 STEP_S = 2  # the sessions' scrape interval (meta.json interval_s)
 
@@ -203,8 +207,8 @@ def test_the_twins_equal_the_python_signals_and_the_thrash_alert_fires_on_its_se
 ) -> None:
     """The recording rules of kv-preemption-thrash's and kv-capacity-below-context's conditions
     (and the KV twins under them), evaluated by promtool on the recorded pages of three real vLLM
-    sessions and the advisor's own knob and fact series, equal the Python signals at each
-    session's end (within 1e-9 relative; a signal the Python cannot compute has no sample).
+    sessions (and cpu-gmu's, a KV size not fixed) and the advisor's own knob and fact series,
+    equal the Python signals at each session's end (within 1e-9 relative; a signal the Python cannot compute has no sample).
     VllmKvPreemptionThrash then fires on cpu-preempt-thrash once its 10m hold has passed, and not
     on cpu-preempt-thrash-after (the watermark: fewer requests preempted twice) or cpu-healthy;
     VllmKvCapacityBelowContext fires after its 30m for both thrash sessions (a 3,072-token cache,
@@ -216,7 +220,7 @@ def test_the_twins_equal_the_python_signals_and_the_thrash_alert_fires_on_its_se
     adv = alert_tests.selector_labels(alert_config.AlertConfig().advisor_selector)
     tests: list[dict[str, object]] = []
     # one group per session, its pages once: the twins at its last page against the Python
-    for instance, session in TWIN_SESSIONS.items():
+    for instance, session in TWIN_EXPR_SESSIONS.items():
         n = len([i for i in Session.load(SESSIONS / session).replay() if i.kind == "scrape" and i.text])
         signals = diagnose(session).signals
         cases = []
