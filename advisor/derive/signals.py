@@ -578,6 +578,31 @@ _QUEUE_SHARE_Q = (
 _PREFILL_SHARE_Q = (
     f"({_hmean_q('vllm:request_prefill_time_seconds')}) / ({_hmean_q('vllm:time_to_first_token_seconds')})"
 )
+_FACT_Q = 'scalar(max(vllm_advisor_engine_fact{{fact="%s"}}))'
+# the KV twins, composed as the Python computes them; a knob or fact only on the right of an
+# operator (recording.group_twin joins it on the instance there)
+_BLOCK_Q = _KNOB_Q % "block_size"
+_KV_PER_REQUEST_Q = (
+    f"ceil((({_hmean_q('vllm:request_prompt_tokens')}) + ({_hmean_q('vllm:request_generation_tokens')}) - 1)"
+    f" / {_BLOCK_Q}) * {_BLOCK_Q}"
+)
+# floor(kv_cache_tokens / per request) with the fact on the right: 1 / (per / tokens); the 1e-9
+# keeps a whole quotient whole through the two divisions (a fraction is at least 1 / per, far above)
+_KV_SUSTAINED_Q = f"clamp_min(floor(1 / (({_KV_PER_REQUEST_Q}) / {_FACT_Q % 'kv_cache_tokens'}) + 1e-9), 1)"
+_RUNNING_ENGINE_MAX_Q = "max(max_over_time(vllm:num_requests_running[{w}]))"
+_PROMPT_INCREASE_Q = "sum(increase(vllm:prompt_tokens_total[{w}]))"
+# recomputed prefill: measured (prefix-cache queries beyond the prompt tokens, counted where it
+# is more than 1%), or estimated (preemptions x (prompt mean + half the output mean)), the larger
+_RECOMPUTE_MEASURED_Q = f"((sum(increase(vllm:prefix_cache_queries_total[{{w}}])) - {_PROMPT_INCREASE_Q}) / {_PROMPT_INCREASE_Q} > 0.01)"
+_RECOMPUTE_ESTIMATED_Q = (
+    "(sum(increase(vllm:num_preemptions_total[{w}]))"
+    f" * (({_hmean_q('vllm:request_prompt_tokens')}) + ({_hmean_q('vllm:request_generation_tokens')}) / 2)"
+    f" / {_PROMPT_INCREASE_Q})"
+)
+_RECOMPUTE_Q = (
+    f"({_RECOMPUTE_MEASURED_Q} >= {_RECOMPUTE_ESTIMATED_Q}) or {_RECOMPUTE_ESTIMATED_Q}"
+    f" or {_RECOMPUTE_MEASURED_Q} or ({_PROMPT_INCREASE_Q} * 0)"
+)
 
 
 # ------------------------------------------------------------------ the scheduler levers (issue 31)
@@ -702,8 +727,7 @@ def _build() -> Iterator[Signal]:
         "ratio",
         "Prefill tokens recomputed because of preemption, per prompt token (the cost of preemption).",
         _recompute_ratio,
-        "(sum(increase(vllm:prefix_cache_queries_total[{w}])) - sum(increase(vllm:prompt_tokens_total[{w}])))"
-        " / sum(increase(vllm:prompt_tokens_total[{w}]))",
+        _RECOMPUTE_Q,
     )
     yield S(
         "kv_cache_usage_ratio_avg",
@@ -1067,16 +1091,17 @@ def _build() -> Iterator[Signal]:
     yield S(
         "kv_tokens_per_request",
         "tokens",
-        "KV a finished request holds: mean prompt + mean output - 1, rounded up to whole blocks.",
+        "KV a finished request holds: mean prompt + mean output - 1, rounded up to whole blocks (the "
+        "PromQL twin reads block_size from vllm_advisor_engine_knob; the Python takes 16 where it is unknown).",
         _kv_tokens_per_request,
-        None,
+        _KV_PER_REQUEST_Q,
     )
     yield S(
         "kv_sustained_concurrency",
         "requests",
         "Requests the KV cache of one engine holds at once at the observed request sizes.",
         _kv_sustained,
-        None,
+        _KV_SUSTAINED_Q,
     )
     yield S(
         "kv_capacity_requests_at_max_len",
@@ -1087,7 +1112,10 @@ def _build() -> Iterator[Signal]:
             if c.engine.get("max_concurrency") is None
             else float(c.engine.get("max_concurrency"))
         ),
-        None,
+        # the advisor's facts only (vLLM's /metrics carries them as labels, not values)
+        'max(vllm_advisor_engine_fact{{fact="max_concurrency"}})'
+        ' or max(vllm_advisor_engine_fact{{fact="kv_cache_tokens"}})'
+        ' / max(vllm_advisor_engine_knob{{knob="max_model_len"}})',
     )
     yield S(
         "tokens_in_flight_per_running_request",
@@ -1099,7 +1127,9 @@ def _build() -> Iterator[Signal]:
             else v["kv_cache_usage_ratio_avg"] * v["kv_cache_tokens"],
             _div(v["requests_running_avg"], v["engines"]),
         ),
-        None,
+        "avg(avg_over_time(vllm:kv_cache_usage_perc[{w}]))"
+        f" * {_FACT_Q % 'kv_cache_tokens'}"
+        f" / (sum(avg_over_time(vllm:num_requests_running[{{w}}])) / {_ENGINES_Q})",
     )
     yield S(
         "api_server_cpu_cores",
@@ -1309,7 +1339,9 @@ def _build() -> Iterator[Signal]:
         lambda c, v: (
             1.0 if (c.engine.get("kv_cache_memory_bytes") or c.engine.get("num_gpu_blocks_override")) else 0.0
         ),
-        None,
+        # the exporter publishes every knob with a known number: neither there (nor non-zero) is 0
+        'max(vllm_advisor_engine_knob{{knob=~"kv_cache_memory_bytes|num_gpu_blocks_override"}} > bool 0)'
+        " or max(vllm_advisor_engine_knob) * 0",
         per="config",
     )
 
@@ -1392,7 +1424,7 @@ def _build() -> Iterator[Signal]:
         "Highest running batch of one engine over the requests its KV cache holds at the observed "
         "sizes: at 1.5 or more, 50% more KV memory cannot hold the batch vLLM admits.",
         lambda c, v: _div(v["requests_running_per_engine_max"], v["kv_sustained_concurrency"]),
-        None,
+        f"{_RUNNING_ENGINE_MAX_Q} / ({_KV_SUSTAINED_Q})",
     )
     yield S(
         "preemption_thrash",

@@ -12,7 +12,6 @@ from advisor.core import defaults as vllm_defaults
 from advisor.core import knobs, names, selectors
 from advisor.core import steps as knob_steps
 from advisor.core.units import parse_duration
-from advisor.derive.signals import CATALOG
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs.alert_config import (
     ADVISOR_UP_SERIES,
@@ -25,7 +24,7 @@ from advisor.outputs.alert_config import (
     AlertConfig,
     AlertConfigError,
 )
-from advisor.outputs.alerts import dump_yaml, num_text, rule_groups, threshold
+from advisor.outputs.alerts import ANCHOR_SIGNAL, dump_yaml, from_advisor, num_text, rule_groups, threshold
 from advisor.outputs.recording import recording_for
 
 
@@ -139,9 +138,13 @@ def _symptom_tests(
         n = hold // 15 + 4
         series = []
         advisor = _grouped(selector_labels(cfg.advisor_selector))
+        if all(from_advisor(c.signal) for c in rule.when):  # the alert stands on the server's series
+            for inst in ("gpu-node-1", "gpu-node-2"):
+                labels = {"instance": inst, **vllm, "signal": ANCHOR_SIGNAL}
+                series.append({"series": _series(recording_for(ANCHOR_SIGNAL), labels), "values": f"1x{n}"})
         for i, c in enumerate(rule.when):
             v = threshold(c.value, cfg)
-            knob = CATALOG[c.signal].per == "config"  # the advisor's series: its job, no model_name
+            knob = from_advisor(c.signal)  # the advisor's series: its job, no model_name
             for inst, x in (
                 ("gpu-node-1", _holds(c.op, v)),
                 ("gpu-node-2", _fails(c.op, v) if i == 0 else _holds(c.op, v)),

@@ -105,27 +105,41 @@ def needs_knob_series(rule: Rule) -> bool:
     return any("vllm_advisor_" in (promql(CATALOG[c.signal]) or "") for c in rule.when)
 
 
+ANCHOR_SIGNAL = "requests_running_avg"
+"""The server series a symptom alert whose conditions are all the advisor's (engine knobs and
+facts) stands on: its recording rule carries the vLLM server's instance, job and model_name."""
+
+
+def from_advisor(signal: str) -> bool:
+    """True when a signal's twin reads only the advisor's series (vllm_advisor_engine_knob or
+    _engine_fact: the advisor's job, no model_name), not a vLLM server's own."""
+    twin = promql(CATALOG[signal]) or ""
+    return CATALOG[signal].per == "config" or ("vllm_advisor_" in twin and "vllm:" not in twin)
+
+
 def symptom_alert(rule: Rule, cfg: AlertConfig | None = None) -> dict[str, Any] | None:
     """Vllm<Rule>: the rule's conditions in PromQL (its signals' recording rules, joined per
     server), held for the rule's own ``for:`` or its severity's, whichever is longer. Fires for
     every server and every rule whose symptom is there, chosen or not, with or without an
     advisor (rules that need a knob read it from a sidecar's or the fleet daemon's
-    vllm_advisor_engine_knob). None when a condition has no PromQL twin."""
+    vllm_advisor_engine_knob). A rule whose conditions are all the advisor's (knobs, facts)
+    stands on the server's running-batch series (:data:`ANCHOR_SIGNAL`): it alerts for a server
+    Prometheus scrapes, with that server's labels. None when a condition has no PromQL twin."""
     cfg = cfg or AlertConfig()
     if symptom_condition_signals(rule) is None:
         return None
     # a server's own series first (they carry instance, job and model_name); a knob's series
     # (vllm_advisor_engine_knob, from the advisor's job, without model_name) joins on instance
-    conds = sorted(rule.when, key=lambda c: CATALOG[c.signal].per == "config")
-    if CATALOG[conds[0].signal].per == "config":
-        return None  # nothing but knobs: no server series to alert on
+    conds = sorted(rule.when, key=lambda c: from_advisor(c.signal))
     expr = ""
+    if from_advisor(conds[0].signal):  # nothing but the advisor's series: stand on the server's
+        expr = f"group without (signal) ({recording_for(ANCHOR_SIGNAL)})"
     for c in conds:
         part = f"{_recorded(c.signal)} {c.op} {num_text(threshold(c.value, cfg))}"
         if not expr:
             expr = f"({part})" if len(conds) > 1 else part
             continue
-        on = "instance" if CATALOG[c.signal].per == "config" else ", ".join(GROUP_LABELS)
+        on = "instance" if from_advisor(c.signal) else ", ".join(GROUP_LABELS)
         expr += f" and on ({on}) ({part})"
     hold = max(rule.for_s, parse_duration(SEVERITY_FOR.get(rule.severity, "10m")))
     described = "; ".join(f"{c.signal} {c.op} {num_text(threshold(c.value, cfg))}" for c in rule.when)

@@ -1,7 +1,7 @@
 """Recording rules: every signal whose PromQL twin can be grouped gets one, aggregated
 ``by (instance, job, model_name)`` (:func:`group_twin` rewrites the twins' ``sum(...)`` into
 ``sum by (...) (...)`` in one place). Twins that read the advisor's
-``vllm_advisor_engine_knob`` through ``scalar()`` are joined ``on (instance)``: the scrape
+``vllm_advisor_engine_knob`` (or ``_engine_fact``) through ``scalar()`` are joined ``on (instance)``: the scrape
 configs shipped in ``deploy/`` give a vLLM server and its advisor the same ``instance``
 label (the host or pod, without the port).
 """
@@ -19,9 +19,11 @@ from advisor.outputs.alert_config import GROUP_LABELS, RECORD_WINDOW, with_selec
 # ---------------------------------------------------------------- grouping the PromQL twins
 _AGG_RE = re.compile(r"\b(sum|avg|max|min|count)\s*(?:by\s*\(([^)]*)\)\s*)?\(")
 _SCALAR_KNOB_RE = re.compile(
-    r"scalar\((sum|avg|max|min) by \([^)]*\) \(("
+    r"scalar\((sum|avg|max|min) by \([^)]*\) \((("
     + re.escape(names.output_name("engine_knob"))
-    + r"\{[^}]*\})\)\)"
+    + "|"
+    + re.escape(names.output_name("engine_fact"))
+    + r")\{[^}]*\})\)\)"
 )
 
 
@@ -34,7 +36,7 @@ def group_twin(expr: str, by: Sequence[str] = GROUP_LABELS, join_on: str = "inst
 
     ``sum(x)`` -> ``sum by (instance, job, model_name) (x)``; ``sum by (le) (x)`` -> ``sum by
     (le, instance, job, model_name) (x)``; ``scalar(max(vllm_advisor_engine_knob{...}))`` (a
-    knob of the server) -> ``on (instance) group_left max by (instance) (...)``. Raises
+    knob of the server; the same for ``vllm_advisor_engine_fact``) -> ``on (instance) group_left max by (instance) (...)``. Raises
     :class:`UngroupableError` when a ``scalar()`` or ``vector()`` remains.
     """
 

@@ -66,7 +66,12 @@ def test_symptom_alerts_join_a_servers_series_and_knobs_on_instance() -> None:
         and "and on (instance) (max without (signal) (instance_model:vllm_max_num_batched_tokens:max) > 2048)"
         in b["expr"]
     )
-    assert alerts.symptom_alert(rules["kv-capacity-below-context"]) is None  # no PromQL twin
+    # the advisor's facts alone: the alert stands on the server's running batch, joined on instance
+    c = alerts.symptom_alert(rules["kv-capacity-below-context"])
+    assert c is not None and c["expr"] == (
+        "group without (signal) (instance_model:vllm_requests_running:avg5m) and on (instance)"
+        " (max without (signal) (instance_model:vllm_kv_capacity_requests_at_max_len:5m) < 2)"
+    )
     assert alerts.needs_knob_series(rules["kv-preemption-seqs-bind"])
     assert not alerts.needs_knob_series(rules["queue-at-capacity-scale-out"])
 
