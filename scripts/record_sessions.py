@@ -128,9 +128,10 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "cpu-prefill-budget-after",
-        "cpu-prefill-budget after the advice: --max-num-batched-tokens 256 (the simulator's "
-        "choice; the rule's own step, x2, is cpu-prefill-budget-x2); the same cache and load.",
-        max_num_batched_tokens=256,
+        "cpu-prefill-budget after the advice: --max-num-batched-tokens 192 (the simulator's "
+        "choice; the rule's own step, x2, is cpu-prefill-budget-x2, and x4 cpu-prefill-budget-x4); "
+        "the same cache and load.",
+        max_num_batched_tokens=192,
         load=BUDGET_LOAD,
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
     ),
@@ -139,6 +140,13 @@ SPECS: tuple[Spec, ...] = (
         "cpu-prefill-budget with the rule's own step: --max-num-batched-tokens 128 (x2); the same "
         "cache and load.",
         max_num_batched_tokens=128,
+        load=BUDGET_LOAD,
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    ),
+    Spec(
+        "cpu-prefill-budget-x4",
+        "cpu-prefill-budget with --max-num-batched-tokens 256 (x4); the same cache and load.",
+        max_num_batched_tokens=256,
         load=BUDGET_LOAD,
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
     ),
