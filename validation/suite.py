@@ -226,6 +226,52 @@ SCENARIOS_H200 += [
         Load(**CHAT, num_prompts=300, concurrency=24, est_s=90),
         "cuda-graphs-eager",
     ),
+    # Issue 31: what only a GPU shows, each with its advised after-run.
+    Scenario(
+        "spec-draft-low",
+        "Speculative decoding with a draft model that drafts 4 tokens a step and gets ~0.5 of "
+        "them accepted (the draft is the same 8B-shaped model: every draft token costs a full "
+        "forward pass; acceptance is set by vLLM's synthetic rejection sampler, mean acceptance "
+        "length 1.5), under a closed loop of 16 clients.",
+        {
+            "max-num-seqs": 256,
+            "max-num-batched-tokens": 8192,
+            "kv-cache-memory-bytes": 8 * GiB,
+            "spec-method": "draft_model",
+            "spec-model": "{model}",
+            "spec-tokens": 4,
+            "speculative-config": json.dumps(
+                {"rejection_sample_method": "synthetic", "synthetic_acceptance_length": 1.5}
+            ),
+        },
+        Load(input_len=1024, output_len=256, num_prompts=160, concurrency=16, est_s=100),
+        "spec-decode-low-acceptance",
+    ),
+    Scenario(
+        "capture-trunc",
+        "CUDA graphs captured up to a batch of 8 (--max-cudagraph-capture-size 8) under a closed "
+        "loop of 48 decode-heavy clients (256 in, 512 out): the decode steps of the larger "
+        "batches run without a graph.",
+        {
+            "max-num-seqs": 256,
+            "max-num-batched-tokens": 8192,
+            "kv-cache-memory-bytes": 8 * GiB,
+            "max-cudagraph-capture-size": 8,
+        },
+        Load(input_len=256, output_len=512, num_prompts=480, concurrency=48, est_s=90),
+        "cuda-graphs-capture-below-batch",
+    ),
+    # follow-misconf again with the advisor of 2026-12-04 (the simulator's cap value): the same
+    # load, judged against the best measured for it in either (report.SAME_LOAD).
+    Scenario(
+        "follow-misconf-r2",
+        "follow-misconf again (cap 12, a 1024-token budget, 4 GiB of KV, 4.5 req/s of Poisson "
+        "arrivals) with the advice of the simulator-scored advisor followed up to three restarts.",
+        {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
+        Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110),
+        "queue-seqs-cap-binds",
+        follow=3,
+    ),
 ]
 
 # The plumbing test on a CPU box: the tiny model, a KV cache of 24 MiB (8 requests of 384 tokens).
@@ -314,6 +360,7 @@ WORDS = {"kv-cache-dtype"}
 APPLICABLE = {
     "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-memory-bytes",
     "--tensor-parallel-size", "--data-parallel-size", "--enable-expert-parallel", "--enforce-eager",
+    "--spec-tokens", "--max-cudagraph-capture-size",
 }  # fmt: skip
 
 
@@ -397,8 +444,8 @@ def serve_argv(run: Run) -> list[str]:
     for flag, value in run.serve.items():
         if value is True:
             argv.append(f"--{flag}")
-        elif value is not False:
-            argv += [f"--{flag}", str(value)]
+        elif value is not False:  # "{model}": this scenario's model dir (a draft model's path)
+            argv += [f"--{flag}", str(value).replace("{model}", str(model))]
     if PROFILE != "cpu" and "gpu-memory-utilization" not in run.serve:
         # vLLM checks at start-up that this share of the GPU is free; with the KV size fixed in
         # bytes it sizes nothing else, so ask for what this server will use.
@@ -483,7 +530,8 @@ def used_gib() -> float:
 
 
 def need_gib(run: Run) -> float:
-    return WEIGHTS_GIB + run.serve.get("kv-cache-memory-bytes", 8 * GiB) / GiB + OVERHEAD_GIB
+    draft = WEIGHTS_GIB if run.serve.get("spec-model") == "{model}" else 0.0  # the draft's weights
+    return WEIGHTS_GIB + draft + run.serve.get("kv-cache-memory-bytes", 8 * GiB) / GiB + OVERHEAD_GIB
 
 
 # ------------------------------------------------------------------ servers
