@@ -23,7 +23,7 @@ from advisor.diagnose.ruleset import Rule
 from advisor.outputs import prediction as prediction_out
 from advisor.predict.replicas import Desired, Point, Sizing
 
-PERCENT_HINTS = ("usage", "hit_ratio", "share", "abort_ratio")
+PERCENT_HINTS = ("usage", "hit_ratio", "share", "abort_ratio", "acceptance_ratio")
 
 
 def fmt_value(signal: str, value: float | None, unit: str | None = None) -> str:
@@ -45,8 +45,8 @@ def fmt_value(signal: str, value: float | None, unit: str | None = None) -> str:
         return f"{value:.2f}/s"
     if unit == "tokens_per_second":
         return f"{value:,.0f} tok/s"
-    if unit == "tokens":
-        return f"{value:,.0f} tokens"
+    if unit == "tokens":  # a mean of a few tokens keeps its fraction: 1.48 tokens, not 1
+        return f"{value:.2f} tokens" if abs(value) < 10 and not float(value).is_integer() else f"{value:,.0f} tokens"
     if unit == "cores":
         return f"{value:.2f} cores"
     if unit in ("requests", "count"):
