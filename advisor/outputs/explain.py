@@ -46,7 +46,11 @@ def fmt_value(signal: str, value: float | None, unit: str | None = None) -> str:
     if unit == "tokens_per_second":
         return f"{value:,.0f} tok/s"
     if unit == "tokens":  # a mean of a few tokens keeps its fraction: 1.48 tokens, not 1
-        return f"{value:.2f} tokens" if abs(value) < 10 and not float(value).is_integer() else f"{value:,.0f} tokens"
+        return (
+            f"{value:.2f} tokens"
+            if abs(value) < 10 and not float(value).is_integer()
+            else f"{value:,.0f} tokens"
+        )
     if unit == "cores":
         return f"{value:.2f} cores"
     if unit in ("requests", "count"):
