@@ -36,13 +36,12 @@ def _load_report() -> Any:
 
 
 REPORT = _load_report()
-# one worker replays the runs once (REPORT.replayed is cached): the docs' check and the tests here
-pytestmark = pytest.mark.xdist_group("validation-runs")
 
 
 def diagnose(run: str) -> Any:
-    """The diagnosis the run's session gets with the rules as they are now (shared with the
-    report's replay, so each run is replayed once per worker)."""
+    """The diagnosis the run's session gets with the rules as they are now (REPORT.replayed is
+    cached: the docs' check and the tests here replay each run at most once per worker; no xdist
+    group, which would put ~6 minutes of replays on one worker at the end of the suite)."""
     d = REPORT.replayed(run)
     assert d is not None
     return d
