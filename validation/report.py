@@ -27,6 +27,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "validation"))
+
+from suite import SCENARIOS_CPU, SCENARIOS_H200, SCENARIOS_H200X2  # noqa: E402
 
 from advisor.core import names as n  # noqa: E402
 from advisor.core.config import DEFAULT_TARGETS, Config  # noqa: E402
@@ -63,9 +66,9 @@ SCENARIO_ORDER = [
 # scenarios run again under another's load, on another lease: their runs are judged against the
 # best measured under that load in either
 SAME_LOAD = {"follow-misconf-r2": "follow-misconf"}
-# scenarios run in follow mode (suite.py's follow=3): their chain of steps is judged for convergence
-# even where it stopped after one restart (the advice said nothing more)
-FOLLOW = {"follow-misconf", "follow-misconf-r2"}
+# scenarios run in follow mode (suite.py's follow > 1): their chain of steps is judged for
+# convergence even where it stopped after one restart (the advice said nothing more)
+FOLLOW = {s.name for s in SCENARIOS_H200 + SCENARIOS_CPU + SCENARIOS_H200X2 if s.follow > 1}
 GOOD_SHARE = 0.90  # follow mode converges at the first step within 90% of the best measured goodput
 
 
@@ -120,9 +123,7 @@ def render_goodput(results: dict[str, Any]) -> list[str]:
         ids.sort(key=lambda r: (follow_step(scn, r), r))
         good = {r: measured_goodput(RUNS / r) for r in ids}
         twin = SAME_LOAD.get(scn)
-        peers = [r for r in sorted(results) if twin and r.startswith(twin + ".") and (RUNS / r).exists()]
-        best = max((g for g in [*good.values(), *map(measured_goodput, (RUNS / r for r in peers))]
-                    if g is not None), default=None)  # fmt: skip
+        best = best_goodput(scn, results)
         for r in ids:
             g = good[r]
             share = f"{g / best:.0%}" if g is not None and best else "-"
@@ -145,6 +146,18 @@ def render_goodput(results: dict[str, Any]) -> list[str]:
                 + (f", {twin}'s runs under the same load included)." if twin else ").")
             )
     return out + (["", *follow] if follow else [])
+
+
+def runs_under_load(scn: str, results: dict[str, Any]) -> list[str]:
+    """The recorded runs under ``scn``'s load: its own, and its SAME_LOAD twin's."""
+    names = {scn, SAME_LOAD.get(scn)}
+    return [r for r in sorted(results) if r.split(".", 1)[0] in names and (RUNS / r).exists()]
+
+
+def best_goodput(scn: str, results: dict[str, Any]) -> float | None:
+    """The best goodput measured under ``scn``'s load (None: none measured)."""
+    got = (measured_goodput(RUNS / r) for r in runs_under_load(scn, results))
+    return max((g for g in got if g is not None), default=None)
 
 
 OTHER = 99  # a run that is no step of the advice followed: an alternative or a tried setting

@@ -157,7 +157,7 @@ def test_open_arrivals_the_closed_form_misses_the_simulator_holds(predictions: A
     same pages, predicts throughput within 15% on every open-loop pair."""
     pairs = [(b, a, k, v) for b, a, k, v in predictions.pairs() if _open_loop(a)]
     assert len(pairs) >= 5
-    cf_miss, sim_hits, no_fit, sim_misses = 0, 0, [], []
+    cf_miss, no_fit, sim_misses = 0, [], []
     for base, after, knob, value in pairs:
         with gzip.open(RUNS / base / "bench.json.gz", "rt") as f:
             b0 = json.load(f)["output_throughput"]
@@ -175,9 +175,7 @@ def test_open_arrivals_the_closed_form_misses_the_simulator_holds(predictions: A
         sim = simulated.simulate_change(model, knob, value, rows, dict(DEFAULT_TARGETS))
         assert sim.arrivals.kind == "open", (base, sim.arrivals.why)
         ratio = sim.after.output_tokens_per_second / sim.before.output_tokens_per_second
-        hit = abs(ratio / measured - 1) <= 0.15
-        sim_hits += hit
-        if not hit:
+        if abs(ratio / measured - 1) > 0.15:
             sim_misses.append(after)
     assert cf_miss >= 3  # open-cap-past (+63% and +50% predicted, +16% measured), open-bursty
     # the CPU runs below the knee (cpu-open-below*): too little busy time for a step-time fit
@@ -188,8 +186,7 @@ def test_open_arrivals_the_closed_form_misses_the_simulator_holds(predictions: A
     # whose 2-s intervals all carried the same few prefill tokens per step, so its step-time fit
     # cannot tell the prefill cost from the fixed cost (R^2 0.08) and over-prices a larger batch's
     # prefill; the advice it chose (cap 12 -> 24) was still the measured best
-    assert sim_misses == list(KNOWN_SIM_MISSES), sim_misses
-    assert sim_hits == len(pairs) - len(no_fit) - len(KNOWN_SIM_MISSES)
+    assert sim_misses == list(KNOWN_SIM_MISSES), sim_misses  # every other fitted pair within 15%
 
 
 KNOWN_SIM_MISSES = ("follow-misconf-r2.after",)

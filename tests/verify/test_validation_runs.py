@@ -460,8 +460,8 @@ def test_following_the_advice_from_a_misconfigured_start_converges_in_one_restar
     its goodput is within 90% of the best measured under this load (follow-misconf's runs, vLLM's
     usual 256 / 8192 among them, included): one restart. The first round (follow-misconf, the
     closed-form advice) took one too, then advised a KV step that bought nothing."""
-    runs = [r for r in RESULTS if r.split(".")[0] in ("follow-misconf", "follow-misconf-r2")]
-    best = max(REPORT.measured_goodput(RUNS / r) or 0 for r in runs)
+    runs = REPORT.runs_under_load("follow-misconf-r2", RESULTS)
+    best = REPORT.best_goodput("follow-misconf-r2", RESULTS)
     after = REPORT.measured_goodput(RUNS / "follow-misconf-r2.after")
     before = REPORT.measured_goodput(RUNS / "follow-misconf-r2.before")
     assert after >= 0.9 * best and before < 0.5 * best, (before, after, best)
