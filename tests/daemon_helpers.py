@@ -13,6 +13,7 @@ import requests
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
+from tests.hang import HANG_S
 
 RULES = load_rules()
 
@@ -60,7 +61,7 @@ def run_cycles(d: Daemon, clock: Clock, n: int, step: float = 2.0) -> None:
 
 def exported(d: Daemon) -> str:
     host, port = d.server.server_address[:2]
-    return requests.get(f"http://{host}:{port}/metrics", timeout=5).text
+    return requests.get(f"http://{host}:{port}/metrics", timeout=HANG_S).text
 
 
 def start_run(

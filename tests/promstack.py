@@ -18,6 +18,8 @@ from typing import Any
 import requests
 import yaml
 
+from tests.hang import HANG_S
+
 
 def free_port() -> int:
     s = socket.socket()
@@ -150,7 +152,7 @@ def prometheus(
 
 
 def query(base: str, expr: str) -> list[dict[str, Any]]:
-    r = requests.get(f"{base}/api/v1/query", params={"query": expr}, timeout=5)
+    r = requests.get(f"{base}/api/v1/query", params={"query": expr}, timeout=HANG_S)
     r.raise_for_status()
     body = r.json()
     assert body["status"] == "success", body

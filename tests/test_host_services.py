@@ -18,6 +18,7 @@ from pathlib import Path
 import requests
 
 from tests import promstack
+from tests.hang import HANG_S
 
 HOST_PORTS = (9090, 9093, 9094)
 
@@ -47,12 +48,12 @@ def test_the_tests_prometheus_and_alertmanager_run_beside_the_hosts_own(tmp_path
         (tmp_path / "a").mkdir()
         with promstack.prometheus(tmp_path / "p", {}) as (url, _):
             assert not url.endswith(":9090")
-            r = requests.get(f"{url}/api/v1/status/flags", timeout=5).json()["data"]
+            r = requests.get(f"{url}/api/v1/status/flags", timeout=HANG_S).json()["data"]
             assert r["config.file"].startswith(str(tmp_path))
             assert r["storage.tsdb.path"].startswith(str(tmp_path))
             assert promstack.query(url, "vector(1)")[0]["value"][1] == "1"
             am_cfg = {"route": {"receiver": "null"}, "receivers": [{"name": "null"}]}
             with promstack.alertmanager(tmp_path / "a", am_cfg) as (hostport, _):
                 assert hostport.rsplit(":", 1)[1] not in {str(p) for p in HOST_PORTS}
-                status = requests.get(f"http://{hostport}/api/v2/status", timeout=5).json()
+                status = requests.get(f"http://{hostport}/api/v2/status", timeout=HANG_S).json()
                 assert status["cluster"]["status"] == "disabled"

@@ -14,6 +14,7 @@ import requests
 
 from advisor.sources.session import Session, record
 from tests import realvllm
+from tests.hang import HANG_S
 
 FAMILIES = (
     "vllm:num_requests_running",
@@ -44,7 +45,7 @@ def test_real_server_metrics_load_and_recorded_session(
     vllm_server: realvllm.VllmServer, tmp_path: Path
 ) -> None:
     server = vllm_server
-    assert requests.get(server.url + "/health", timeout=5).status_code == 200
+    assert requests.get(server.url + "/health", timeout=HANG_S).status_code == 200
     before = server.metrics()
     for fam in FAMILIES:
         assert realvllm.metric_value(before, fam) is not None, f"{fam} missing from /metrics"

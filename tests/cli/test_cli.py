@@ -22,6 +22,7 @@ from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
 from advisor.sources.session import Session
+from tests.hang import HANG_S
 from tests.paths import FIXTURES
 from tests.vllm_standin import StandIn, serve, session_pages
 
@@ -54,13 +55,13 @@ def test_demo_prints_the_pages_url_and_serves_it_until_ctrl_c() -> None:
                 break
         assert url is not None, p.stderr.read() if p.stderr else ""
         for _ in range(2):  # still there a while later: it serves until Ctrl-C
-            page = requests.get(url, timeout=10)
+            page = requests.get(url, timeout=HANG_S)
             assert (
                 page.status_code == 200 and "--kv-cache-memory-bytes 6442450944 -&gt; 9663676416" in page.text
             )
             assert page.text.count('<figure class="chart"') == 6
             time.sleep(1.0)
-        history = requests.get(url + "history", timeout=10).text
+        history = requests.get(url + "history", timeout=HANG_S).text
         assert "still advised" in history  # the advice given while the session played
     finally:
         p.send_signal(signal.SIGINT)  # Ctrl-C

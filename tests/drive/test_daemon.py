@@ -27,6 +27,7 @@ from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
 from advisor.sources import metrics as m
 from tests.daemon_helpers import Clock, exported, make, run_cycles, start_run
+from tests.hang import HANG_S
 from tests.paths import FIXTURES
 from tests.vllm_standin import StandIn, serve, session_pages
 
@@ -65,9 +66,9 @@ def test_advice_appears_then_vllm_down_withdraws_it(tmp_path: Path, preempting: 
             assert saved["status"] == "advice"
             # API and landing page
             host, port = d.server.server_address[:2]
-            api = requests.get(f"http://{host}:{port}/api/v1/diagnosis", timeout=5).json()
+            api = requests.get(f"http://{host}:{port}/api/v1/diagnosis", timeout=HANG_S).json()
             assert api["recommendation"]["knob"] == "kv_cache_memory_bytes"
-            assert requests.get(f"http://{host}:{port}/healthz", timeout=5).json()["ok"] is True
+            assert requests.get(f"http://{host}:{port}/healthz", timeout=HANG_S).json()["ok"] is True
         except BaseException:
             d.stop()
             raise
@@ -285,7 +286,7 @@ def test_landing_page_renders_the_advice_and_evidence(tmp_path: Path, preempting
         try:
             run_cycles(d, clock, len(preempting.pages) - 4)
             host, port = d.server.server_address[:2]
-            r = requests.get(f"http://{host}:{port}/", timeout=5)
+            r = requests.get(f"http://{host}:{port}/", timeout=HANG_S)
         finally:
             d.stop()
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")

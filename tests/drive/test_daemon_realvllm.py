@@ -22,6 +22,7 @@ from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
 from tests import realvllm
+from tests.hang import HANG_S
 from tests.promstack import prometheus, query, wait_until
 
 KV_BYTES = 25165824  # 3,072 tokens = 24 blocks of 128: 8 requests of 384 tokens fit
@@ -75,7 +76,7 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             assert labels["direction"] == "increase" and labels["current"] == str(KV_BYTES)
             proposed = int(labels["proposed"])
             assert proposed == KV_BYTES * 3 // 2
-            page = requests.get(f"http://{host}:{port}/", timeout=10).text
+            page = requests.get(f"http://{host}:{port}/", timeout=HANG_S).text
             assert f"--kv-cache-memory-bytes {KV_BYTES} -&gt; {proposed}" in page  # the page says it too
             assert _points(page) and min(_points(page)) >= 2 and len(_points(page)) >= 6
             load.kill()  # the rest of the load is not needed: the server stops under it
@@ -95,7 +96,7 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             last: list[str] = []
 
             def page_down() -> bool:
-                last[:] = [requests.get(f"http://{host}:{port}/", timeout=10).text]
+                last[:] = [requests.get(f"http://{host}:{port}/", timeout=HANG_S).text]
                 return "vLLM is <b>DOWN</b>" in last[0] and 'class="outage"' in last[0]
 
             try:
@@ -126,7 +127,7 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             assert changes
         change = daemon.advisor.changes[-1]
         assert (change.knob, change.old, change.new) == ("kv_cache_memory_bytes", KV_BYTES, proposed)
-        page = requests.get(f"http://{host}:{port}/", timeout=10).text
+        page = requests.get(f"http://{host}:{port}/", timeout=HANG_S).text
         assert 'class="mark restart"' in page  # the restart with the new value, on the charts
         kv = [
             a

@@ -40,6 +40,7 @@ from advisor.outputs.state import ExportState, FleetState, Member, Server
 from advisor.sources import metrics
 from advisor.sources import prometheus as prom
 from tests import browser, fleet_standin, promstack
+from tests.hang import HANG_S
 from tests.paths import FIXTURES, REPO
 from tests.promstack import free_port, prometheus, query, wait_until
 
@@ -225,7 +226,7 @@ def _each_server_has_its_own_page(base: str, tmp: Path) -> None:
         assert fleet_page.problems() == [] and fleet_page.elsewhere(base) == []
         history = browser.open_page(ctx, base + "/history?instance=b.fleet%3A8000")
         assert "still advised" in history.page.inner_text("table#advice")
-        missing = requests.get(base + "/server", params={"instance": "x:1"}, timeout=5)
+        missing = requests.get(base + "/server", params={"instance": "x:1"}, timeout=HANG_S)
         assert missing.status_code == 404
 
 
@@ -314,7 +315,7 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 assert not any(i == "c.fleet:8000" for _, i in delivered())
 
                 # the fleet daemon's own series, per instance
-                text = requests.get(f"http://127.0.0.1:{fleet_port}/metrics", timeout=5).text
+                text = requests.get(f"http://127.0.0.1:{fleet_port}/metrics", timeout=HANG_S).text
                 fams = {f.name: f for f in text_string_to_metric_families(text)}
                 ups = {s.labels["instance"]: s.value for s in fams["vllm_advisor_up"].samples}
                 assert ups == {"a.fleet:8000": 1, "b.fleet:8000": 1, "c.fleet:8000": 1}
@@ -334,7 +335,9 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 assert knobs[("b.fleet:8000", "max_num_seqs")] == (10, "cmdline")  # from B's sidecar
                 assert knobs[("a.fleet:8000", "max_num_seqs")][1] == "default"  # A has no sidecar
                 # API and landing page: the fleet, worst first; one server by instance
-                fleet_body = requests.get(f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis", timeout=5).json()
+                fleet_body = requests.get(
+                    f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis", timeout=HANG_S
+                ).json()
                 order = [i["instance"] for i in fleet_body["instances"]]
                 assert order[-1] == "c.fleet:8000" and fleet_body["status"] == "advice"
                 one = requests.get(
@@ -344,7 +347,7 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 ).json()
                 assert one["recommendation"]["rule"] == "kv-preemption-seqs-bind"
                 assert one["instance"] == "b.fleet:8000"
-                page = requests.get(f"http://127.0.0.1:{fleet_port}/", timeout=5).text
+                page = requests.get(f"http://127.0.0.1:{fleet_port}/", timeout=HANG_S).text
                 assert page.index("b.fleet:8000") < page.index("c.fleet:8000")
                 _each_server_has_its_own_page(f"http://127.0.0.1:{fleet_port}", tmp_path)
                 missing = requests.get(

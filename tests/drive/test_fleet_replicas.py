@@ -32,6 +32,7 @@ from advisor.sources.session import Session
 from tests import fleet_standin
 from tests.drive.test_fleet import _sidecar_page
 from tests.drive.test_replicas_replay import STEPS, TARGETS, clients_at, phases
+from tests.hang import HANG_S
 from tests.outputs.test_autoscaling import render_adapter_query
 from tests.promstack import free_port, prometheus, query
 
@@ -55,7 +56,7 @@ def _load_start(path: Path) -> float:
 
 
 def _fleet_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=HANG_S).text
     return {
         f.name: [(dict(s.labels), s.value) for s in f.samples] for f in text_string_to_metric_families(text)
     }

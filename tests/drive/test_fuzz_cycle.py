@@ -29,6 +29,7 @@ from advisor.cli.common import DEMO_SESSION
 from advisor.sources.session import Session
 from tests.daemon_helpers import Clock, make
 from tests.fuzzing import fuzz, page_mutation
+from tests.hang import HANG_S
 from tests.vllm_standin import StandIn, serve
 
 SCRAPES = list(Session.load(DEMO_SESSION).iter_scrapes())
@@ -89,9 +90,9 @@ def test_the_cycle_on_hostile_pages(
                 assert diag.status != "healthy", diag.reason
         host, port = d.server.server_address[:2]
         base = f"http://{host}:{port}"
-        strict(requests.get(base + "/api/v1/diagnosis", timeout=10).text)
-        strict(requests.get(base + "/healthz", timeout=10).text)
-        list(text_string_to_metric_families(requests.get(base + "/metrics", timeout=10).text))
+        strict(requests.get(base + "/api/v1/diagnosis", timeout=HANG_S).text)
+        strict(requests.get(base + "/healthz", timeout=HANG_S).text)
+        list(text_string_to_metric_families(requests.get(base + "/metrics", timeout=HANG_S).text))
         strict((Path(d.cfg.state_dir) / "diagnosis.json").read_text())
     finally:
         d.stop()

@@ -26,6 +26,7 @@ from advisor.drive.runner import Advisor, base_from_session_engine
 from advisor.outputs.state import AdviceSpan
 from advisor.sources.session import Session
 from tests.daemon_helpers import Clock, make, run_cycles
+from tests.hang import HANG_S
 from tests.paths import FIXTURES
 from tests.vllm_standin import StandIn, serve, session_pages
 
@@ -129,7 +130,7 @@ def test_the_daemons_history_page_survives_a_restart(tmp_path: Path) -> None:
             standin.mode = "http503"
             run_cycles(d, clock, 2)
             host, port = d.server.server_address[:2]
-            page = requests.get(f"http://{host}:{port}/history", timeout=5)
+            page = requests.get(f"http://{host}:{port}/history", timeout=HANG_S)
             assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
             assert "default-src 'none'" in page.headers["Content-Security-Policy"]
         finally:
@@ -174,7 +175,7 @@ def test_an_experiment_the_daemon_judged_is_on_its_history_page(tmp_path: Path) 
             standin.pages, standin.i, standin.mode = [t for _, t in sessions[1].iter_scrapes()], 0, "ok"
             run_cycles(d, clock, len(standin.pages))
             host, port = d.server.server_address[:2]
-            text = requests.get(f"http://{host}:{port}/history", timeout=5).text
+            text = requests.get(f"http://{host}:{port}/history", timeout=HANG_S).text
             h = d.history()
         finally:
             d.stop()

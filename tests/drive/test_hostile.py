@@ -37,6 +37,7 @@ from advisor.sources import engine, session
 from advisor.sources import http as http_src
 from advisor.sources import metrics as metrics_src
 from tests.daemon_helpers import Clock, SteppedClock, exported, make, run_cycles, start_run
+from tests.hang import HANG_S
 from tests.vllm_standin import StandIn, gzip_bomb, serve, session_pages
 
 
@@ -98,7 +99,7 @@ def test_trickling_server_times_out_and_up_falls_within_two_intervals(
     assert value(text, "vllm_advisor_up") == 0.0
     assert "vllm_advisor_recommendation_info{" not in text
     host, port = d.server.server_address[:2]
-    health = requests.get(f"http://{host}:{port}/healthz", timeout=5).json()
+    health = requests.get(f"http://{host}:{port}/healthz", timeout=HANG_S).json()
     assert health["vllm_up"] is False
 
 
@@ -118,9 +119,9 @@ def test_a_stuck_cycle_cannot_leave_up_or_advice_behind(advised: tuple[Daemon, C
     assert value(text, "vllm_advisor_up") == 0.0
     assert "vllm_advisor_recommendation_info{" not in text
     assert value(text, 'vllm_advisor_status{status="advice"}') == 0.0
-    health = requests.get(f"http://{host}:{port}/healthz", timeout=5).json()
+    health = requests.get(f"http://{host}:{port}/healthz", timeout=HANG_S).json()
     assert health["vllm_up"] is False and health["status"] == "insufficient-data"
-    api = requests.get(f"http://{host}:{port}/api/v1/diagnosis", timeout=5).json()
+    api = requests.get(f"http://{host}:{port}/api/v1/diagnosis", timeout=HANG_S).json()
     assert api["recommendation"] is None and "no scrape of vLLM has completed" in api["reason"]
 
 

@@ -16,6 +16,7 @@ import requests
 from advisor.cli.common import DEMO_SESSION
 from advisor.drive import daemon as daemon_mod
 from tests.daemon_helpers import Clock, make, run_cycles
+from tests.hang import HANG_S
 from tests.vllm_standin import StandIn, serve, session_pages
 
 
@@ -32,7 +33,7 @@ def test_a_page_asked_for_while_a_cycle_holds_the_window_comes_without_charts(
     try:
         base = f"http://{host}:{port}/"
         assert d.charts() is not None
-        assert requests.get(base, timeout=5).text.count('<figure class="chart"') == 6
+        assert requests.get(base, timeout=HANG_S).text.count('<figure class="chart"') == 6
         held, release = threading.Event(), threading.Event()
 
         def hold() -> None:
@@ -45,11 +46,11 @@ def test_a_page_asked_for_while_a_cycle_holds_the_window_comes_without_charts(
         held.wait(5)
         try:
             assert d.charts() is None
-            page = requests.get(base, timeout=5)
+            page = requests.get(base, timeout=HANG_S)
             assert page.status_code == 200 and "<figure" not in page.text and "vLLM is <b>up</b>" in page.text
         finally:
             release.set()
             th.join(5)
-        assert requests.get(base, timeout=5).text.count('<figure class="chart"') == 6
+        assert requests.get(base, timeout=HANG_S).text.count('<figure class="chart"') == 6
     finally:
         d.stop()

@@ -27,6 +27,7 @@ from advisor.outputs import fleet as fleet_out
 from advisor.sources import prometheus as prom
 from tests import prom_standin
 from tests.daemon_helpers import Clock, run_cycles
+from tests.hang import HANG_S
 from tests.paths import FIXTURES
 from tests.promstack import free_port
 from tests.vllm_standin import StandIn, serve, session_pages
@@ -64,10 +65,10 @@ def test_the_daemon_never_shows_a_url_password(tmp_path: Path, capsys: pytest.Ca
             host, port = d.serve()
             run_cycles(d, clock, 3)
             for path in paths:
-                surfaces[path] = requests.get(f"http://{host}:{port}{path}", timeout=5).text
+                surfaces[path] = requests.get(f"http://{host}:{port}{path}", timeout=HANG_S).text
         run_cycles(d, clock, 2)  # the stand-in is gone: an outage, whose errors name the URL
         for path in paths:
-            surfaces[path + " (outage)"] = requests.get(f"http://{host}:{port}{path}", timeout=5).text
+            surfaces[path + " (outage)"] = requests.get(f"http://{host}:{port}{path}", timeout=HANG_S).text
     finally:
         if d is not None:
             d.stop()

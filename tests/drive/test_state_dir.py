@@ -29,6 +29,7 @@ from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
 from advisor.verify.ledger import ExperimentRecord, Ledger
 from tests.daemon_helpers import Clock, start_run
+from tests.hang import HANG_S
 from tests.mounts import fill, tiny_fs
 from tests.paths import FIXTURES
 from tests.promstack import free_port
@@ -158,7 +159,7 @@ def test_a_full_state_dir_at_start_runs_names_it_and_writes_once_there_is_room(t
                 if proc.poll() is not None:
                     raise AssertionError(f"the daemon exited {proc.returncode}: {proc.communicate()[1]}")
                 try:
-                    body: dict[str, Any] = requests.get(f"{base}/healthz", timeout=5).json()
+                    body: dict[str, Any] = requests.get(f"{base}/healthz", timeout=HANG_S).json()
                     return body
                 except requests.RequestException:
                     return {}
@@ -168,7 +169,7 @@ def test_a_full_state_dir_at_start_runs_names_it_and_writes_once_there_is_room(t
             assert "No space left on device" in str(h.get("state_error")) and str(state) in str(
                 h["state_error"]
             )
-            assert "vllm_advisor_state_write_ok 0.0" in requests.get(f"{base}/metrics", timeout=5).text
+            assert "vllm_advisor_state_write_ok 0.0" in requests.get(f"{base}/metrics", timeout=HANG_S).text
             t0 = float(h["last_scrape_t"])
             # three more cycles, each failing to write: still one warning (below)
             _wait_for("three more cycles", lambda: float(health().get("last_scrape_t") or 0) >= t0 + 3)

@@ -42,6 +42,7 @@ from advisor.drive.inputs import from_session
 from advisor.outputs import alert_config, dashboards
 from advisor.outputs.deploy import WEBHOOK_BASE
 from advisor.sources.session import Session
+from tests.hang import HANG_S
 from tests.paths import REPO
 from tests.promstack import alertmanager_argv, prometheus_argv
 
@@ -227,7 +228,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 def _query(base: str, expr: str) -> list[dict[str, Any]]:
-    r = requests.get(f"{base}/api/v1/query", params={"query": expr}, timeout=5)
+    r = requests.get(f"{base}/api/v1/query", params={"query": expr}, timeout=HANG_S)
     body = r.json()
     assert r.ok and body["status"] == "success", f"{expr}: {body.get('error')}"
     return list(body["data"]["result"])
@@ -286,7 +287,7 @@ def test_every_rule_and_dashboard_query_parses_and_panels_have_data(stack: dict[
     for g in groups:
         for r in g["rules"]:
             _query(base, r["expr"])
-    health = requests.get(f"{base}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    health = requests.get(f"{base}/api/v1/rules", timeout=HANG_S).json()["data"]["groups"]
     bad = [(r["name"], r.get("lastError")) for g in health for r in g["rules"] if r.get("health") == "err"]
     assert not bad, bad
 

@@ -15,6 +15,7 @@ from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
 from advisor.outputs import exporter
 from advisor.outputs.state import ExportState
+from tests.hang import HANG_S
 
 MODEL = os.fsdecode(b"/models/llama-\xff\xfe")  # as Python reads a process's argv: surrogates
 
@@ -38,7 +39,7 @@ def test_the_page_with_such_a_model_name_is_served() -> None:
     try:
         base = f"http://127.0.0.1:{srv.server_address[1]}"
         for path in ("/metrics", "/", "/api/v1/diagnosis"):
-            r = requests.get(base + path, timeout=5)
+            r = requests.get(base + path, timeout=HANG_S)
             assert r.status_code == 200 and r.content, path
             assert "llama-" in r.text, path
     finally:

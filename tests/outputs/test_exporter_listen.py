@@ -12,6 +12,7 @@ from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
 from advisor.outputs import exporter
 from advisor.outputs.state import ExportState
+from tests.hang import HANG_S
 
 
 def _state() -> ExportState:
@@ -24,7 +25,7 @@ def test_the_exporter_listens_on_ipv6_loopback() -> None:
     srv = exporter.make_server(host, port, _state)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        r = requests.get(f"http://[::1]:{srv.server_address[1]}/metrics", timeout=10)
+        r = requests.get(f"http://[::1]:{srv.server_address[1]}/metrics", timeout=HANG_S)
         assert r.status_code == 200 and "vllm_advisor_up 1.0" in r.text
     finally:
         srv.shutdown()

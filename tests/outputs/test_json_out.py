@@ -29,6 +29,7 @@ from advisor.outputs import explain
 from advisor.outputs.exporter import make_server
 from advisor.sources import session as session_src
 from advisor.verify.ledger import ExperimentRecord, Ledger
+from tests.hang import HANG_S
 
 RULES = load_rules()
 ADV, REAL = inputs.from_session(DEMO_SESSION, Config(), RULES)
@@ -79,9 +80,9 @@ def test_the_api_is_valid_json(tmp_path: Path) -> None:
     th.start()
     try:
         host, port = server.server_address[:2]
-        body = requests.get(f"http://{host}:{port}/api/v1/diagnosis", timeout=5).text
+        body = requests.get(f"http://{host}:{port}/api/v1/diagnosis", timeout=HANG_S).text
         assert strict(body)["context"]["requests_per_second"] is None
-        assert strict(requests.get(f"http://{host}:{port}/healthz", timeout=5).text)
+        assert strict(requests.get(f"http://{host}:{port}/healthz", timeout=HANG_S).text)
     finally:
         server.shutdown()
         server.server_close()

@@ -18,6 +18,7 @@ from advisor.outputs import exporter
 from advisor.outputs import fleet as fleet_out
 from advisor.outputs.state import Deployment, ExportState, FleetState, Member, Server
 from advisor.predict import replicas as rp
+from tests.hang import HANG_S
 
 
 def _desired(desired: int = 3, needed: int = 3, knob_first: bool = False, meets: bool = True) -> rp.Desired:
@@ -117,7 +118,7 @@ def sidecar() -> Iterator[str]:
 
 
 def test_the_replicas_endpoint(sidecar: str) -> None:
-    body = requests.get(f"{sidecar}/api/v1/replicas", timeout=5).json()
+    body = requests.get(f"{sidecar}/api/v1/replicas", timeout=HANG_S).json()
     r = body["replicas"]
     assert (r["desired"], r["needed"], r["current"], r["held"]) == (3, 2, 2, True)
     assert r["predicted_at_desired"]["replicas"] == 3

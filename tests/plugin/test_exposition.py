@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from advisor.plugin import names as n
 from advisor.plugin.config import PluginConfig, bucket_labels, load_config
 from advisor.plugin.exposition import PluginExporter
+from tests.hang import HANG_S
 from tests.plugin import standin
 
 INFO = {"version": "0.1.0", "vllm_version": "0.32.0"}
@@ -100,7 +101,9 @@ def test_own_port_serves_the_same_page_and_steps_past_a_busy_port() -> None:
             assert exp.start() == "port"
             assert exp.port is not None and exp.port > busy
             feed(exp, "0")
-            text = urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/metrics", timeout=5).read().decode()
+            text = (
+                urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/metrics", timeout=HANG_S).read().decode()
+            )
         finally:
             exp.stop()
     fams = families(text)

@@ -33,6 +33,7 @@ from advisor.drive.daemon import Daemon
 from advisor.drive.runner import Advisor
 from advisor.verify.ledger import DurableLedger, ExperimentRecord, Ledger
 from tests.daemon_helpers import Clock, start_run
+from tests.hang import HANG_S
 from tests.mounts import fill, immutable, read_only, tiny_fs
 from tests.paths import FIXTURES
 from tests.promstack import free_port
@@ -167,8 +168,8 @@ def test_the_daemon_retries_exports_and_warns_once_per_episode(
             d._record_experiments()
             d._persist(diag)
         host, port = d.server.server_address[:2]
-        text = requests.get(f"http://{host}:{port}/metrics", timeout=5).text
-        health = requests.get(f"http://{host}:{port}/healthz", timeout=5).json()
+        text = requests.get(f"http://{host}:{port}/metrics", timeout=HANG_S).text
+        health = requests.get(f"http://{host}:{port}/healthz", timeout=HANG_S).json()
         assert "vllm_advisor_ledger_pending 1.0" in text
         assert "vllm_advisor_ledger_write_failures_total 6.0" in text
         assert "vllm_advisor_state_write_ok 0.0" in text
@@ -176,7 +177,7 @@ def test_the_daemon_retries_exports_and_warns_once_per_episode(
         state.unlink()
         d._record_experiments()
         d._persist(diag)
-        text = requests.get(f"http://{host}:{port}/metrics", timeout=5).text
+        text = requests.get(f"http://{host}:{port}/metrics", timeout=HANG_S).text
         assert "vllm_advisor_ledger_pending 0.0" in text and "vllm_advisor_state_write_ok 1.0" in text
     finally:
         d.stop()
