@@ -12,7 +12,9 @@ The model (per engine, steady state under the same load):
   is the interval over the steps in it (``vllm:iteration_tokens_total``'s count) and its tokens
   come from the token counters. Where the decodes' KV does not vary enough to fit ``k``, the
   decode tokens per step take its place; where nothing can be fitted, the change is predicted
-  from ratios alone and the confidence says so.
+  from ratios alone and the confidence says so. Where the intervals carried about the same
+  prefill (R^2 low), the prefill cost is held to what the ITL histogram's tail allows for the
+  steps that carry a whole chunk (``_bounded_by_itl``).
 - **The batch** ``B = min(cap, offered load, KV holds, budget allows)``: the offered load is what
   waits plus what runs (a closed loop of clients); the KV cache holds its tokens over the KV a
   running request holds on average (measured: usage x tokens over running); the token budget
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from advisor.core import names as n
-from advisor.core.model import EngineInfo
+from advisor.core.model import EngineInfo, Histogram
 from advisor.derive import steps
 from advisor.derive.window import Window
 from advisor.predict.intake import IntakeView, Row, Sums
@@ -165,6 +167,52 @@ def fit_step_time(sums: Sums, rows: int, kv_tokens: float | None) -> StepTime | 
         coef = [part[0], 0.0, part[1]]
         return StepTime(part[0], 0.0, part[1], "none", rows, _r2(sums, x, coef))
     return None
+
+
+LOW_R2 = 0.5  # a least-squares fit explaining less of the intervals' step times than this is ill-conditioned
+ITL_SEEN = 0.5  # share of the chunk steps' ITL samples that must lie above a bound for the bound to pass
+
+
+def _bounded_by_itl(
+    fit: StepTime, itl: Histogram | None, busy: Sums, cfg: Config, prompt_mean: float | None
+) -> StepTime:
+    """An ill-conditioned least-squares fit's prefill cost, held to what the ITL histogram saw.
+
+    Where every interval carried about the same prefill per step, least squares cannot split a
+    step's time between its fixed part and its prefill (R^2 under ``LOW_R2``), and the split
+    decides what a step carrying a whole prompt chunk costs. The ITL histogram measures those
+    steps: a decode that shares a step with a chunk waits for it, and such steps are a known
+    share of all steps, the prefill tokens per step over the chunk (a prompt, or the budget
+    beside the decodes). When fewer than ``ITL_SEEN`` of that share lies above a bucket bound,
+    the typical chunk step was faster than the bound, and the prefill cost can be at most what
+    puts it there; the fixed part takes the rest, so the fitted mean step is kept. Only lowers
+    the cost: a tail above the bound can have other causes (preemption, the front end). Called
+    only where a queue stood over most of the busy time: the batch is then full in every step,
+    so a chunk step carries as many decodes (ITL samples) as any other; below the knee, a burst
+    into an idle server is prefilled in steps with few decodes or none, and its ITL tail
+    under-counts them."""
+    if fit.basis != "least squares" or (fit.r2 is not None and fit.r2 >= LOW_R2) or fit.c <= 0:
+        return fit
+    steps = busy["steps"]
+    if itl is None or itl.count <= 0 or steps <= 0 or not cfg.max_num_batched_tokens or not prompt_mean:
+        return fit
+    step, prefill = busy["dt"] / steps, busy["prefill_steps"] / steps
+    chunk = min(prompt_mean, cfg.max_num_batched_tokens - busy["decode_steps"] / steps)
+    if chunk <= prefill:  # a chunk in (nearly) every step: no tail of its own to read
+        return fit
+    share = prefill / chunk
+    for bound, cum in itl.buckets:
+        if bound > step and math.isfinite(bound) and 1 - cum / itl.count < ITL_SEEN * share:
+            c = (bound - step) / (chunk - prefill)  # a chunk step = the mean step + c (chunk - prefill)
+            if c >= fit.c:
+                return fit
+            return replace(
+                fit,
+                a=fit.a + (fit.c - c) * prefill,
+                c=c,
+                basis=f"{fit.basis}; prefill cost bounded by the ITL histogram (chunk steps under {bound:g} s)",
+            )
+    return fit
 
 
 def _x_sums(s: Sums, kv_tokens: float | None) -> dict[str, float]:
@@ -380,6 +428,14 @@ def build(
     fit = exact_fit(window, seconds, step, decode, prefill) or fit_step_time(
         facts.busy, facts.busy_rows, kv_tokens_e
     )
+    if fit is not None and held:
+        fit = _bounded_by_itl(
+            fit,
+            window.histogram_delta(n.ITL, seconds),
+            facts.busy,
+            cfg,
+            _num(values.get("prompt_tokens_mean")),
+        )
     if fit is None:
         missing.append("a step-time fit (too few busy intervals)")
     elif fit.k == 0 and fit.c > 0 and str(engine.get("device") or "").lower() == "cpu":
@@ -721,7 +777,7 @@ def _confidence(m: Model, s0: State, s1: State) -> float:
     c = 0.85
     if m.fit is None:
         c -= 0.35
-    elif m.fit.r2 is not None and m.fit.r2 < 0.5:
+    elif m.fit.r2 is not None and m.fit.r2 < LOW_R2:
         c -= 0.15
     c -= 0.1 * len(m.missing)
     r = s1.batch / s0.batch if s0.batch > 0 else 1.0

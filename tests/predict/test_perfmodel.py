@@ -8,12 +8,15 @@ How the model predicts real servers is checked on the committed H200 recordings
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from advisor.core import names as n
 from advisor.core.model import EngineInfo, Family, Histogram, Provenanced, Snapshot, label_key
 from advisor.derive.window import Window
 from advisor.predict import perfmodel as pm
+from advisor.predict.intake import TERMS, Sums
 from advisor.predict.scoring import Observed
 
 A, K, C = 0.004, 3e-8, 2e-5  # seconds per step, per KV token read, per prefill token
@@ -198,3 +201,45 @@ def test_least_squares_refuses_a_singular_system() -> None:
     facts = Observed.of_window(w).facts
     assert facts.busy_rows == 6
     assert pm.fit_step_time(facts.busy, facts.busy_rows, KV_TOKENS) is None
+
+
+# ------------------------------------------------------------------ an ill-conditioned fit and the ITL tail
+def _sums(**v: float) -> Sums:
+    return Sums(v.get(t, 0.0) for t in TERMS)
+
+
+# 1,000 steps of 10 ms, each 12 decodes and 24 prefill tokens on average: a 1,012-token chunk (a
+# 1,024-token budget beside 12 decodes) in about one step of 42
+BUSY = _sums(dt=10.0, steps=1000.0, decode_steps=12_000.0, prefill_steps=24_000.0)
+CFG = pm.Config(12.0, 1024.0, 32768.0, None, None, None)
+ILL = pm.StepTime(0.00858, 0.0, 59e-6, "none", 60, 0.08)  # the mean step kept: 8.58 ms + 24 x 59 us
+
+
+def _itl(above_25ms: float) -> Histogram:
+    """12,000 ITL samples: 80% under 10 ms, ``above_25ms`` of them over 25 ms, none over 50 ms."""
+    total = 12_000.0
+    return Histogram(
+        ((0.01, 0.8 * total), (0.025, (1 - above_25ms) * total), (0.05, total), (float("inf"), total)),
+        total,
+        total * 0.01,
+    )
+
+
+def test_an_ill_conditioned_prefill_cost_is_held_to_the_itl_tail_it_would_have_made() -> None:
+    # at 59 us a chunk step is 10 ms + 59 us x 988 = 68 ms: 2.4% of the ITL samples (the chunk
+    # steps' share) over 50 ms; the histogram has 0.5% over 25 ms, so the chunk steps were under 25 ms
+    got = pm._bounded_by_itl(ILL, _itl(0.005), BUSY, CFG, 1028.0)
+    assert got.c == pytest.approx((0.025 - 0.010) / (1012 - 24))
+    assert got.a + got.c * 24 == pytest.approx(ILL.a + ILL.c * 24)  # the mean step it was fitted to
+    assert "ITL histogram" in got.basis
+    # 2% over 25 ms (most of the chunk steps' 2.4%) but none over 50 ms: under 50 ms, the next bound
+    assert pm._bounded_by_itl(ILL, _itl(0.02), BUSY, CFG, 1028.0).c == pytest.approx(0.040 / 988)
+    # a well-conditioned fit, or one that already fits under the tail: unchanged; never raised
+    # (a tail can have other causes: preemption, the front end)
+    good = dataclasses.replace(ILL, r2=0.9)
+    assert pm._bounded_by_itl(good, _itl(0.005), BUSY, CFG, 1028.0) == good
+    cheap = dataclasses.replace(ILL, a=0.0097, c=10e-6)
+    assert pm._bounded_by_itl(cheap, _itl(0.005), BUSY, CFG, 1028.0) == cheap
+    # a chunk in every step (prefill per step over the chunk): no tail of its own
+    full = _sums(dt=10.0, steps=1000.0, decode_steps=12_000.0, prefill_steps=1_012_000.0)
+    assert pm._bounded_by_itl(ILL, _itl(0.005), full, CFG, 1028.0) == ILL
