@@ -80,3 +80,24 @@ def test_the_unlimited_request_rate_vllm_writes_still_reads(tmp_path: Path) -> N
     """`vllm bench serve` writes request_rate "inf" for an unlimited rate: not out of range."""
     run = bench.load_bench(_write(tmp_path, "a.json", {"request_rate": "inf"}))
     assert run.request_rate == float("inf") and run.completed == json.loads(REAL.read_text())["completed"]
+
+
+def test_a_requests_itls_are_read_in_one_pass_and_checked_one_by_one_when_odd() -> None:
+    """The ITL lists (~10^5-10^6 numbers a run) take a one-pass path when they are plain finite
+    numbers in range; the odd ones still give the error that names the request, or read as 0."""
+
+    def itls(row: list[Any]) -> tuple[float, ...] | None:
+        return bench.parse_bench({"completed": 1, "itls": [row]}, "b.json").rows[0].itls_s
+
+    assert itls([0.01, 2, 0.03]) == (0.01, 2.0, 0.03)
+    assert all(type(x) is float for x in itls([1, 2]) or ())
+    assert itls([0.01, float("nan")]) == (0.01, 0.0)  # unknown: as before the fast path
+    for odd, what in (
+        (BIG, "out of range"),
+        (1e308, "out of range"),
+        (True, "not a number"),
+        ("x", "not a number"),
+    ):
+        with pytest.raises(ExperimentError) as e:
+            itls([0.01, odd])
+        assert "itls[0]" in str(e.value) and what in str(e.value), e.value
