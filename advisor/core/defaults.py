@@ -33,6 +33,7 @@ Facts that could not be pinned down (documented again in each row's ``note``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -277,28 +278,35 @@ def _in_range(v: Version | None, since: Version | None, until: Version | None) -
     return (since is None or v >= since) and (until is None or v < until)
 
 
+@functools.cache
+def _installed_vllm() -> tuple[str | None, dict[str, Any]] | None:
+    """An installed vLLM's version and its ``EngineArgs`` field defaults (None: vLLM is not
+    importable). Looked up once per process: a failed import is not cached by Python, and its
+    search of the path cost ~0.2 ms on every knob's default."""
+    try:  # vLLM is an optional dependency (the `vllm` extra), imported only here
+        import vllm
+        from vllm.engine.arg_utils import EngineArgs
+
+        return getattr(vllm, "__version__", None), {f.name: f.default for f in dataclasses.fields(EngineArgs)}
+    except Exception:
+        return None
+
+
 def _installed_vllm_default(name: str, version: Version | None) -> tuple[Any, str] | None:
     """The field default of an installed vLLM's ``EngineArgs`` when it is importable, its
     version matches the one asked about (or none was asked) and the default is concrete
     (vLLM leaves several at None and resolves them at run time). Never raises."""
-
-    try:  # vLLM is an optional dependency (the `vllm` extra), imported only here
-        import vllm
-        from vllm.engine.arg_utils import EngineArgs
-    except Exception:
+    found = _installed_vllm()
+    if found is None:
         return None
-    try:
-        installed = parse_version(getattr(vllm, "__version__", None))
-        if version is not None and installed is not None and installed[:2] != version[:2]:
-            return None
-        for f in dataclasses.fields(EngineArgs):
-            if f.name == name:
-                if f.default is dataclasses.MISSING or f.default is None:
-                    return None
-                return f.default, f"installed vllm {getattr(vllm, '__version__', '?')} EngineArgs"
-    except Exception:
+    text, fields = found
+    installed = parse_version(text)
+    if version is not None and installed is not None and installed[:2] != version[:2]:
         return None
-    return None
+    default = fields.get(name, dataclasses.MISSING)
+    if default is dataclasses.MISSING or default is None:
+        return None
+    return default, f"installed vllm {text or '?'} EngineArgs"
 
 
 def default_for(name: str, version: str | None, hardware: Hardware | None = None) -> Provenanced:

@@ -192,8 +192,9 @@ def _outcome_of(run: _Run, targets: Mapping[str, float]) -> Outcome:
     done, span = run.done, run.span
     tpots = [d.tpot for d in done if d.tpot is not None]
 
-    def qs(xs: Sequence[float]) -> tuple[float | None, ...]:
-        return tuple(wl.quantile(xs, q) for q in QUANTILES)
+    def qs(xs: list[float]) -> tuple[float | None, ...]:
+        xs.sort()
+        return tuple(wl.quantile_sorted(xs, q) for q in QUANTILES)
 
     good = sum(d.output for d in done if wl.meets(d.ttft, d.tpot, d.e2e, targets))
     return Outcome(

@@ -40,6 +40,7 @@ preemptions).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -179,11 +180,19 @@ def simulate(
     requests: Sequence[Request],
     clients: int | None = None,
     max_steps: int = 200_000,
+    fast_forward: bool = True,
 ) -> Result:
     """Run ``requests`` through one engine. With ``clients`` (a closed loop), that many clients
     each send the next request of the list as soon as their previous one finishes (arrival times
     are ignored); otherwise each request arrives at its ``arrival``. Stops after ``max_steps``
-    steps (``truncated`` says so)."""
+    steps (``truncated`` says so).
+
+    ``fast_forward``: where every running request decodes and nothing can happen but decodes
+    (no request finishes, none arrives, none can be admitted, no block is missing), those steps
+    are taken at once (:func:`_decode_run`): the same steps, times, trace and latencies, to the
+    bit, as one at a time (``False``, the reference the tests hold it to), at a cost per step
+    that does not grow with the batch. 94% of the steps of the recorded runs' replays are such
+    decodes, in runs of ~10."""
     if clients is not None and clients < 1:
         raise ValueError("a closed loop needs at least one client")
     if clients is None and any(r.arrival is None for r in requests):
@@ -224,7 +233,10 @@ def simulate(
             return True
         return False
 
-    for _ in range(max_steps):
+    settled = False  # the last step decoded every running request and did nothing else
+    it = 0
+    while it < max_steps:
+        it += 1
         if clients is None:
             while pending and (requests[pending[0]].arrival or 0.0) <= t:
                 i = pending.popleft()
@@ -234,6 +246,15 @@ def simulate(
                 t = requests[pending[0]].arrival or 0.0
                 continue
             break
+        if settled and fast_forward:
+            nxt_arrival = (requests[pending[0]].arrival or 0.0) if clients is None and pending else math.inf
+            k, t, free = _decode_run(
+                engine, running, waiting, free, t, nxt_arrival, max_steps - it + 1, cost, trace
+            )
+            if k:
+                it += k - 1
+                settled = False  # it stopped before an event: the next step is one at a time
+                continue
         budget = engine.max_num_batched_tokens
         sched: list[tuple[_Live, int]] = []
         preempted = 0
@@ -299,6 +320,7 @@ def simulate(
                 kv_read += r.computed
             else:
                 prefill += new
+        settled = not prefill and not preempted and len(sched) == len(running)
         dt = cost(decodes, kv_read, prefill)
         t += dt
         finished: list[_Live] = []
@@ -339,6 +361,85 @@ def simulate(
     else:
         return Result(tuple(done), tuple(trace), t, True)
     return Result(tuple(done), tuple(trace), t, False)
+
+
+def _decode_run(
+    engine: Engine,
+    running: list[_Live],
+    waiting: deque[_Live],
+    free: int,
+    t: float,
+    next_arrival: float,
+    most: int,
+    cost: Callable[[int, int, int], float],
+    trace: list[Step],
+) -> tuple[int, float, int]:
+    """The steps from ``t`` in which every running request decodes and nothing else happens, taken
+    at once: none finishes, no arrival comes (``next_arrival``, the next open arrival), the head of
+    the queue cannot be admitted (the cap, the budget or its blocks: what it lacks stays lacking,
+    as the decodes only take blocks) and no decode misses a block (no preemption). At most
+    ``most`` steps. Each step is costed and traced as :func:`simulate` would, with the same
+    arithmetic in the same order. Returns (steps taken, the time and the free blocks after them);
+    (0, t, free) where the next step is not such a step. The caller knows that every running
+    request decoded in the last step and nothing else happened in it."""
+    n = len(running)
+    budget = engine.max_num_batched_tokens - n
+    if not n or budget < 0 or t >= next_arrival:
+        return 0, t, free
+    most = min(most, min(r.output - r.generated for r in running) - 1)  # the first finish
+    if most < 1:
+        return 0, t, free
+    bs = engine.block_size
+    head_blocks = -1  # blocks the head of the queue needs to be admitted (-1: no admission tried)
+    if waiting and budget > 0 and n < engine.admission_limit:
+        r = waiting[0]
+        computed = r.computed
+        if computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
+            computed = min(int(r.prompt * engine.prefix_hit_rate) // bs * bs, r.prompt - 1)
+        left = r.prompt + r.generated - computed
+        new = left if left > 1 else 1
+        eligible = n + len(waiting)
+        cap = engine.long_prefill_token_threshold if eligible > 1 else 0
+        if cap > 0 and engine.long_prefill_token_threshold_adaptive:
+            cap = max(cap, engine.max_num_batched_tokens // eligible)
+        if cap > 0:
+            new = min(new, cap)
+        new = min(new, budget)
+        head_blocks = math.ceil((computed + new) / bs) - r.blocks + engine.watermark_blocks
+    # a decode takes a new block in the step that starts with its computed tokens a whole number
+    # of blocks: the requests by computed tokens modulo the block size say how many in each step
+    phase = [0] * bs
+    kv_read = 0
+    for r in running:
+        phase[r.computed % bs] += 1
+        kv_read += r.computed
+    times: list[float] = []
+    left_blocks = free
+    k = 0
+    while k < most and t < next_arrival:
+        take = phase[-k % bs]
+        if take > left_blocks:
+            break  # a decode would miss its block: preemption, one step at a time
+        if 0 <= head_blocks <= left_blocks - take:
+            break  # the head of the queue would be admitted
+        left_blocks -= take
+        dt = cost(n, kv_read, 0)
+        t += dt
+        times.append(t)
+        trace.append(Step(t, dt, n, len(waiting), n, 0, 1.0 - left_blocks / engine.kv_blocks, 0))
+        kv_read += n
+        k += 1
+    if k:
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        for r in running:
+            r.computed += k
+            r.generated += k
+            r.blocks = -(-r.computed // bs)
+            assert r.last is not None
+            r.itl.append(times[0] - r.last)
+            r.itl.extend(gaps)
+            r.last = t
+    return k, t, left_blocks
 
 
 def _target(r: _Live) -> int:

@@ -233,9 +233,13 @@ def goodput_tokens_per_second(
 
 def quantile(xs: Sequence[float], q: float) -> float | None:
     """The ``q`` quantile (linear between order statistics), None when empty."""
-    if not xs:
+    return quantile_sorted(sorted(xs), q)
+
+
+def quantile_sorted(s: Sequence[float], q: float) -> float | None:
+    """:func:`quantile` of values already sorted (several quantiles of one list, sorted once)."""
+    if not s:
         return None
-    s = sorted(xs)
     pos = q * (len(s) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(s) - 1)

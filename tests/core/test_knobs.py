@@ -195,6 +195,7 @@ def test_installed_vllm_engineargs_defaults_are_preferred(
     monkeypatch.syspath_prepend(str(tmp_path))
     for mod in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
         monkeypatch.delitem(sys.modules, mod)
+    vllm_defaults._installed_vllm.cache_clear()  # looked up once per process
     try:
         p = default_for("block_size", "0.25.0", H200)
         assert p.value == 32 and "installed vllm 0.25.0" in p.detail
@@ -205,6 +206,7 @@ def test_installed_vllm_engineargs_defaults_are_preferred(
     finally:
         for mod in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
             del sys.modules[mod]
+        vllm_defaults._installed_vllm.cache_clear()
 
 
 # ---------------------------------------------------------------- step math

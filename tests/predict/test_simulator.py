@@ -7,8 +7,11 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from advisor.predict import perfmodel as pm
+from advisor.predict import simulator as sim
 from advisor.predict import workload as wl
 from advisor.predict.intake import Row
 from advisor.predict.perfmodel import StepTime
@@ -272,3 +275,71 @@ def test_engine_of_reads_the_scheduler_levers_from_the_config() -> None:
     assert (engine_of(c3).long_prefill_token_threshold, cur) == (256, 512)
     with pytest.raises(ValueError, match="simulator"):
         pm.predict(model, "watermark", 0.5)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the decode fast-forward
+
+_ENGINES = st.builds(
+    Engine,
+    max_num_seqs=st.integers(1, 12),
+    max_num_batched_tokens=st.integers(4, 300),
+    kv_blocks=st.integers(20, 200),
+    block_size=st.sampled_from([1, 2, 4, 16]),
+    long_prefill_token_threshold=st.sampled_from([0, 0, 8, 64]),
+    prefix_hit_rate=st.sampled_from([0.0, 0.0, 0.3]),
+    watermark=st.sampled_from([0.0, 0.0, 0.05]),
+    long_prefill_token_threshold_adaptive=st.booleans(),
+)
+_FITS = st.sampled_from(
+    [FIT, StepTime(0.002, 3e-6, 2e-5, "kv", 10, None), StepTime(0.004, 0.0, 1e-5, "none", 10, None)]
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    eng=_ENGINES,
+    fit=_FITS,
+    lengths=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 80)), min_size=1, max_size=30),
+    gaps=st.lists(st.floats(0.0, 0.2), min_size=30, max_size=30),
+    clients=st.one_of(st.none(), st.integers(1, 16)),
+    max_steps=st.sampled_from([50, 200_000]),
+)
+def test_the_fast_forward_gives_the_same_run_to_the_bit(
+    eng: Engine,
+    fit: StepTime,
+    lengths: list[tuple[int, int]],
+    gaps: list[float],
+    clients: int | None,
+    max_steps: int,
+) -> None:
+    """Every step, time, trace row and latency the same as one step at a time (the reference),
+    whatever the engine (caps, budgets, blocks of one token, preemption, prefix hits, watermark,
+    thresholds), the load (closed, open with bursts) and the step bound."""
+    t, reqs = 0.0, []
+    for (prompt, output), gap in zip(lengths, gaps, strict=False):
+        t += gap
+        reqs.append(Request(prompt, output, t))
+    if max(p + o for p, o in lengths) > eng.kv_blocks * eng.block_size // 2:
+        eng = replace(eng, kv_blocks=(max(p + o for p, o in lengths) // eng.block_size + 2) * 2)
+    ref = simulate(eng, fit, reqs, clients=clients, max_steps=max_steps, fast_forward=False)
+    assert simulate(eng, fit, reqs, clients=clients, max_steps=max_steps) == ref
+
+
+def test_the_fast_forward_takes_the_long_decodes_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It is taken where it applies: a batch decoding 200 tokens each, nothing else happening,
+    gives the same result with most steps taken in runs (bounded work, not seconds: the trace is
+    the same length, the reference does every step one at a time)."""
+    reqs = [Request(16, 200) for _ in range(4)]
+    eng = _eng(kv_blocks=400)
+    ref = simulate(eng, FIT, reqs, clients=4, fast_forward=False)
+    calls: list[int] = []
+    real = sim._decode_run
+
+    def counted(*a: object) -> tuple[int, float, int]:
+        got = real(*a)  # type: ignore[arg-type]
+        calls.append(got[0])
+        return got
+
+    monkeypatch.setattr(sim, "_decode_run", counted)
+    assert simulate(eng, FIT, reqs, clients=4) == ref
+    assert sum(calls) >= 0.9 * len(ref.steps)  # nearly every step in a run of decodes
