@@ -116,6 +116,7 @@ def main(argv: list[str]) -> int:
             (model.output_mean, model.output_p95),
             arr,
             seed=0,
+            sigmas=(model.prompt_sigma, model.output_sigma),
         )
         cfg1, _ = pm.with_knob(model, knob, value)
         try:

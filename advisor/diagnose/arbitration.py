@@ -245,15 +245,11 @@ class Scored:
 
     @property
     def raises_goodput(self) -> bool:
-        """Predicted to raise goodput by more than ``scoring.FLAT`` of it, where goodput is
-        measurable (``scoring.MEASURABLE`` of the throughput, now or predicted)."""
-        r = self.refined
-        if self.improvement is None or r is None or r.goodput is None or r.goodput_now is None:
-            return False
-        thr = r.throughput_now
-        return r.goodput > r.goodput_now * (1 + scoring.FLAT) and max(
-            r.goodput, r.goodput_now
-        ) >= scoring.MEASURABLE * (thr or 0.0)
+        """Predicted to raise goodput by more than ``scoring.FLAT`` of the throughput
+        (:attr:`improvement`): the output of a few requests more meeting the targets is the
+        grain of a goodput counted per request, not a gain (a cap past the KV fit scored +7%
+        on 16 of 300 simulated requests meeting a TTFT target, 17 after: one request)."""
+        return self.improvement is not None and self.improvement > scoring.FLAT
 
     @property
     def value(self) -> Any:
@@ -382,7 +378,10 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
             f"Chosen by the rules' order: under {scoring.MEASURABLE:.0%} of the output meets the targets, "
             f"now or predicted ({what}): too few requests for goodput to tell the changes apart."
         )
-    return f"Chosen by the rules' order: no change is predicted to raise goodput by more than {scoring.FLAT:.0%} ({what})."
+    return (
+        f"Chosen by the rules' order: no change is predicted to raise goodput by more than "
+        f"{scoring.FLAT:.0%} of the output ({what})."
+    )
 
 
 STANDING_CATEGORIES = frozenset({"cuda-graphs"})

@@ -48,6 +48,7 @@ from advisor.core.model import EngineInfo, Histogram
 from advisor.derive import steps
 from advisor.derive.window import Window
 from advisor.predict.intake import IntakeView, Row, Sums
+from advisor.predict.lengths import lognormal_sigma
 
 KNOBS = (
     "max_num_seqs",
@@ -335,6 +336,10 @@ class Model:
     missing: tuple[str, ...] = ()
     binding: str = "unknown"
     itl_chunk: float | None = None  # prefill tokens in a step at ITL p95
+    # the spread (lognormal sigma) of the lengths, fitted to the token histograms' buckets
+    # (advisor/predict/lengths.py); None: unknown (the simulator falls back on the p95)
+    prompt_sigma: float | None = None
+    output_sigma: float | None = None
     # the busy rows fitted from, in time order: the load the scheduler simulator replays
     # (advisor/predict/simulated.py); not compared (two models differ by their fit, not their rows)
     rows: tuple[Row, ...] = field(default=(), compare=False, repr=False)
@@ -461,15 +466,26 @@ def build(
         "running": running * engines,
     }
     itl_p50 = hq(n.ITL, 0.5)
+
+    def spread(name: str, mean: float | None) -> float | None:
+        h = window.histogram_delta(name, seconds)
+        if h is None or mean is None or h.count <= 0:
+            return None
+        return lognormal_sigma(mean, h.buckets, h.count)
+
+    prompt_mean = _num(values.get("prompt_tokens_mean"))
+    output_mean = _num(values.get("generation_tokens_mean"))
     model = Model(
         config=cfg,
         engines=engines,
         offered=offered,
         queued=queued,
-        prompt_mean=_num(values.get("prompt_tokens_mean")),
+        prompt_mean=prompt_mean,
         prompt_p95=_num(values.get("prompt_tokens_p95")),
-        output_mean=_num(values.get("generation_tokens_mean")),
+        output_mean=output_mean,
         output_p95=_num(values.get("generation_tokens_p95")),
+        prompt_sigma=spread(n.REQUEST_PROMPT_TOKENS, prompt_mean),
+        output_sigma=spread(n.REQUEST_GENERATION_TOKENS, output_mean),
         kv_per_running=kv_per_running,
         running=running,
         decode=decode,

@@ -165,7 +165,10 @@ STEPS = {
     "increase": ("+25%", "+50%", "x2", "x3", "x4"),
     "decrease": ("-10%", "-25%", "/2", "/4"),
 }
-FLAT = 0.01  # goodput within 1% of the best counts as the best: the rule's step, else the smallest move
+# goodput within 1% of the output (the throughput) of the best counts as the best: the rule's
+# step, else the smallest move; a gain smaller than that is the grain of a goodput counted per
+# request (a few requests more or fewer meeting a target), not a gain
+FLAT = 0.01
 # Goodput tells changes apart only where a share of the output meets the targets (now or
 # predicted): below it the prediction rests on the far tail of the latency distributions, which
 # the model does not predict, and a ratio of two near-zero goodputs means nothing.
@@ -327,15 +330,14 @@ def choose(
     # goodput under 1% of the output (nearly every request breaks a target, for every value)
     # tells no value from another, as arbitration counts it: all of them are a tie
     measurable = thr is None or best_g >= MEASURABLE * thr
-    good = [
-        j for j in scored if j.goodput is not None and (not measurable or j.goodput >= best_g * (1 - FLAT))
-    ]
+    grain = FLAT * thr if thr else FLAT * best_g  # a goodput difference under it is no difference
+    good = [j for j in scored if j.goodput is not None and (not measurable or j.goodput >= best_g - grain)]
     # a near-tie goes to the rule's own step (the step the recorded after-runs measured), by
     # either model: within 1% neither can tell the values apart; else to the smallest move
     pick = [j for j in good if prefer is not None and j.value == prefer]
     j = (pick or good)[0]  # candidates are sorted nearest first
     g = j.goodput
-    moves = measurable and (base is None or g is None or g > base * (1 + FLAT))
+    moves = measurable and (base is None or g is None or g > base + grain)
     by = "simulated goodput" if sim is not None else "predicted goodput"
     reason = f"{by} {fmt(g, 'tok/s')} (now {fmt(base, 'tok/s')}), the best of {len(considered)} values within the targets"
     return Choice(j.value, j.prediction, g, reason, considered, moves, j.outcome)

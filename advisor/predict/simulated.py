@@ -238,7 +238,12 @@ def simulate_change(
     arr = wl.fit_arrivals(rows)
     cfg1, _ = pm.with_knob(model, knob, value)
     reqs = wl.requests(
-        requests, (model.prompt_mean, model.prompt_p95), (model.output_mean, model.output_p95), arr, seed
+        requests,
+        (model.prompt_mean, model.prompt_p95),
+        (model.output_mean, model.output_p95),
+        arr,
+        seed,
+        sigmas=(model.prompt_sigma, model.output_sigma),
     )
     return Simulated(
         arr,
@@ -317,6 +322,7 @@ class Scorer:
             (m.output_mean, m.output_p95),
             self.arrivals,
             self.seed,
+            sigmas=(m.prompt_sigma, m.output_sigma),
         )
         self.runs += 1
         run = _run(m, m.config, self._reqs, self.arrivals)
@@ -478,9 +484,9 @@ class SimulatorPrediction:
 
 LONG_PREFILL_MISS = (
     "a known miss: the simulator draws one lognormal prompt length, not a mix of short and long "
-    "prompts, so it cannot see the short prompts a threshold lets past a long one (on cpu-long-prefill "
-    "it predicted TTFT up where the short prompts' TTFT p95 fell 2.87 -> 0.60 s: docs/prediction.md); "
-    "read its TTFT change as unknown"
+    "prompts, so it sees only some of the short prompts a threshold lets past a long one (on "
+    "cpu-long-prefill it predicted TTFT p50 -28% where it fell -82%, and TTFT p95 -27% where it "
+    "held at -5%: docs/prediction.md); read its TTFT change as unknown"
 )
 
 

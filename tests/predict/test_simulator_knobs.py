@@ -125,11 +125,11 @@ def test_long_prefill_threshold_is_a_known_miss_of_the_simulator() -> None:
     """A KNOWN LIMIT, documented (docs/prediction.md), not a success: cpu-long-prefill ->
     cpu-long-prefill-after (--long-prefill-token-threshold 256) cut the short prompts' TTFT p95
     2.87 -> 0.60 s (the benchmark of the short ones) and TTFT p50 of all requests by more than
-    half (the pages). The simulator draws one lognormal prompt length from the histogram's mean
-    and p95, not the mix of 64- and 3,950-token prompts, so a short prompt is never stuck behind
-    a long one in it: it predicts TTFT p50 and p95 no better (more steps, each with its fixed
-    cost). When the workload carries the two buckets, this test fails: turn it into a pin of
-    the measured direction."""
+    half (the pages). The simulator draws one lognormal prompt length, not the mix of 64- and
+    3,950-token prompts: fitted to the histogram's buckets (sigma ~1.9) it has short prompts to
+    let past a long one, so TTFT p50 falls in it too, but by a third of the measured fall, and
+    its TTFT p95 falls by a quarter where the measured one barely moved. When the workload
+    carries the two buckets, this test fails: turn it into a pin of the measured sizes."""
     before, after = _meta("cpu-long-prefill")["summary"], _meta("cpu-long-prefill-after")["summary"]
     assert after["p95_ttft_ms"] < 0.5 * before["p95_ttft_ms"]
     m0, _v, _e, rows = _session("cpu-long-prefill")
@@ -155,8 +155,9 @@ def test_long_prefill_threshold_is_a_known_miss_of_the_simulator() -> None:
     assert res.exit_code == 0, res.output
     assert "note: a known miss" in res.output and "read its TTFT change as unknown" in res.output
     b, a = sim.before, sim.after
-    assert b.ttft[0] is not None and a.ttft[0] is not None and a.ttft[0] >= 0.9 * b.ttft[0]  # the miss
-    assert b.ttft_p95 is not None and a.ttft_p95 is not None and a.ttft_p95 >= 0.9 * b.ttft_p95
+    # the miss: TTFT p50 falls by well under the measured -82%, TTFT p95 falls where it held (-5%)
+    assert b.ttft[0] is not None and a.ttft[0] is not None and 0.5 * b.ttft[0] <= a.ttft[0] < b.ttft[0]
+    assert b.ttft_p95 is not None and a.ttft_p95 is not None and a.ttft_p95 < 0.85 * b.ttft_p95
 
 
 def test_simulated_prediction_scales_the_measured_values() -> None:
