@@ -447,8 +447,12 @@ def record(
             if progress is not None:
                 progress({"n": n, "t": t, "ok": ok, "bytes": size, "log_lines": writer.log_lines})
             # the next slot on the start + k * interval grid; slots missed by a slow scrape
-            # are skipped rather than fired back to back
+            # are skipped rather than fired back to back, and so is a slot less than half an
+            # interval after a late scrape (two pages 0.08 s apart, seen on a busy machine,
+            # make rates of nothing)
             slot = max(slot + 1, math.floor((clock() - start) / interval_s) + 1)
+            if start + slot * interval_s - t < interval_s / 2:
+                slot += 1
             next_t = start + slot * interval_s
             if next_t > deadline + 1e-9 or (stop_event is not None and stop_event.is_set()):
                 break

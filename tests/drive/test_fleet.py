@@ -225,7 +225,11 @@ def _each_server_has_its_own_page(base: str, tmp: Path) -> None:
         assert len(one.query_selector_all("figure.chart")) == 6 and points and min(points) >= 2
         assert fleet_page.problems() == [] and fleet_page.elsewhere(base) == []
         history = browser.open_page(ctx, base + "/history?instance=b.fleet%3A8000")
-        assert "still advised" in history.page.inner_text("table#advice")
+        # the KV advice b was given (asserted on the exporter above) is on its history; whether
+        # it is still advised depends on where b's replay is by now (a make test on a busy
+        # machine reached the check after the load drained: ended, another advice after it)
+        told = history.page.inner_text("table#advice")
+        assert "kv-preemption-seqs-bind" in told or "kv-preemption-capacity" in told, told
         missing = requests.get(base + "/server", params={"instance": "x:1"}, timeout=HANG_S)
         assert missing.status_code == 404
 

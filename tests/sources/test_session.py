@@ -694,3 +694,41 @@ def test_predict_and_explain_agree_on_a_damaged_session(tmp_path: Path, name: st
     if ex.exit_code == 1:
         assert ex.output.splitlines()[-1] == pr.output.splitlines()[-1]
         assert str(d) in ex.output and "Error:" not in ex.output
+
+
+class _Page:
+    status_code = 200
+    text = "# HELP vllm:num_requests_running r\n# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 1\n"
+
+
+class _Pages:
+    def get(self, url: str, timeout: float) -> _Page:
+        return _Page()
+
+
+def test_a_late_scrape_is_not_followed_by_one_at_once(tmp_path: Path) -> None:
+    """On a 2 s grid, the second scrape comes 1.92 s late (a busy machine: CI saw pages at 3.92 s
+    and 4.00 s): the slot at 4 s is skipped, not fired 0.08 s after it (two pages that close make
+    rates of nothing); the grid holds after it."""
+    now = [1000.0]
+    late = [1.92]
+
+    def sleep(delay: float) -> None:
+        now[0] += delay + late[0]
+        late[0] = 0.0
+
+    res = record(
+        "http://127.0.0.1:9/metrics",
+        tmp_path / "rec",
+        duration_s=10.0,
+        interval_s=2.0,
+        clock=lambda: now[0],
+        sleep=sleep,
+        http=_Pages(),
+        server_argv=[],
+        host_probe=lambda: {},
+    )
+    s = Session.load(tmp_path / "rec")
+    times = [round(t - 1000.0, 2) for t, _ in s.scrapes]
+    assert times == [0.0, 3.92, 6.0, 8.0, 10.0], times
+    assert res.scrapes == 5 and res.errors == []
