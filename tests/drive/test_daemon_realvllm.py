@@ -1,18 +1,40 @@
-"""The daemon beside a REAL vLLM CPU server, scraped by a REAL Prometheus.
+"""The daemon beside a REAL vLLM CPU server, scraped by a REAL Prometheus, in a closed loop: its
+advice, the server stopped and restarted with the proposed value under the same load, and the
+daemon's own before/after verdict in the ledger; then the opposite change, judged revert.
 
-Forced preemption where max_num_seqs binds (KV 3,072 tokens, max_num_seqs 10,
-128-in/256-out requests at concurrency 32): the recommendation (more KV memory, since its size
-is fixed in bytes) shows up in Prometheus as ``vllm_advisor_recommendation_info`` with knob
-kv_cache_memory_bytes; stopping vLLM makes
-``vllm_advisor_up`` 0 and withdraws it; restarting vLLM with the recommended value is
-noticed (the new knob value with its source, a knob change counted). The daemon's page says
-the same at each step (the change beside charts of the window; vLLM down with the outage shaded;
-the restart marked), and its history the advice as given, then withdrawn.
+KV cache 3,072 tokens (24 blocks of 128), max_num_seqs 6, MIN_REQUESTS + 6 requests of 384 in /
+384 out at concurrency 32: six prompts fill the cache at admission and then grow, so the batch
+sits at the cap while vLLM preempts and recomputes long prefills. The cache holds 4 such requests
+and its size is fixed in bytes, so the advice is more KV memory first (24 -> 36 MiB: 36 blocks
+for the capped batch's six requests of 6 blocks, less V1's null block).
+
+1. The advice: in Prometheus as ``vllm_advisor_recommendation_info`` with knob
+   kv_cache_memory_bytes, and on the daemon's page beside charts of the window.
+2. vLLM stopped: ``vllm_advisor_up`` 0, the advice withdrawn (a down server is neither healthy
+   nor advised), the page says vLLM is down with the outage shaded.
+3. vLLM started with the proposed value: noticed (the new knob value with its source, a knob
+   change counted, the restart marked on the charts, the advice in the history as given, then
+   withdrawn); the same load preempts far less, at no cost in throughput or tail latency: keep,
+   and the prediction made at the change is checked against the after-window.
+4. Back to 24 MiB: preemption and the TPOT tail come back: revert.
+
+(Lowering the cap instead, 6 -> 4, was this loop before the H200 showed that a cut cap costs
+throughput where memory could be given: docs/validation.md.)
+
+One server, restarted twice, and three loads as short as the judgement allows: each window the
+experiment judges needs MIN_REQUESTS finished requests (live_experiment; fewer is "no baseline",
+inconclusive), and each load sends one batch (max_num_seqs) more, so that the last batch, which
+drains with fewer than six running and preempts less, is not part of the minimum. The requests
+come from threads of the test (realvllm.RequestLoad: what ``vllm bench serve`` sends, without its
+~10 s start-up and its initial test request); the verdict reads the server's side only. This was
+two tests, the daemon's (two starts, its own load) and the loop's (three starts): 270 s of a
+make test's real-vLLM time, the same checks now in one.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -21,11 +43,17 @@ import requests
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.daemon import Daemon
+from advisor.verify import live_experiment
+from advisor.verify.ledger import Ledger
 from tests import realvllm
 from tests.hang import HANG_S
 from tests.promstack import prometheus, query, wait_until
 
-KV_BYTES = 25165824  # 3,072 tokens = 24 blocks of 128: 8 requests of 384 tokens fit
+KV_BYTES = 25165824
+MAX_NUM_SEQS = 6
+PROMPT_LEN = OUTPUT_LEN = 384
+NUM_PROMPTS = live_experiment.MIN_REQUESTS + MAX_NUM_SEQS  # see the module docstring
+CONCURRENCY = 32  # more than NUM_PROMPTS: every request is sent at once, most of them wait
 
 
 def _text(page: str) -> str:
@@ -38,51 +66,70 @@ def _points(page: str) -> list[int]:
     return [int(x) for x in re.findall(r'<path class="series" [^>]*data-points="(\d+)"', page)]
 
 
+def _load(server: realvllm.VllmServer) -> float:
+    """Run the load; returns the share of a core the server got over it (its CPU seconds per
+    second of the load)."""
+    cpu0, t0 = server.cpu_seconds(), time.monotonic()
+    _requests(server).wait()
+    return (server.cpu_seconds() - cpu0) / max(time.monotonic() - t0, 1e-9)
+
+
+def _requests(server: realvllm.VllmServer) -> realvllm.RequestLoad:
+    return realvllm.RequestLoad(server.url, PROMPT_LEN, OUTPUT_LEN, NUM_PROMPTS, CONCURRENCY, timeout_s=400)
+
+
 @pytest.mark.realvllm
 @pytest.mark.prometheus
-def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
+def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp_path: Path) -> None:
     server = realvllm.VllmServer(
-        max_num_seqs=10, kv_cache_memory_bytes=KV_BYTES, log_path=tmp_path / "vllm.log"
+        max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=KV_BYTES, log_path=tmp_path / "vllm.log"
     )
     server.start()
-    daemon = None
+    ledger = tmp_path / "ledger.sqlite"
+    cfg = Config(
+        vllm_url=server.url,
+        listen="127.0.0.1:0",
+        interval_s=1.0,
+        log_file=str(server.log_path),
+        state_dir=str(tmp_path / "state"),
+        ledger_path=str(ledger),
+    )
+    daemon = Daemon(cfg, load_rules())
     try:
-        cfg = Config(
-            vllm_url=server.url,
-            listen="127.0.0.1:0",
-            interval_s=1.0,
-            log_file=str(server.log_path),
-            state_dir=str(tmp_path / "state"),
-            window_s=60.0,
-        )
-        daemon = Daemon(cfg, load_rules())
         host, port = daemon.start()
         # the daemon found the real process by its port and read its command line
         assert daemon.advisor.engine.source("max_num_seqs") == "cmdline"
         with prometheus(tmp_path, {"vllm-advisor": f"{host}:{port}"}) as (prom, proc):
-            # from threads of the test (no benchmark start-up); stopped once the advice is seen
-            load = realvllm.RequestLoad(
-                server.url, input_len=128, output_len=256, num_prompts=64, concurrency=32, timeout_s=240
-            )
+            # 1. the advice, in Prometheus and on the page, while the load runs
+            cpu0, t0 = server.cpu_seconds(), time.monotonic()
+            load = _requests(server)
             rec = wait_until(
                 "the recommendation in Prometheus",
                 lambda: query(prom, 'vllm_advisor_recommendation_info{knob="kv_cache_memory_bytes"} == 1'),
-                180,
+                300,
                 [proc],
             )
+            d = daemon.state().diagnosis
+            assert d is not None and d.recommendation is not None, d
             labels = rec[0]["metric"]
-            assert labels["rule"] == "kv-preemption-seqs-bind"
-            # the cap (10) binds and the cache (8 requests) is full: more KV memory first
+            assert labels["rule"] == d.recommendation.rule
+            # the cap (6) binds and the cache (4 requests) is full: more KV memory first; +50%:
+            # 4,608 tokens hold 6 requests of 767; the device's free memory is unknown on a CPU
+            # server, so the model goes no further than the rule's step (issue 13)
             assert labels["direction"] == "increase" and labels["current"] == str(KV_BYTES)
             proposed = int(labels["proposed"])
-            assert proposed == KV_BYTES * 3 // 2
+            assert proposed == KV_BYTES * 3 // 2 == d.recommendation.proposed
+            pred = d.recommendation.predicted
+            assert pred is not None and pred["knob"] == "kv_cache_memory_bytes"
+            assert pred["predicted"]["preemptions_per_second"] < pred["measured"]["preemptions_per_second"]
             page = requests.get(f"http://{host}:{port}/", timeout=HANG_S).text
             assert f"--kv-cache-memory-bytes {KV_BYTES} -&gt; {proposed}" in page  # the page says it too
             assert _points(page) and min(_points(page)) >= 2 and len(_points(page)) >= 6
-            load.kill()  # the rest of the load is not needed: the server stops under it
+            load.wait()
+            share_before = (server.cpu_seconds() - cpu0) / max(time.monotonic() - t0, 1e-9)
 
+            # 2. vLLM stopped: down, the advice withdrawn, the page says so
             server.stop()
-            load.wait(check=False)  # the requests in flight failed with the server
             wait_until("vllm_advisor_up == 0", lambda: query(prom, "vllm_advisor_up == 0"), 30, [proc])
             wait_until(
                 "the advice withdrawn",
@@ -107,6 +154,7 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
                 ) from None
             assert 'id="change"' not in last[0]
 
+            # 3. follow the advice: start with the proposed value, noticed, the same load
             server.restart(kv_cache_memory_bytes=proposed)
             wait_until("vllm_advisor_up == 1 again", lambda: query(prom, "vllm_advisor_up == 1"), 60, [proc])
             knob = wait_until(
@@ -118,13 +166,14 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
                 [proc],
             )
             assert knob[0]["metric"]["source"] in ("cmdline", "log")
-            changes = wait_until(
+            wait_until(
                 "the knob change counted",
                 lambda: query(prom, "vllm_advisor_knob_changes_total >= 1"),
                 30,
                 [proc],
             )
-            assert changes
+        wait_until("the experiment started", lambda: daemon.advisor.experiment is not None, 60)
+        assert daemon.state().diagnosis.status == "insufficient-data"  # type: ignore[union-attr]
         change = daemon.advisor.changes[-1]
         assert (change.knob, change.old, change.new) == ("kv_cache_memory_bytes", KV_BYTES, proposed)
         page = requests.get(f"http://{host}:{port}/", timeout=HANG_S).text
@@ -135,7 +184,69 @@ def test_daemon_with_real_vllm_and_prometheus(tmp_path: Path) -> None:
             if a.change.startswith(f"--kv-cache-memory-bytes {KV_BYTES} -> {proposed}")
         ]
         assert kv and all(a.ended is not None and a.end_reason for a in kv), kv  # given, then withdrawn
+        share_after = _load(server)
+        rows = wait_until(
+            "the first verdict in the ledger", lambda: ledger.exists() and Ledger(str(ledger)).list(), 90
+        )
+        first = rows[0]
+        assert (first["knob"], first["old_value"], first["new_value"]) == (
+            "kv_cache_memory_bytes",
+            KV_BYTES,
+            proposed,
+        )
+        assert first["verdict"] == "keep", first["reasons"]
+        assert first["source"] == "daemon"
+        assert any("Preemptions" in r for r in first["reasons"])
+        # the loop closed (issue 13): the prediction made at the change against the after-window.
+        # Tolerance: output throughput within 35%, the spread of this 2-core machine's busy
+        # intervals under the same load, once the machine's own change is taken out: on a machine
+        # busy with other work the server gets less CPU in one run than in the other (beside five
+        # other jobs, the first load took 100.6 s and the same load after the change 54.0 s, and the
+        # model looked -35% "wrong"), and a CPU server's throughput follows its share, so the
+        # measured throughput is scaled to the CPU share the server had when the prediction was
+        # made. Preemptions: predicted and measured at most half the
+        # rate before. Not zero: six requests of 767 tokens need 36 blocks of the 36 the cache
+        # has, one of which V1 keeps as its null block, so when all six near their end together
+        # one is preempted (a CI run measured 0.11/s after; the model predicts a few as well)
+        p = first["prediction"]
+        assert p is not None and p["measured_after"] is not None, p
+        # The scaling is an upper bound of the machine's effect: a server that is not CPU-bound
+        # over the whole window gains less than its share (under a make test on 2 cores: share
+        # 1.61 -> 1.14, raw error -16%, -40% scaled). So the error is judged between no
+        # scaling and full scaling: the prediction passes where some point of that range is
+        # within 35%; both ends off on one side fail.
+        machine = share_after / share_before
+        raw = p["error"]["output_tokens_per_second"]
+        err = (1 + raw) * machine - 1
+        print(
+            f"[closed-loop] server CPU share {share_before:.2f} before, {share_after:.2f} after; "
+            f"throughput error {raw:+.0%} raw, {err:+.0%} at equal share"
+        )
+        lo, hi = min(raw, err), max(raw, err)
+        assert lo <= 0.35 and hi >= -0.35, (raw, err, share_before, share_after, p)
+        before = pred["measured"]["preemptions_per_second"]
+        assert p["predicted"]["preemptions_per_second"] <= before / 2, p
+        assert p["measured_after"]["preemptions_per_second"] <= before / 2, p
+
+        # 4. the opposite: back to the small cache under the same load makes things worse
+        server.restart(kv_cache_memory_bytes=KV_BYTES)
+        wait_until(
+            "the second change noticed",
+            lambda: (
+                daemon.advisor.experiment is not None and daemon.advisor.experiment.changes[0].new == KV_BYTES
+            ),
+            60,
+        )
+        _load(server)
+        rows = wait_until(
+            "the second verdict",
+            lambda: len(Ledger(str(ledger)).list()) >= 2 and Ledger(str(ledger)).list(),
+            90,
+        )
+        second = rows[0]
+        assert (second["old_value"], second["new_value"]) == (proposed, KV_BYTES)
+        assert second["verdict"] == "revert", second["reasons"]
+        assert second["reasons"][-1] == f"Restore the previous value: --kv-cache-memory-bytes {proposed}."
     finally:
-        if daemon is not None:
-            daemon.stop()
+        daemon.stop()
         server.stop()
