@@ -301,24 +301,10 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 )
                 assert firing
 
-                def delivered() -> set[tuple[str, str]]:
-                    return {
-                        (a["labels"]["alertname"], a["labels"]["instance"])
-                        for body in webhook[1]
-                        for a in body["alerts"]
-                        if a["status"] == "firing"
-                    }
-
-                got = wait_until(
-                    "both alerts at the webhook",
-                    lambda: both(delivered()),
-                    90,
-                    [proc],
-                )
-                assert got
-                assert not any(i == "c.fleet:8000" for _, i in delivered())
-
-                # the fleet daemon's own series, per instance
+                # what the fleet shows, read at once: b's replay (52 s) drains soon after, and a
+                # loaded machine reached these checks past its end when they came after the
+                # webhook's (whose list keeps what was delivered, whenever it is read).
+                # The fleet daemon's own series, per instance:
                 text = requests.get(f"http://127.0.0.1:{fleet_port}/metrics", timeout=HANG_S).text
                 fams = {f.name: f for f in text_string_to_metric_families(text)}
                 ups = {s.labels["instance"]: s.value for s in fams["vllm_advisor_up"].samples}
@@ -349,11 +335,29 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                     params={"instance": "b.fleet:8000"},
                     timeout=5,
                 ).json()
-                assert one["recommendation"]["rule"] == "kv-preemption-seqs-bind"
+                assert one["recommendation"]["rule"] in ("kv-preemption-seqs-bind", "kv-preemption-capacity")
                 assert one["instance"] == "b.fleet:8000"
                 page = requests.get(f"http://127.0.0.1:{fleet_port}/", timeout=HANG_S).text
                 assert page.index("b.fleet:8000") < page.index("c.fleet:8000")
                 _each_server_has_its_own_page(f"http://127.0.0.1:{fleet_port}", tmp_path)
+
+                def delivered() -> set[tuple[str, str]]:
+                    return {
+                        (a["labels"]["alertname"], a["labels"]["instance"])
+                        for body in webhook[1]
+                        for a in body["alerts"]
+                        if a["status"] == "firing"
+                    }
+
+                got = wait_until(
+                    "both alerts at the webhook",
+                    lambda: both(delivered()),
+                    90,
+                    [proc],
+                )
+                assert got
+                assert not any(i == "c.fleet:8000" for _, i in delivered())
+
                 missing = requests.get(
                     f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis", params={"instance": "x:1"}, timeout=5
                 )
