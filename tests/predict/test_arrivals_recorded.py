@@ -91,7 +91,10 @@ def test_closed_loops_read_as_closed_open_arrivals_as_open(
     s = Session.load(path)
     rows = rows_of([parse_page(text, t, strict=False) for t, text in s.iter_scrapes()])
     if sum(1 for r in rows if r.running > 0) < 2:
-        pytest.skip(f"{name}: fewer than two busy intervals, nothing to infer the load from")
+        # too short a load to infer anything from (cpu-vl-media-after): the advisor says so
+        with pytest.raises(ValueError, match="busy interval"):
+            wl.fit_arrivals(rows)
+        return
     arr = wl.fit_arrivals(rows)
     if name in KNOWN_MISSES:
         assert load["kind"] == KNOWN_MISSES[name] and arr.kind != load["kind"], (name, arr.why)
