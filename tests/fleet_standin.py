@@ -17,16 +17,37 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from advisor.sources.session import Session
 from tests.http_standin import serving
 
+COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")  # what only grows on a page
+
+
+def _counters(page: str) -> dict[str, Fraction]:
+    """The page's counter samples (histogram buckets, counts and sums included) by series, exact
+    (carried on in fractions and rounded once, a counter never falls by a rounding: Prometheus
+    would read that as a reset)."""
+    out = {}
+    for line in page.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            if key.split("{", 1)[0].endswith(COUNTER_SUFFIXES):
+                out[key] = Fraction(float(value))
+    return out
+
 
 @dataclass
 class Replay:
-    """One server: recorded pages and their times relative to the first."""
+    """One server: recorded pages and their times relative to the first.
+
+    ``steady`` (recorded seconds ``(t1, t2)``): past ``t2`` the pages of ``[t1, t2)`` come again
+    and again, each counter carried on by what it grew over that span: the load as it was then,
+    going on for as long as a test needs it (a recording ends within a minute or two, and a
+    loaded machine reaches a test's later checks after its load has drained)."""
 
     pages: list[str]
     rel_t: list[float]
@@ -36,25 +57,74 @@ class Replay:
     down: bool = False
     hits: int = 0
     loop: bool = False  # start over after the last page (a restart), else hold the last page
+    steady: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        self._growth: dict[str, Fraction] = {}
+        if self.steady is not None:
+            i1, i2 = (max(0, bisect.bisect_right(self.rel_t, t) - 1) for t in self.steady)
+            if i2 <= i1:
+                raise ValueError(f"steady span {self.steady} holds no pages")
+            self._i1, self._i2 = i1, i2
+            c1, c2 = _counters(self.pages[i1]), _counters(self.pages[i2])
+            self._growth = {k: c2[k] - v for k, v in c1.items() if k in c2}
 
     def page(self) -> str:
         elapsed = (self.clock() - self.start) * self.speed
+        if self.steady is not None and elapsed >= self.rel_t[self._i2]:
+            t1 = self.rel_t[self._i1]
+            laps, into = divmod(elapsed - t1, self.rel_t[self._i2] - t1)
+            i = max(self._i1, bisect.bisect_right(self.rel_t, t1 + into) - 1)
+            return self._carried(self.pages[i], laps)
         if self.loop and self.rel_t[-1] > 0:
             elapsed %= self.rel_t[-1] + 1e-9
         i = max(0, bisect.bisect_right(self.rel_t, elapsed) - 1)
         return self.pages[i]
 
+    def _carried(self, page: str, laps: float) -> str:
+        lines = []
+        for line in page.splitlines():
+            key, _, value = line.rpartition(" ")
+            if key in self._growth:
+                line = f"{key} {float(Fraction(float(value)) + int(laps) * self._growth[key])!r}"
+            lines.append(line)
+        return "\n".join(lines) + "\n"
 
-def session_replay(path: Path, speed: float = 1.0, start: float | None = None, loop: bool = False) -> Replay:
+
+def load_span(path: Path) -> tuple[float, float]:
+    """Recorded seconds (from the first page) of the first and the last page with a request
+    running."""
+    s = Session.load(path)
+    busy, t0 = [], None
+    for t, page in s.iter_scrapes():
+        t0 = t if t0 is None else t0
+        for line in page.splitlines():
+            if line.startswith("vllm:num_requests_running") and float(line.rsplit(" ", 1)[1]) > 0:
+                busy.append(t - t0)
+                break
+    if not busy:
+        raise ValueError(f"{path.name}: no request ever ran")
+    return busy[0], busy[-1]
+
+
+def session_replay(
+    path: Path, speed: float = 1.0, start: float | None = None, loop: bool = False, steady: bool = False
+) -> Replay:
+    """``path``'s pages by the clock; ``steady``: its load goes on as in the middle half of it."""
     s = Session.load(path)
     scrapes = list(s.iter_scrapes())
     t0 = scrapes[0][0]
+    span = None
+    if steady:
+        first, last = load_span(path)
+        span = (first + (last - first) / 4, last - (last - first) / 4)
     return Replay(
         [text for _, text in scrapes],
         [t - t0 for t, _ in scrapes],
         speed=speed,
         start=time.time() if start is None else start,
         loop=loop,
+        steady=span,
     )
 
 
