@@ -28,7 +28,6 @@ from advisor.drive.fleet import Fleet, Runner
 from advisor.outputs import deploy
 from advisor.outputs.exporter import replicas_basis
 from advisor.sources import prometheus as prom
-from advisor.sources.session import Session
 from tests import fleet_standin
 from tests.drive.test_fleet import _sidecar_page
 from tests.drive.test_replicas_replay import STEPS, TARGETS, clients_at, phases
@@ -44,15 +43,8 @@ REPLICAS = 2
 
 def _load_start(path: Path) -> float:
     """Recorded seconds from the first page to the load's start (the page before the first with
-    a request running)."""
-    s = Session.load(path)
-    t0: float | None = None
-    for t, page in s.iter_scrapes():
-        t0 = t if t0 is None else t0
-        for line in page.splitlines():
-            if line.startswith("vllm:num_requests_running") and float(line.rsplit(" ", 1)[1]) > 0:
-                return t - 2.0 - t0
-    raise AssertionError("no request ever ran")
+    a request running: the session's pages are 2 s apart)."""
+    return fleet_standin.load_span(path)[0] - 2.0
 
 
 def _fleet_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
