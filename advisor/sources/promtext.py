@@ -224,7 +224,11 @@ def tokenize(
                 continue
             cand = ""
             if len(parts) > 2:
-                cand, quoted = _unquote(parts[2])
+                try:
+                    cand, quoted = _unquote(parts[2])
+                except ValueError:  # '# TYPE "name gauge': a quote that never closes
+                    warnings.append(ParseWarning(None, lineno, f"unterminated quoted name in # {parts[1]}"))
+                    continue
                 if read is not None and cand not in read:  # a family never read: samples dropped by name
                     if cand != name:  # it ends the current family, as the reference reads it
                         close()

@@ -256,6 +256,20 @@ def test_a_hand_elided_line_is_skipped_and_named() -> None:
     assert f"line {w.line}: {names.NUM_RUNNING}: unreadable sample line" in str(w)
 
 
+def test_a_comment_whose_quoted_name_never_closes_is_skipped_and_named() -> None:
+    """Found by the mutation test beside a CPU hog (a random example): '# TYPE "process_open_fds
+    gauge' raised prometheus_client's ValueError out of the parser; the reference refuses it."""
+    text = page("cpu-0.32-preempt_mns16-during.prom")
+    for head in ("# TYPE ", "# HELP "):
+        i = text.index(head + "vllm:num_requests_running ")
+        broken = text[: i + len(head)] + '"' + text[i + len(head) :]
+        for strict in (True, False):
+            snap = m.parse_page(broken, t=0, strict=strict)
+            assert snap.total(names.NUM_WAITING) is not None and snap.histogram(names.TTFT) is not None
+            assert [w.reason for w in snap.warnings] == [f"unterminated quoted name in {head.strip()}"]
+            assert snap.warnings[0].line == _lineno(text, head + "vllm:num_requests_running ")
+
+
 def test_a_histogram_without_its_type_line_is_one_histogram() -> None:
     text = (
         'vllm:time_to_first_token_seconds_bucket{model="m",le="0.1"} 1\n'
