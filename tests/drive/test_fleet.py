@@ -237,6 +237,7 @@ def _each_server_has_its_own_page(base: str, tmp: Path) -> None:
                 if cells[0].startswith(inst):
                     shown[inst] = cells[2]
         assert shown == {i: after[i] for i in instances}, (rows, after)
+        assert shown["a.fleet:8000"] == "ADVICE" and shown["c.fleet:8000"] == "HEALTHY", rows  # steady loads
         b_advised = after["b.fleet:8000"] == "ADVICE"
         fleet_page.page.click("text=b.fleet:8000")
         fleet_page.page.wait_for_load_state("load")
