@@ -4,6 +4,7 @@ a threading server on a free loopback port, torn down when the block ends."""
 from __future__ import annotations
 
 import http.server
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,14 @@ from contextlib import contextmanager
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # a fleet's Prometheus scrapes many stand-ins at once
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client gone mid-answer (the timeout tests hang up on purpose) is no error; the
+        stdlib printed its traceback to stderr, where it landed in a later test's captured CLI
+        output (a make test's clone run failed on it)."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 @contextmanager

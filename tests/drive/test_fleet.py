@@ -329,19 +329,28 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 )
                 assert firing
 
-                # the fleet daemon's own series, per instance
-                text = requests.get(f"http://127.0.0.1:{fleet_port}/metrics", timeout=HANG_S).text
-                fams = {f.name: f for f in text_string_to_metric_families(text)}
+                # the fleet daemon's own series, per instance: b's advice comes and goes as its
+                # queue does (a KV rule's hold starts over when the other one takes its place), so
+                # both are waited for, not read once
+                fams: dict[str, Any] = {}
+
+                def both_advised() -> bool:
+                    text = requests.get(f"http://127.0.0.1:{fleet_port}/metrics", timeout=HANG_S).text
+                    fams.clear()
+                    fams.update({f.name: f for f in text_string_to_metric_families(text)})
+                    recs = {
+                        s.labels["instance"]: s.labels
+                        for s in fams["vllm_advisor_recommendation_info"].samples
+                        if s.value == 1
+                    }
+                    return set(recs) == {"a.fleet:8000", "b.fleet:8000"} and (
+                        recs["b.fleet:8000"]["rule"] in ("kv-preemption-seqs-bind", "kv-preemption-capacity")
+                        and recs["a.fleet:8000"]["knob"] == "kv_cache_memory_bytes"
+                    )
+
+                wait_until("a and b advised on the fleet daemon's /metrics", both_advised, 60, [proc])
                 ups = {s.labels["instance"]: s.value for s in fams["vllm_advisor_up"].samples}
                 assert ups == {"a.fleet:8000": 1, "b.fleet:8000": 1, "c.fleet:8000": 1}
-                recs = {
-                    s.labels["instance"]: s.labels
-                    for s in fams["vllm_advisor_recommendation_info"].samples
-                    if s.value == 1
-                }
-                assert set(recs) == {"a.fleet:8000", "b.fleet:8000"}
-                assert recs["b.fleet:8000"]["rule"] in ("kv-preemption-seqs-bind", "kv-preemption-capacity")
-                assert recs["a.fleet:8000"]["knob"] == "kv_cache_memory_bytes"
                 assert all(s.labels["model_name"] == "tiny-llama" for s in fams["vllm_advisor_up"].samples)
                 knobs = {
                     (s.labels["instance"], s.labels["knob"]): (s.value, s.labels["source"])
@@ -355,11 +364,21 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 ).json()
                 order = [i["instance"] for i in fleet_body["instances"]]
                 assert order[-1] == "c.fleet:8000" and fleet_body["status"] == "advice"
-                one = requests.get(
-                    f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis",
-                    params={"instance": "b.fleet:8000"},
-                    timeout=5,
-                ).json()
+                one = wait_until(
+                    "b's advice in its own diagnosis",
+                    lambda: (
+                        (
+                            d := requests.get(
+                                f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis",
+                                params={"instance": "b.fleet:8000"},
+                                timeout=HANG_S,
+                            ).json()
+                        )["recommendation"]
+                        and d
+                    ),
+                    60,
+                    [proc],
+                )
                 assert one["recommendation"]["rule"] in ("kv-preemption-seqs-bind", "kv-preemption-capacity")
                 assert one["instance"] == "b.fleet:8000"
                 page = requests.get(f"http://127.0.0.1:{fleet_port}/", timeout=HANG_S).text
