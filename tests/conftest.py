@@ -37,6 +37,7 @@ def vllm_server_factory(tmp_path: Path) -> Iterator[Callable[..., realvllm.VllmS
 
     def make(**kwargs: Any) -> realvllm.VllmServer:
         kwargs.setdefault("log_path", tmp_path / f"vllm-server-{len(servers)}.log")
+        kwargs.setdefault("core", realvllm.OWN_CORE)
         server = realvllm.VllmServer(**kwargs)
         servers.append(server)
         return server.start()
@@ -51,22 +52,24 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realvllm.V
     """One real vLLM server with the default knobs (1 GiB KV), shared by the whole test
     session: use it when a test only needs *a* running server (each start costs ~45 s)."""
     log = tmp_path_factory.mktemp("vllm-shared") / "server.log"
-    with realvllm.VllmServer(log_path=log) as server:
+    with realvllm.VllmServer(log_path=log, core=realvllm.SHARED_CORE) as server:
         yield server
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs ``-n auto --dist loadgroup``) the tests that share
-    the session's vLLM server run on one worker (one server, started once), and the long tests
-    run first: the real-vLLM ones (the long pole), then those with a real Prometheus and those
-    marked ``slow``, then the rest, which the workers share out as each gets free, so that both
-    end together instead of one waiting on a long test handed out last. Each worker's servers
-    compute on a core of their own (tests/realvllm.py), so at most one server per core runs at a
-    time."""
+    """Under pytest-xdist (``make test`` runs a worker more than there are cores, ``--dist
+    loadgroup``) the tests that share the session's vLLM server run on one worker (one server,
+    started once), and those that start servers of their own on another, one after the other, so
+    at most two servers run at a time, each on a core of its own (``realvllm.SHARED_CORE`` and
+    ``OWN_CORE``). The long tests run first: the real-vLLM ones (the long pole), then those with a
+    real Prometheus and those marked ``slow``, then the rest, which the workers share out as each
+    gets free, so that all end together instead of one waiting on a long test handed out last."""
     for item in items:
         if "vllm_server" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("vllm-shared"))
+        elif item.get_closest_marker("realvllm") is not None:
+            item.add_marker(pytest.mark.xdist_group("vllm-own"))
     items.sort(key=_run_order)
 
 

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class _Server(http.server.ThreadingHTTPServer):
+class QuietServer(http.server.ThreadingHTTPServer):
+    """Every test's HTTP server: daemon threads, a deep backlog, quiet when a client hangs up."""
+
     daemon_threads = True
     request_queue_size = 256  # a fleet's Prometheus scrapes many stand-ins at once
 
@@ -26,7 +28,7 @@ class _Server(http.server.ThreadingHTTPServer):
 @contextmanager
 def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """Serve ``handler`` on 127.0.0.1 (a free port); yields the base URL."""
-    srv = _Server(("127.0.0.1", 0), handler)
+    srv = QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{srv.server_address[1]}"

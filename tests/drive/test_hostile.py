@@ -38,6 +38,7 @@ from advisor.sources import http as http_src
 from advisor.sources import metrics as metrics_src
 from tests.daemon_helpers import Clock, SteppedClock, exported, make, run_cycles, start_run
 from tests.hang import HANG_S
+from tests.http_standin import QuietServer
 from tests.vllm_standin import StandIn, gzip_bomb, serve, session_pages
 
 
@@ -724,7 +725,7 @@ def test_a_gzip_encoded_page_is_decoded(tmp_path: Path) -> None:
             self.end_headers()
             self.wfile.write(body)
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv = QuietServer(("127.0.0.1", 0), Handler)
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     try:

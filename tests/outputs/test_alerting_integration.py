@@ -43,6 +43,7 @@ from advisor.outputs import alert_config, dashboards
 from advisor.outputs.deploy import WEBHOOK_BASE
 from advisor.sources.session import Session
 from tests.hang import HANG_S
+from tests.http_standin import QuietServer
 from tests.paths import REPO
 from tests.promstack import alertmanager_argv, prometheus_argv
 
@@ -57,17 +58,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-
-def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> tuple[_Server, int]:
-    srv = _Server(("127.0.0.1", 0), handler)
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> tuple[QuietServer, int]:
+    srv = QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv, int(srv.server_address[1])
 
 
-def _pages_server(pages: list[tuple[float, str]], start: float) -> tuple[_Server, int]:
+def _pages_server(pages: list[tuple[float, str]], start: float) -> tuple[QuietServer, int]:
     t0 = pages[0][0]
 
     class Pages(http.server.BaseHTTPRequestHandler):
@@ -90,7 +87,7 @@ def _pages_server(pages: list[tuple[float, str]], start: float) -> tuple[_Server
     return _serve(Pages)
 
 
-def _webhook() -> tuple[_Server, int, list[tuple[str, dict[str, Any]]]]:
+def _webhook() -> tuple[QuietServer, int, list[tuple[str, dict[str, Any]]]]:
     got: list[tuple[str, dict[str, Any]]] = []
 
     class Hook(http.server.BaseHTTPRequestHandler):
@@ -167,7 +164,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     session = Session.load(SESSION)
     pages = [(i.t, i.text) for i in session.replay() if i.kind == "scrape" and i.t is not None]
     procs: list[subprocess.Popen[bytes]] = []
-    servers: list[_Server] = []
+    servers: list[QuietServer] = []
     logs = []
     try:
         hook_srv, hook_port, received = _webhook()

@@ -14,6 +14,7 @@ import pytest
 
 from advisor.core import names
 from advisor.sources import metrics as m
+from tests.http_standin import QuietServer
 from tests.pages import PAGES, as_ray, as_v0, page, with_engines
 
 REAL_PAGES = sorted(glob.glob(str(PAGES / "*.prom")))
@@ -201,8 +202,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture()
 def server() -> Iterator[tuple[str, type[_Handler]]]:
     handler = type("H", (_Handler,), {"mode": "ok"})
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    srv.daemon_threads = True
+    srv = QuietServer(("127.0.0.1", 0), handler)
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     yield f"http://127.0.0.1:{srv.server_address[1]}/metrics", handler
