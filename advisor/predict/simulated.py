@@ -8,7 +8,7 @@ What it gives beside the closed form's prediction: the arrival process inferred 
 of N clients, or open arrivals at a rate with their burstiness), the simulated distributions
 (p50 / p95 / p99 of TTFT, TPOT and E2E), and goodput counted per request (the share of requests
 meeting each target and all of them, and the output tokens/s of those meeting all), before and
-after. scripts/validate_sim.py judges it against the recorded after-runs (docs/validation.md).
+after. validation/simulation.py judges it against the recorded after-runs (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -343,7 +343,7 @@ class Scorer:
         # a factor REPRODUCES_LATENCY of the measured ones. Goodput is counted on the simulated
         # latencies as they are (scaling them to the measured p95 was tried: it moves the first
         # wave of a burst past the TTFT target, goodput within 20% on 10 of 15 recorded pairs
-        # against 12 of 15 without it, scripts/validate_sim.py)
+        # against 12 of 15 without it, validation/simulation.py)
         factors = []
         for label, measured, simulated_now, judged in (
             ("TTFT p95", m.measured.get("ttft_seconds_p95"), raw.ttft[1], True),

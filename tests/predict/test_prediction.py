@@ -35,6 +35,7 @@ def _load(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(f"validation_{name}", REPO / "validation" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # a dataclass looks its module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -215,6 +216,35 @@ def test_docs_prediction_is_current() -> None:
         timeout=600,
     )
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.slow  # the simulator on every committed pair, both knob values: ~30 s
+def test_docs_simulator_table_is_current() -> None:
+    """Issue 30's table: the simulator beside the closed form on every committed pair."""
+    p = subprocess.run(
+        [sys.executable, str(REPO / "validation" / "simulation.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr
+
+
+def test_simulator_table_counts_a_goodput_of_none_on_both_sides_as_a_hit() -> None:
+    sim = _load("simulation")
+    pair = sim.Pair("a.before", "a.after", "max_num_seqs", 8, throughput_after=1000.0)
+    pair.cells = {
+        "goodput": (10.0, {"closed form": 300.0, "simulator": 40.0}),  # 10 < 5% of 1000: none
+        "tok/s": (1000.0, {"closed form": 1160.0, "simulator": 860.0}),
+    }
+    assert pair.hit("goodput", "simulator") is True and pair.hit("goodput", "closed form") is False
+    assert pair.hit("tok/s", "simulator") is True and pair.hit("tok/s", "closed form") is False
+    assert pair.hit("TTFT p95", "simulator") is None
+    assert (
+        sim._err(pair, "goodput", "simulator") == "**none**"
+        and sim._err(pair, "tok/s", "closed form") == "+16%"
+    )
+    assert sim.shares([pair])["simulator"]["goodput"] == (1, 1)
 
 
 def test_history_shows_predicted_against_measured(tmp_path: Path) -> None:

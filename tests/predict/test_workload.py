@@ -2,7 +2,7 @@
 simulated runs whose load is known: a closed loop of C clients with its ramp and drain, open
 arrivals at a rate below and past the knee, and bursts. The simulator stands in for a server
 here so that the truth is known exactly; the recorded H200 and CPU runs (closed and open) are
-judged by scripts/validate_sim.py and docs/validation.md."""
+judged by validation/simulation.py and docs/validation.md."""
 
 from __future__ import annotations
 

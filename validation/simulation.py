@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""The scheduler simulator beside the closed form on every committed run pair (issue 30): the
+second table of docs/prediction.md.
+
+usage: .venv/bin/python validation/simulation.py [--check] [--table] [--requests N]
+
+Writes the block between the ``<!-- simulator:begin -->`` and ``<!-- simulator:end -->`` markers
+of docs/prediction.md; ``--check`` exits 1 when that block is not what the committed runs give (a
+test runs it); ``--table`` prints the long table instead (every metric of every pair, the loads
+inferred and run, the preemptions); ``--requests N``: at most N simulated requests per
+candidate (the docs' block is written without a bound).
+
+For every committed run that changes one knob of another (validation/runs/, the pairs of
+validation/predictions.py), both models are fitted to the base run's recorded session only
+(nothing of the after-run is read) and asked what the changed knob does; each predicted change
+(after over before, under the same replayed requests) is applied to the base run's benchmark
+numbers, and the after-run's benchmark numbers are the measurement. Preemptions are counts over
+the run: the simulator's preemptions per request times the after-run's requests.
+
+The simulated load is the one inferred from the base run's own pages (``workload.fit_arrivals``:
+a closed loop of N clients, or open arrivals at a rate with their burstiness), never the
+benchmark's settings; its requests are as many as the base run completed, the same ones for
+both candidates (common random numbers). (A bound of 800, kept until 2026-12-05, cut
+dense-kv-tp's one burst of 1,024 requests short: its last 224, the tail of its TTFT, were never
+simulated; without it TTFT p95 is within goal on 17 pairs, 14 with it, and no pair's other
+numbers move by more than the sampling of a few more requests.)
+
+Goodput is output tokens/s of the requests meeting the default targets, counted per request as
+``vllm bench serve --goodput`` does and as the advice's ``simulated.Scorer`` counts them (the
+closed form's from its two quantiles joined by a line), each model's scaled by the measured over
+the modelled throughput of the base run; a goodput under 5% of the throughput on both sides is
+"none" and a hit. Issue 30's goals: throughput and TPOT p95 within 15% on >= 90% of the pairs,
+TTFT p50 and p95 within 30% on >= 80%, goodput within 20% on >= 80%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "validation"))
+
+import predictions  # noqa: E402
+import report  # noqa: E402
+
+from advisor.core.config import DEFAULT_TARGETS  # noqa: E402
+from advisor.drive import inputs  # noqa: E402
+from advisor.predict import perfmodel as pm  # noqa: E402
+from advisor.predict import scoring, simulated  # noqa: E402
+from advisor.predict import workload as wl  # noqa: E402
+from advisor.predict.intake import rows_of  # noqa: E402
+
+DOC = REPO / "docs" / "prediction.md"
+BEGIN, END = "<!-- simulator:begin -->", "<!-- simulator:end -->"
+COLS = (  # (label, bench key, closed-form metric)
+    ("tok/s", "output_throughput", "output_tokens_per_second"),
+    ("TTFT p50", "p50_ttft_ms", "ttft_seconds_p50"),
+    ("TTFT p95", "p95_ttft_ms", "ttft_seconds_p95"),
+    ("TPOT p95", "p95_tpot_ms", "tpot_seconds_p95"),
+)
+LABELS = (*(c[0] for c in COLS), "goodput")
+GOALS = {"tok/s": 0.15, "TTFT p50": 0.30, "TTFT p95": 0.30, "TPOT p95": 0.15, "goodput": 0.20}
+SHARES = {"tok/s": 0.90, "TTFT p50": 0.80, "TTFT p95": 0.80, "TPOT p95": 0.90, "goodput": 0.80}
+MODELS = ("closed form", "simulator")
+TARGETS = dict(DEFAULT_TARGETS)
+NEGLIGIBLE = 0.05  # goodput under 5% of the throughput: "none" (a ratio of two near-zeros means nothing)
+DEFAULT_REQUESTS: int | None = None  # every request the base run completed
+
+
+@dataclass
+class Pair:
+    """One committed pair: the measured after-run and what each model predicted for it
+    (``cells[label] = (measured, {model: predicted or None})``), or why it was not simulated."""
+
+    base: str
+    after: str
+    knob: str
+    value: float
+    skipped: str = ""
+    load: str = ""  # the load inferred from the base run's pages
+    bench_load: str = ""  # the load the benchmark ran
+    cells: dict[str, tuple[float | None, dict[str, float | None]]] = field(default_factory=dict)
+    preemptions: tuple[float | None, float | None, float | None] = (None, None, None)
+    throughput_after: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.base} -> {self.after} ({self.knob}={self.value:g})"
+
+    def hit(self, label: str, model: str) -> bool | None:
+        """Within the goal (None: no prediction or no measurement); goodput negligible on both
+        sides is a hit."""
+        meas, preds = self.cells.get(label, (None, {}))
+        pred = preds.get(model)
+        if pred is None or meas is None:
+            return None
+        if label == "goodput":
+            floor = NEGLIGIBLE * self.throughput_after
+            if meas < floor:
+                return pred < floor
+        elif not meas:
+            return None
+        return abs(pred / meas - 1) <= GOALS[label]
+
+
+def run(model: pm.Model, cfg: pm.Config, reqs: list[Any], arr: wl.Arrivals) -> dict[str, float | None]:
+    o = simulated.outcome(model, cfg, reqs, arr, TARGETS)
+    return {
+        "output_throughput": o.output_tokens_per_second,
+        "p50_ttft_ms": o.ttft[0],
+        "p95_ttft_ms": o.ttft[1],
+        "p95_tpot_ms": o.tpot[1],
+        "goodput": o.goodput_tokens_per_second,
+        "preempt_per_request": o.preemptions_per_request,
+    }
+
+
+@functools.cache
+def arrivals_of(base: str) -> wl.Arrivals:
+    """The load as the advisor infers it from the run's own pages (not the benchmark's flags)."""
+    adv, _ = inputs.from_session(report.RUNS / base, predictions.Config(), predictions._rules())
+    return wl.fit_arrivals(rows_of(adv.window.snapshots()))
+
+
+@functools.cache
+def model_of(base: str) -> tuple[pm.Model, Any]:
+    """The model fitted to the base run's session, as ``vllm-advisor predict --session`` fits it
+    (several pairs share a base run: fitted once)."""
+    return predictions.predict_cmd.from_source(
+        predictions.Config(), predictions._rules(), session_dir=str(report.RUNS / base)
+    )
+
+
+def evaluate(requests: int | None = DEFAULT_REQUESTS) -> list[Pair]:
+    out = []
+    for base, after, knob, value in predictions.pairs():
+        pair = Pair(base, after, knob, value)
+        out.append(pair)
+        model, values = model_of(base)
+        b0, b1 = report.bench(report.RUNS / base), report.bench(report.RUNS / after)
+        pair.bench_load = _bench_load(b0)
+        if model.fit is None or not model.prompt_mean or not model.output_mean:
+            pair.skipped = "no step-time fit or lengths"
+            continue
+        try:
+            arr = arrivals_of(base)
+        except ValueError as e:
+            pair.skipped = f"no load inferred: {e}"
+            continue
+        completed = int(b0.get("completed") or 0)
+        if not completed:
+            pair.skipped = "the base run's benchmark completed no request"
+            continue
+        reqs = wl.requests(
+            min(requests or completed, completed),
+            (model.prompt_mean, model.prompt_p95),
+            (model.output_mean, model.output_p95),
+            arr,
+            seed=0,
+            sigmas=(model.prompt_sigma, model.output_sigma),
+        )
+        cfg1, _ = pm.with_knob(model, knob, value)
+        try:
+            s0, s1 = run(model, model.config, reqs, arr), run(model, cfg1, reqs, arr)
+        except ValueError as e:
+            pair.skipped = f"not simulated: {e}"
+            continue
+        cf = scoring.predict(model, knob, value, values)  # what predictions.predicted() gives
+        pair.load = (
+            f"{arr.clients} clients"
+            if arr.kind == "closed"
+            else f"open {arr.rate:.2f}/s, shape {arr.shape:.2f}"
+        )
+        pair.throughput_after = float(b1["output_throughput"])
+        for label, key, metric in COLS:
+            r_cf = cf.ratio(metric)
+            p_cf = b0[key] * r_cf if r_cf is not None and b0.get(key) is not None else None
+            p_sim = None
+            if s0.get(key) and s1.get(key) is not None and b0.get(key) is not None:
+                p_sim = b0[key] * s1[key] / s0[key]
+            pair.cells[label] = (b1.get(key), {"closed form": p_cf, "simulator": p_sim})
+        # goodput: each model's own, scaled by measured over modelled throughput of the base run
+        scale_sim = b0["output_throughput"] / s0["output_throughput"] if s0.get("output_throughput") else None
+        g_sim = s1["goodput"] * scale_sim if s1.get("goodput") is not None and scale_sim else None
+        thr0 = cf.measured.get("output_tokens_per_second")
+        g_cf_raw = scoring.goodput(cf.predicted, TARGETS)
+        g_cf = g_cf_raw * b0["output_throughput"] / thr0 if g_cf_raw is not None and thr0 else None
+        pair.cells["goodput"] = (
+            report.measured_goodput(report.RUNS / after),
+            {"closed form": g_cf, "simulator": g_sim},
+        )
+        rate = cf.predicted.get("preemptions_per_second")
+        thr = b0["output_throughput"] * (cf.ratio("output_tokens_per_second") or 1.0)
+        pre_cf = rate * b1["total_output_tokens"] / thr if rate is not None and thr else None
+        pre_sim = (s1["preempt_per_request"] or 0.0) * (b1.get("completed") or 0)
+        pair.preemptions = (report.preemptions(report.RUNS / after), pre_cf, pre_sim)
+    return out
+
+
+def shares(pairs: list[Pair]) -> dict[str, dict[str, tuple[int, int]]]:
+    """Per model and metric: (pairs within the goal, pairs judged)."""
+    out: dict[str, dict[str, tuple[int, int]]] = {}
+    for model in MODELS:
+        for label in LABELS:
+            hits = [h for h in (p.hit(label, model) for p in pairs) if h is not None]
+            out.setdefault(model, {})[label] = (sum(hits), len(hits))
+    return out
+
+
+def _value(label: str, x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if label.startswith("TTFT"):
+        return report._ms(x)
+    if label == "TPOT p95":
+        return f"{x:.1f} ms"
+    return f"{x:,.0f}"
+
+
+def _measured(pair: Pair, label: str) -> str:
+    meas = pair.cells[label][0]
+    text = _value(label, meas)
+    if label == "goodput" and meas is not None and meas < NEGLIGIBLE * pair.throughput_after:
+        return f"none ({text})"
+    return text
+
+
+def _err(pair: Pair, label: str, model: str) -> str:
+    meas, preds = pair.cells[label]
+    pred = preds.get(model)
+    if pred is None or meas is None:
+        return "n/a"
+    hit = pair.hit(label, model)
+    if label == "goodput" and meas < NEGLIGIBLE * pair.throughput_after:
+        text = "none" if pred < NEGLIGIBLE * pair.throughput_after else _value(label, pred)
+    else:
+        text = f"{pred / meas - 1:+.0%}"
+    return f"**{text}**" if hit else text
+
+
+def render_block(pairs: list[Pair]) -> str:
+    lines = [
+        "| Pair (base -> change) | Load inferred | " + " | ".join(LABELS) + " |",
+        "|---|---|" + "---|" * len(LABELS),
+    ]
+    for p in pairs:
+        change = f"`{p.knob}={predictions.prediction_out._int_if_whole(p.value)}`"
+        if p.skipped:
+            lines.append(f"| {p.after} ({change}) | {p.skipped} |" + " |" * len(LABELS))
+            continue
+        cells = [
+            f"{_measured(p, label)}: {_err(p, label, 'closed form')} / {_err(p, label, 'simulator')}"
+            for label in LABELS
+        ]
+        lines.append(f"| {p.after} ({change}) | {p.load} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Each cell: the measured value, then the closed form's error / the simulator's, **bold** "
+        "within the goal (a goodput under 5% of the throughput is `none`: both sides none is a hit). "
+        "Within the goal, over the pairs with a prediction and a measurement:",
+        "",
+        "| Model | "
+        + " | ".join(f"{label} ({GOALS[label]:.0%}; goal {SHARES[label]:.0%})" for label in LABELS)
+        + " |",
+        "|---|" + "---|" * len(LABELS),
+    ]
+    for model, by in shares(pairs).items():
+        cells = []
+        for label in LABELS:
+            k, n = by[label]
+            met = "met" if n and k / n >= SHARES[label] else "not met"
+            cells.append(f"{k}/{n} ({k / n:.0%}: {met})" if n else "n/a")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_long(pairs: list[Pair]) -> str:
+    out = [
+        "| base -> after (knob=value) | metric | measured | closed form | simulated |",
+        "|---|---|---|---|---|",
+    ]
+    for p in pairs:
+        if p.skipped:
+            out.append(f"| {p.name} | ({p.skipped}) | | | |")
+            continue
+        out.append(f"| {p.name} | load inferred | {p.bench_load} | | {p.load} |")
+        for label in LABELS:
+            meas, preds = p.cells[label]
+            cf, sim = preds["closed form"], preds["simulator"]
+            out.append(
+                f"| {p.name} | {label} | {_fmt(meas)} | {_fmt(cf)} ({_pct(cf, meas)}) | {_fmt(sim)} ({_pct(sim, meas)}) |"
+            )
+        pre = p.preemptions
+        out.append(f"| {p.name} | preemptions | {_fmt(pre[0])} | {_fmt(pre[1])} | {_fmt(pre[2])} |")
+    out.append("")
+    for model, by in shares(pairs).items():
+        parts = [f"{label} {k}/{n}" for label, (k, n) in by.items()]
+        out.append(f"{model}: within goal (15% tok/s, TPOT p95; 30% TTFT; 20% goodput): " + ", ".join(parts))
+    return "\n".join(out)
+
+
+def _bench_load(b: dict[str, Any]) -> str:
+    rate = b.get("request_rate")
+    if rate in (None, "inf", float("inf")):
+        return f"bench: closed, {b.get('max_concurrency')} clients"
+    return f"bench: open, {float(rate):g}/s, burstiness {b.get('burstiness', 1.0):g}"
+
+
+def _pct(pred: float | None, meas: float | None) -> str:
+    if pred is None or not meas:
+        return "n/a"
+    return f"{pred / meas - 1:+.0%}"
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/prediction.md's block is stale")
+    ap.add_argument("--table", action="store_true", help="print the long table instead of writing the block")
+    ap.add_argument(
+        "--requests",
+        type=int,
+        default=DEFAULT_REQUESTS,
+        help="at most N simulated requests per candidate (no bound)",
+    )
+    args = ap.parse_args(argv)
+    if args.table:
+        print(render_long(evaluate(args.requests)))
+        return 0
+    if args.requests != DEFAULT_REQUESTS:
+        ap.error("the docs' block is written with the default --requests (use --table to try others)")
+    return report.write_block(
+        ["--check"] if args.check else [],
+        DOC,
+        BEGIN,
+        END,
+        lambda: render_block(evaluate()),
+        "simulator",
+        __doc__ or "",
+        "validation/simulation.py",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
