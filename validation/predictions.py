@@ -86,8 +86,15 @@ def pairs() -> list[tuple[str, str, str, float]]:
 NOT_MODELLED: list[tuple[str, str, str]] = []
 
 
+@functools.cache
+def model_of(base: str) -> tuple[pm.Model, Any]:
+    """The model fitted to the base run's session and its signal values, as ``vllm-advisor
+    predict --session`` fits them (several pairs share a base run: fitted once per process)."""
+    return predict_cmd.from_source(Config(), _rules(), session_dir=str(report.RUNS / base))
+
+
 def predicted(base: str, knob: str, value: float) -> pm.Prediction:
-    model, values = predict_cmd.from_source(Config(), _rules(), session_dir=str(report.RUNS / base))
+    model, values = model_of(base)
     return scoring.predict(model, knob, value, values)
 
 

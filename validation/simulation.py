@@ -128,21 +128,12 @@ def arrivals_of(base: str) -> wl.Arrivals:
     return wl.fit_arrivals(rows_of(adv.window.snapshots()))
 
 
-@functools.cache
-def model_of(base: str) -> tuple[pm.Model, Any]:
-    """The model fitted to the base run's session, as ``vllm-advisor predict --session`` fits it
-    (several pairs share a base run: fitted once)."""
-    return predictions.predict_cmd.from_source(
-        predictions.Config(), predictions._rules(), session_dir=str(report.RUNS / base)
-    )
-
-
 def evaluate(requests: int | None = DEFAULT_REQUESTS) -> list[Pair]:
     out = []
     for base, after, knob, value in predictions.pairs():
         pair = Pair(base, after, knob, value)
         out.append(pair)
-        model, values = model_of(base)
+        model, _ = predictions.model_of(base)
         b0, b1 = report.bench(report.RUNS / base), report.bench(report.RUNS / after)
         pair.bench_load = _bench_load(b0)
         if model.fit is None or not model.prompt_mean or not model.output_mean:
@@ -171,7 +162,7 @@ def evaluate(requests: int | None = DEFAULT_REQUESTS) -> list[Pair]:
         except ValueError as e:
             pair.skipped = f"not simulated: {e}"
             continue
-        cf = scoring.predict(model, knob, value, values)  # what predictions.predicted() gives
+        cf = predictions.predicted(base, knob, value)
         pair.load = (
             f"{arr.clients} clients"
             if arr.kind == "closed"
