@@ -10,6 +10,7 @@ benchmark files are the recorded ones.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import json
@@ -20,6 +21,7 @@ import pytest
 
 from advisor.cli import main
 from advisor.verify import comparison, samples, verdict
+from advisor.verify.bench import BenchRun, load_bench
 from tests.paths import REPO
 
 RUNS = REPO / "validation" / "runs"
@@ -54,6 +56,12 @@ KV18_72 = f"{R2}.kv-cache-memory-bytes-19327352832_max-num-seqs-72"
 NOISE = ["kv-seqs-bind.before", f"{R2}.before", "kv-seqs-bind-aa.1", "kv-seqs-bind-aa.2"]
 
 
+@functools.cache
+def _bench(run: str) -> BenchRun:
+    """A run's benchmark, loaded once per worker (the noise test compares four runs 24 times)."""
+    return load_bench(RUNS / run / "bench.json.gz")
+
+
 def compare(
     before: str, after: str, knob: str, direction: str, settings: samples.Settings | None = None
 ) -> comparison.Comparison:
@@ -61,8 +69,8 @@ def compare(
     its targets and guards, with the preemptions each run's session counted."""
     pa, pb = REPORT.preemptions(RUNS / before), REPORT.preemptions(RUNS / after)
     return comparison.compare_bench_files(
-        RUNS / before / "bench.json.gz",
-        RUNS / after / "bench.json.gz",
+        _bench(before),
+        _bench(after),
         target=list(verdict.targets_for_knob(knob, direction)) or None,
         preemptions=(pa, pb),
         settings=settings,
