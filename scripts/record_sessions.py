@@ -98,6 +98,7 @@ MIXED_LOAD = Load(
     input_len=600, output_len=96, num_prompts=128, concurrency=8, range_ratio='{"input": 0.9, "output": 0.5}'
 )
 PREEMPT_LOAD = Load(input_len=128, output_len=256, num_prompts=64, concurrency=32)
+CAP_UNDER_LOAD = Load(input_len=256, output_len=256, num_prompts=160, concurrency=10)
 TWO_RULES_LOAD = Load(input_len=2800, output_len=8, num_prompts=400, concurrency=12, timeout_s=900.0)
 LONG_LOAD = Load(input_len=384, output_len=384, num_prompts=48, concurrency=32)
 # short prompts arriving at 4/s (Poisson) beside three clients sending 3,950-token prompts back to
@@ -230,7 +231,33 @@ SPECS: tuple[Spec, ...] = (
         "not be healthy (the model scores the held-back cap raise).",
         max_num_seqs=8,
         kv_cache_memory_bytes=36 * 2**20,
-        load=Load(input_len=256, output_len=256, num_prompts=160, concurrency=10),
+        load=CAP_UNDER_LOAD,
+    ),
+    Spec(
+        "cpu-cap-past-fit",
+        "cpu-cap-under-load's server and load again (--max-num-seqs 8, 36 blocks of 128 tokens, 160 "
+        "requests of 256 in / 256 out at concurrency 10), recorded back to back with its two "
+        "after-runs: the cache, one of its blocks vLLM's null block, holds 8 requests at their end "
+        "(4 blocks each), so any higher cap is past the KV fit. The advisor advises --max-num-seqs "
+        "12 by simulation (requests mid-way hold fewer blocks: a few preempt, the queue goes).",
+        max_num_seqs=8,
+        kv_cache_memory_bytes=36 * 2**20,
+        load=CAP_UNDER_LOAD,
+    ),
+    Spec(
+        "cpu-cap-past-fit-after",
+        "cpu-cap-past-fit after the advice: --max-num-seqs 12, the same cache and load.",
+        max_num_seqs=12,
+        kv_cache_memory_bytes=36 * 2**20,
+        load=CAP_UNDER_LOAD,
+    ),
+    Spec(
+        "cpu-cap-past-fit-10",
+        "cpu-cap-past-fit with --max-num-seqs 10 (as many as the clients: the same admissions as 12, "
+        "so the two runs differ by the run-to-run noise alone), the same cache and load.",
+        max_num_seqs=10,
+        kv_cache_memory_bytes=36 * 2**20,
+        load=CAP_UNDER_LOAD,
     ),
     Spec(
         "cpu-gmu",
