@@ -36,6 +36,7 @@ from advisor.drive import predict as predict_cmd  # noqa: E402
 from advisor.outputs import prediction as prediction_out  # noqa: E402
 from advisor.predict import perfmodel as pm  # noqa: E402
 from advisor.predict import scoring  # noqa: E402
+from advisor.predict.intake import Row  # noqa: E402
 
 DOC = REPO / "docs" / "prediction.md"
 BEGIN, END = "<!-- predictions:begin -->", "<!-- predictions:end -->"
@@ -87,14 +88,18 @@ NOT_MODELLED: list[tuple[str, str, str]] = []
 
 
 @functools.cache
-def model_of(base: str) -> tuple[pm.Model, Any]:
-    """The model fitted to the base run's session and its signal values, as ``vllm-advisor
-    predict --session`` fits them (several pairs share a base run: fitted once per process)."""
-    return predict_cmd.from_source(Config(), _rules(), session_dir=str(report.RUNS / base))
+def fitted(base: str) -> tuple[pm.Model, Any, list[Row]]:
+    """The model fitted to the base run's session, its signal values and its busy rows (the
+    simulator's load is fitted from them), as ``vllm-advisor predict --session`` reads them:
+    one replay of the session per process, however many pairs share the base run."""
+    model, values, _, rows = predict_cmd.from_source_exact(
+        Config(), _rules(), session_dir=str(report.RUNS / base)
+    )
+    return model, values, rows
 
 
 def predicted(base: str, knob: str, value: float) -> pm.Prediction:
-    model, values = model_of(base)
+    model, values, _ = fitted(base)
     return scoring.predict(model, knob, value, values)
 
 

@@ -36,7 +36,6 @@ TTFT p50 and p95 within 30% on >= 80%, goodput within 20% on >= 80%.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,11 +49,9 @@ import predictions  # noqa: E402
 import report  # noqa: E402
 
 from advisor.core.config import DEFAULT_TARGETS  # noqa: E402
-from advisor.drive import inputs  # noqa: E402
 from advisor.predict import perfmodel as pm  # noqa: E402
 from advisor.predict import scoring, simulated  # noqa: E402
 from advisor.predict import workload as wl  # noqa: E402
-from advisor.predict.intake import rows_of  # noqa: E402
 
 DOC = REPO / "docs" / "prediction.md"
 BEGIN, END = "<!-- simulator:begin -->", "<!-- simulator:end -->"
@@ -121,26 +118,19 @@ def run(model: pm.Model, cfg: pm.Config, reqs: list[Any], arr: wl.Arrivals) -> d
     }
 
 
-@functools.cache
-def arrivals_of(base: str) -> wl.Arrivals:
-    """The load as the advisor infers it from the run's own pages (not the benchmark's flags)."""
-    adv, _ = inputs.from_session(report.RUNS / base, predictions.Config(), predictions._rules())
-    return wl.fit_arrivals(rows_of(adv.window.snapshots()))
-
-
 def evaluate(requests: int | None = DEFAULT_REQUESTS) -> list[Pair]:
     out = []
     for base, after, knob, value in predictions.pairs():
         pair = Pair(base, after, knob, value)
         out.append(pair)
-        model, _ = predictions.model_of(base)
+        model, _, rows = predictions.fitted(base)
         b0, b1 = report.bench(report.RUNS / base), report.bench(report.RUNS / after)
         pair.bench_load = _bench_load(b0)
         if model.fit is None or not model.prompt_mean or not model.output_mean:
             pair.skipped = "no step-time fit or lengths"
             continue
         try:
-            arr = arrivals_of(base)
+            arr = wl.fit_arrivals(rows)  # the load as the advisor infers it from the run's own pages
         except ValueError as e:
             pair.skipped = f"no load inferred: {e}"
             continue

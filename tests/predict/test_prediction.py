@@ -38,7 +38,7 @@ def _load(name: str) -> Any:
 
 
 # the tests that fit every committed pair's base run share one worker, and with it the fits
-# (validation/predictions.py's model_of, evaluate): ~45 s of CPU in four processes became ~25 s
+# (validation/predictions.py's fitted, evaluate): ~45 s of CPU in four processes became ~25 s
 FITS = pytest.mark.xdist_group("validation-fits")
 
 
@@ -172,9 +172,7 @@ def test_open_arrivals_the_closed_form_misses_the_simulator_holds(predictions: A
         measured = b1 / b0
         cf = predictions.predicted(base, knob, value).ratio("output_tokens_per_second")
         cf_miss += abs(cf / measured - 1) > 0.15
-        model, _v, _e, rows = predict_cmd.from_source_exact(
-            Config(), load_rules(), session_dir=str(RUNS / base)
-        )
+        model, _, rows = predictions.fitted(base)
         if model.fit is None:  # no step time to simulate with: a server that was never busy
             no_fit.append(base)
             continue
