@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import http.server
+import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from advisor.core import names
+from advisor.sources.metrics import parse_page
 from advisor.sources.session import Session
 from tests.http_standin import serving
 
@@ -91,20 +94,32 @@ class Replay:
         return "\n".join(lines) + "\n"
 
 
+def _pages(path: Path) -> list[tuple[float, float]]:
+    """Each page's recorded seconds from the first, and its requests running (read as the advisor
+    reads them, vLLM's spellings of every version included)."""
+    scrapes = list(Session.load(path).iter_scrapes())
+    return [
+        (t - scrapes[0][0], parse_page(page, t, strict=False).total(names.NUM_RUNNING) or 0.0)
+        for t, page in scrapes
+    ]
+
+
 def load_span(path: Path) -> tuple[float, float]:
     """Recorded seconds (from the first page) of the first and the last page with a request
     running."""
-    s = Session.load(path)
-    busy, t0 = [], None
-    for t, page in s.iter_scrapes():
-        t0 = t if t0 is None else t0
-        for line in page.splitlines():
-            if line.startswith("vllm:num_requests_running") and float(line.rsplit(" ", 1)[1]) > 0:
-                busy.append(t - t0)
-                break
+    busy = [t for t, running in _pages(path) if running > 0]
     if not busy:
         raise ValueError(f"{path.name}: no request ever ran")
     return busy[0], busy[-1]
+
+
+def idle_s(path: Path) -> float:
+    """Recorded seconds from the first page to the last one before a request runs."""
+    pages = _pages(path)
+    for (t, _), (_, running) in itertools.pairwise(pages):
+        if running > 0:
+            return t
+    raise ValueError(f"{path.name}: no request ever ran")
 
 
 def session_replay(

@@ -15,7 +15,7 @@ import requests
 from advisor.sources.session import Session, record
 from tests import realvllm
 from tests.hang import HANG_S
-from tests.http_standin import QuietServer
+from tests.http_standin import serving
 
 FAMILIES = (
     "vllm:num_requests_running",
@@ -201,13 +201,8 @@ def test_request_load_sends_every_request_and_fails_on_a_refused_one() -> None:
             self.end_headers()
             self.wfile.write(b"{}")
 
-    srv = QuietServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        res = realvllm.run_requests(f"http://127.0.0.1:{srv.server_port}", 16, 8, 10, 3, timeout_s=30)
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(Handler) as url:
+        res = realvllm.run_requests(url, 16, 8, 10, 3, timeout_s=30)
     assert (res["completed"], res["failed"], res["timed_out"]) == (10, 0, False)
     assert len(seen) == 10 and 1 <= active[1] <= 3
     assert all(len(b["prompt"]) == 16 and b["max_tokens"] == 8 and b["ignore_eos"] for b in seen)  # type: ignore[arg-type]

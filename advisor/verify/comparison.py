@@ -360,8 +360,8 @@ def compare_runs(
 
 
 def compare_bench_files(
-    a_path: str | Path | BenchRun,
-    b_path: str | Path | BenchRun,
+    a_src: str | Path | BenchRun,
+    b_src: str | Path | BenchRun,
     buckets: Sequence[float] | str | None = None,
     target: str | Sequence[str] | None = None,
     preemptions: tuple[float, float] | None = None,
@@ -372,8 +372,8 @@ def compare_bench_files(
     ``preemptions``: (count during A, count during B) from ``vllm:num_preemptions_total``, since
     benchmark files carry none; the exposure is each run's completed requests. A run already
     loaded (:func:`load_bench`) may stand for its path."""
-    a = a_path if isinstance(a_path, BenchRun) else load_bench(a_path)
-    b = b_path if isinstance(b_path, BenchRun) else load_bench(b_path)
+    a = a_src if isinstance(a_src, BenchRun) else load_bench(a_src)
+    b = b_src if isinstance(b_src, BenchRun) else load_bench(b_src)
     extra: dict[str, tuple[MetricSample, MetricSample]] = {}
     if preemptions is not None:
         extra["preemptions"] = (

@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.server
 import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,7 +40,7 @@ from advisor.sources import metrics
 from advisor.sources import prometheus as prom
 from tests import browser, fleet_standin, promstack
 from tests.hang import HANG_S
-from tests.http_standin import QuietServer
+from tests.http_standin import serving
 from tests.paths import FIXTURES, REPO
 from tests.promstack import free_port, prometheus, query, wait_until
 
@@ -172,11 +171,8 @@ def webhook() -> Iterator[tuple[int, list[dict[str, Any]]]]:
         def log_message(self, *a: Any) -> None:
             pass
 
-    srv = QuietServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield int(srv.server_address[1]), got
-    srv.shutdown()
-    srv.server_close()
+    with serving(Handler) as url:
+        yield int(url.rsplit(":", 1)[1]), got
 
 
 @pytest.fixture
@@ -359,29 +355,18 @@ def test_fleet_daemon_advises_every_server_and_two_symptoms_alert(
                 # API and landing page: the fleet, worst first; one server by instance (waited for
                 # too: a cycle whose queries time out on a loaded machine withdraws every advice,
                 # as it must, and a run with three test workers on two cores read one such cycle)
-                def fleet_advised() -> dict[str, Any] | None:
-                    body = requests.get(
-                        f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis", timeout=HANG_S
+                def advised(**instance: str) -> dict[str, Any] | None:
+                    """The fleet's diagnosis (or one server's), where it is advice."""
+                    body: dict[str, Any] = requests.get(
+                        f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis", params=instance, timeout=HANG_S
                     ).json()
                     return body if body["status"] == "advice" else None
 
-                fleet_body = wait_until("the fleet's diagnosis is advice", fleet_advised, 60, [proc])
+                fleet_body = wait_until("the fleet's diagnosis is advice", advised, 60, [proc])
                 order = [i["instance"] for i in fleet_body["instances"]]
                 assert order[-1] == "c.fleet:8000", order
                 one = wait_until(
-                    "b's advice in its own diagnosis",
-                    lambda: (
-                        (
-                            d := requests.get(
-                                f"http://127.0.0.1:{fleet_port}/api/v1/diagnosis",
-                                params={"instance": "b.fleet:8000"},
-                                timeout=HANG_S,
-                            ).json()
-                        )["recommendation"]
-                        and d
-                    ),
-                    60,
-                    [proc],
+                    "b's advice in its own diagnosis", lambda: advised(instance="b.fleet:8000"), 60, [proc]
                 )
                 assert one["recommendation"]["rule"] in ("kv-preemption-seqs-bind", "kv-preemption-capacity")
                 assert one["instance"] == "b.fleet:8000"

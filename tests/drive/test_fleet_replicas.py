@@ -41,12 +41,6 @@ AHEAD_S = 3.0  # recorded seconds replica b runs ahead of a
 REPLICAS = 2
 
 
-def _load_start(path: Path) -> float:
-    """Recorded seconds from the first page to the load's start (the page before the first with
-    a request running: the session's pages are 2 s apart)."""
-    return fleet_standin.load_span(path)[0] - 2.0
-
-
 def _fleet_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=HANG_S).text
     return {
@@ -57,7 +51,7 @@ def _fleet_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
 @pytest.mark.prometheus
 def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp_path: Path) -> None:
     ph = phases(STEPS)
-    load0 = _load_start(STEPS)
+    load0 = fleet_standin.idle_s(STEPS)  # recorded seconds to the load's start
     duration = ph[-1][1] + load0 + 10.0  # recorded seconds to replay
     start = time.time() + 3600.0  # set once Prometheus and the fleet daemon run: until then, page 0
     sidecar = _sidecar_page(STEPS)

@@ -38,7 +38,7 @@ from advisor.sources import http as http_src
 from advisor.sources import metrics as metrics_src
 from tests.daemon_helpers import Clock, SteppedClock, exported, make, run_cycles, start_run
 from tests.hang import HANG_S
-from tests.http_standin import QuietServer
+from tests.http_standin import serving
 from tests.vllm_standin import StandIn, gzip_bomb, serve, session_pages
 
 
@@ -725,15 +725,9 @@ def test_a_gzip_encoded_page_is_decoded(tmp_path: Path) -> None:
             self.end_headers()
             self.wfile.write(body)
 
-    srv = QuietServer(("127.0.0.1", 0), Handler)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    try:
-        p = metrics_src.fetch(f"http://127.0.0.1:{srv.server_address[1]}/metrics", timeout_s=5)
+    with serving(Handler) as url:
+        p = metrics_src.fetch(f"{url}/metrics", timeout_s=5)
         assert p.text == page.decode()
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_explain_url_keeps_watching_past_a_first_page_that_was_slow() -> None:

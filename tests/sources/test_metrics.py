@@ -5,7 +5,6 @@ from __future__ import annotations
 import glob
 import http.server
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from advisor.core import names
 from advisor.sources import metrics as m
-from tests.http_standin import QuietServer
+from tests.http_standin import serving
 from tests.pages import PAGES, as_ray, as_v0, page, with_engines
 
 REAL_PAGES = sorted(glob.glob(str(PAGES / "*.prom")))
@@ -202,12 +201,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture()
 def server() -> Iterator[tuple[str, type[_Handler]]]:
     handler = type("H", (_Handler,), {"mode": "ok"})
-    srv = QuietServer(("127.0.0.1", 0), handler)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}/metrics", handler
-    srv.shutdown()
-    srv.server_close()
+    with serving(handler) as url:
+        yield f"{url}/metrics", handler
 
 
 def test_fetch_ok(server: tuple[str, type[_Handler]]) -> None:

@@ -11,7 +11,6 @@ cannot be run here on demand), and the real vLLM CPU server of tests/conftest.py
 
 from __future__ import annotations
 
-import itertools
 import json
 import threading
 import time
@@ -185,15 +184,6 @@ def test_sidecar_knobs_win_over_defaults() -> None:
 
 
 # ---------------------------------------------------------------------- with a real Prometheus
-def _idle_s(path: Path) -> float:
-    """Recorded seconds from a session's first page to the last page before a request runs."""
-    scrapes = list(Session.load(path).iter_scrapes())
-    for (t, _), (_, page) in itertools.pairwise(scrapes):
-        if (realvllm.metric_value(page, "vllm:num_requests_running") or 0) > 0:
-            return t - scrapes[0][0]
-    raise AssertionError(f"no request ever runs in {path}")
-
-
 def _observe(url: str, window_s: float, out: dict[str, Any], state_dir: Path) -> None:
     cfg = Config(state_dir=str(state_dir))  # observe() persists nothing
     out["d"] = daemon.observe(url, cfg, load_rules(), window_s, 1.0, progress=False)
@@ -230,7 +220,7 @@ def test_explain_prometheus_matches_explain_url(tmp_path: Path, vllm_server: rea
                 # the preempting recording idles before its load: replay it from the load's start,
                 # so that the window holds the preemption (a 60 s window waited through the idle
                 # part before; the test took 78 s in make test)
-                replays["preempt"].start = time.time() - _idle_s(SESSIONS / "cpu-preempt-nobind")
+                replays["preempt"].start = time.time() - fleet_standin.idle_s(SESSIONS / "cpu-preempt-nobind")
                 results: dict[str, dict[str, Any]] = {"preempt": {}, "real": {}}
                 threads = [
                     threading.Thread(
