@@ -32,7 +32,7 @@ trap 'kill -- -"$hog" 2>/dev/null || true' EXIT
 echo "test-under-load: $what beside the suite; log in $LOG"
 
 if [ "$#" -eq 0 ]; then
-    set -- -q -n "${WORKERS:-$(( $(nproc) + 1 ))}" --dist loadgroup --durations=25 -m "not image"
+    set -- -q -n "${WORKERS:-$(nproc)}" --dist loadgroup --durations=25 -m "not image"
 fi
 t0=$(date +%s)
 rc=0
