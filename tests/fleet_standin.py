@@ -44,13 +44,23 @@ def _counters(page: str) -> dict[str, Fraction]:
 
 
 @dataclass
-class Replay:
-    """One server: recorded pages and their times relative to the first.
+class Gate:
+    """Recorded seconds ``[t1, t2)`` (snapped to the pages' times by the replay) that a replay plays again and again once
+    it reaches ``t2``, each counter carried on by what it grew over the span: the load as it was
+    then, going on. With ``laps`` set, the replay goes on past ``t2`` after that many laps;
+    unset, it never does (a recording ends within a minute or two, and a loaded machine reaches a
+    test's later checks after its load has drained; a test can hold a phase until it has seen
+    what it waits for)."""
 
-    ``steady`` (recorded seconds ``(t1, t2)``): past ``t2`` the pages of ``[t1, t2)`` come again
-    and again, each counter carried on by what it grew over that span: the load as it was then,
-    going on for as long as a test needs it (a recording ends within a minute or two, and a
-    loaded machine reaches a test's later checks after its load has drained)."""
+    t1: float
+    t2: float
+    laps: int | None = None
+
+
+@dataclass
+class Replay:
+    """One server: recorded pages and their times relative to the first, played by the clock
+    through its ``gates`` (in order, none overlapping)."""
 
     pages: list[str]
     rel_t: list[float]
@@ -60,38 +70,75 @@ class Replay:
     down: bool = False
     hits: int = 0
     loop: bool = False  # start over after the last page (a restart), else hold the last page
-    steady: tuple[float, float] | None = None
+    gates: list[Gate] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._growth: dict[str, Fraction] = {}
-        if self.steady is not None:
-            i1, i2 = (max(0, bisect.bisect_right(self.rel_t, t) - 1) for t in self.steady)
+        self._growth: list[dict[str, Fraction]] = []
+        for k, g in enumerate(self.gates):
+            i1, i2 = (max(0, bisect.bisect_right(self.rel_t, t) - 1) for t in (g.t1, g.t2))
             if i2 <= i1:
-                raise ValueError(f"steady span {self.steady} holds no pages")
-            self._i1, self._i2 = i1, i2
+                raise ValueError(f"gate [{g.t1}, {g.t2}) holds no pages")
+            if k and self.rel_t[i1] < self.gates[k - 1].t2:
+                raise ValueError(f"gate [{g.t1}, {g.t2}) overlaps the one before it")
+            g.t1, g.t2 = self.rel_t[i1], self.rel_t[i2]
             c1, c2 = _counters(self.pages[i1]), _counters(self.pages[i2])
-            self._growth = {k: c2[k] - v for k, v in c1.items() if k in c2}
+            self._growth.append({key: c2[key] - v for key, v in c1.items() if key in c2})
+
+    def _where(self, now: float) -> tuple[float, int | None, list[tuple[int, dict[str, Fraction]]]]:
+        """Recorded seconds shown at ``now``, the gate looping then (its index), and the laps
+        carried (each gate's laps and its counters' growth over a lap)."""
+        pos = (now - self.start) * self.speed
+        carried: list[tuple[int, dict[str, Fraction]]] = []
+        for i, (g, growth) in enumerate(zip(self.gates, self._growth, strict=True)):
+            t1, t2 = g.t1, g.t2
+            if pos < t2:
+                break
+            lap, into = divmod(pos - t2, t2 - t1)
+            if g.laps is None or lap < g.laps:  # at t2 the page of t1 with one lap's growth
+                return t1 + into, i, [*carried, (int(lap) + 1, growth)]
+            pos -= g.laps * (t2 - t1)
+            carried.append((g.laps, growth))
+        if self.loop and not self.gates and self.rel_t[-1] > 0:
+            pos %= self.rel_t[-1] + 1e-9
+        return pos, None, carried
+
+    def position(self, now: float) -> float:
+        """Recorded seconds (from the first page) of the page shown at ``now``."""
+        return self._where(now)[0]
+
+    def laps_to_leave(self, i: int, now: float) -> int:
+        """Laps gate ``i`` must have for this replay to leave it at the end of the lap it is in
+        (0 where it has not reached the gate, its laps where it has left)."""
+        _, looping, carried = self._where(now)
+        if looping == i:
+            return carried[-1][0]
+        if looping is None and len(carried) > i:
+            return carried[i][0]
+        return 0
 
     def page(self) -> str:
-        elapsed = (self.clock() - self.start) * self.speed
-        if self.steady is not None and elapsed >= self.rel_t[self._i2]:
-            t1 = self.rel_t[self._i1]
-            laps, into = divmod(elapsed - t1, self.rel_t[self._i2] - t1)
-            i = max(self._i1, bisect.bisect_right(self.rel_t, t1 + into) - 1)
-            return self._carried(self.pages[i], laps)
-        if self.loop and self.rel_t[-1] > 0:
-            elapsed %= self.rel_t[-1] + 1e-9
-        i = max(0, bisect.bisect_right(self.rel_t, elapsed) - 1)
-        return self.pages[i]
+        pos, _, carried = self._where(self.clock())
+        page = self.pages[max(0, bisect.bisect_right(self.rel_t, pos) - 1)]
+        return self._carried(page, carried) if carried else page
 
-    def _carried(self, page: str, laps: float) -> str:
+    @staticmethod
+    def _carried(page: str, carried: list[tuple[int, dict[str, Fraction]]]) -> str:
         lines = []
         for line in page.splitlines():
             key, _, value = line.rpartition(" ")
-            if key in self._growth:
-                line = f"{key} {float(Fraction(float(value)) + int(laps) * self._growth[key])!r}"
+            grown = [laps * growth[key] for laps, growth in carried if key in growth]
+            if grown:
+                line = f"{key} {float(Fraction(float(value)) + sum(grown))!r}"
             lines.append(line)
         return "\n".join(lines) + "\n"
+
+
+def release(replays: Sequence[Replay], i: int, now: float) -> None:
+    """Let ``replays`` go on past their gate ``i`` together, each at the end of a lap: as many
+    laps for each, so that one ahead of another stays as far ahead, and none goes back."""
+    laps = max(r.laps_to_leave(i, now) for r in replays)
+    for r in replays:
+        r.gates[i].laps = laps
 
 
 def _pages(path: Path) -> list[tuple[float, float]]:
@@ -123,23 +170,29 @@ def idle_s(path: Path) -> float:
 
 
 def session_replay(
-    path: Path, speed: float = 1.0, start: float | None = None, loop: bool = False, steady: bool = False
+    path: Path,
+    speed: float = 1.0,
+    start: float | None = None,
+    loop: bool = False,
+    steady: bool = False,
+    gates: Sequence[tuple[float, float]] = (),
 ) -> Replay:
-    """``path``'s pages by the clock; ``steady``: its load goes on as in the middle half of it."""
+    """``path``'s pages by the clock, held at ``gates`` (recorded seconds from the first page)
+    until released; ``steady``: past them, its load goes on as in the middle half of it."""
     s = Session.load(path)
     scrapes = list(s.iter_scrapes())
     t0 = scrapes[0][0]
-    span = None
+    held = [Gate(t1, t2) for t1, t2 in gates]
     if steady:
         first, last = load_span(path)
-        span = (first + (last - first) / 4, last - (last - first) / 4)
+        held.append(Gate(first + (last - first) / 4, last - (last - first) / 4))
     return Replay(
         [text for _, text in scrapes],
         [t - t0 for t, _ in scrapes],
         speed=speed,
         start=time.time() if start is None else start,
         loop=loop,
-        steady=span,
+        gates=held,
     )
 
 

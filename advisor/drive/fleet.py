@@ -470,7 +470,6 @@ class Fleet:
             )
             members.append(Member(m.server, ExportState(withdrawn, False, self.rules, dict(m.state.scrapes))))
         # Prometheus cannot be read: no desired count is current (the autoscaler's fallback holds)
-        return FleetState(tuple(members), False, err, seconds, queries, self.cycles, now)
         return FleetState(
             tuple(members), False, err, seconds, queries, self.cycles, now, instances_dropped=self._dropped
         )

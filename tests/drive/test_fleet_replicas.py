@@ -9,7 +9,14 @@ sidecar serves what the real sidecar exporter exports for that session (the serv
 its command line). The servers are scraped as the Prometheus Operator scrapes a Service's pods (labels namespace and service).
 The replay runs SPEED times faster than recorded, and every duration of the advisor (window,
 rule holds, warm-up, staleness, the scale-in hold) is divided by SPEED with it, so the advisor
-sees the recording's time scale."""
+sees the recording's time scale.
+
+The checks wait on the fleet daemon, not on the wall clock: each of its cycles is placed at the
+recorded second of the data it read (the replay's page at the cycle's time), and the two phases
+that the checks need a count in (the low load, and the knob-first count back at six clients past
+the hold) are held at gates, their load going on as it was, until the daemon has given it. A busy
+machine that stalls the daemon, Prometheus or the stand-ins slows the run; it does not move a
+count into another phase."""
 
 from __future__ import annotations
 
@@ -33,12 +40,21 @@ from tests.drive.test_fleet import _sidecar_page
 from tests.drive.test_replicas_replay import STEPS, TARGETS, clients_at, phases
 from tests.hang import HANG_S
 from tests.outputs.test_autoscaling import render_adapter_query
-from tests.promstack import free_port, prometheus, query
+from tests.promstack import free_port, prometheus, query, wait_until
 
 SPEED = 3.0
 HOLD_S = 30.0  # recorded seconds (the default, 5 minutes, would outlast the recording)
 AHEAD_S = 3.0  # recorded seconds replica b runs ahead of a
 REPLICAS = 2
+LOW = (20.0, 40.0)  # recorded seconds since the load began: two clients each
+PEAK = (160.0, 215.0)  # sixteen clients each, a window in
+BACK = 215.0  # six clients each from 210: the knob-first count from here
+# the gates (recorded seconds since the load began), each in a phase: the load held there until the
+# daemon has given what the checks need of the phase
+LOW_GATE = (24.0, 36.0)
+BACK_GATE = (270.0, 294.0)
+GATE_WAIT_S = 180.0  # wall seconds a gate may hold before the test fails
+LOW_COUNTS = 3  # the daemon's cycles with a count in the low phase that release its gate
 
 
 def _fleet_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -48,21 +64,57 @@ def _fleet_metrics(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     }
 
 
+def _tick(fleet: Fleet, replay: fleet_standin.Replay, load0: float, ph: list[Any]) -> dict[str, Any]:
+    """The fleet daemon's last cycle, at the recorded second (since the load began) of the data
+    it read."""
+    st = fleet.state()
+    deps = st.deployments
+    r = deps[0].replicas if len(deps) == 1 else None
+    t = replay.position(st.at) - load0
+    return {
+        "at": st.at,
+        "t": t,
+        "clients": clients_at(ph, t),
+        "deployments": len(deps),
+        "up": deps[0].up if deps else 0,
+        "desired": r.desired if r else None,
+        "needed": r.sizing.needed if r else None,
+        "basis": replicas_basis(r) if r else None,
+        "advised": {
+            m.state.diagnosis.recommendation.knob
+            for m in st.members
+            if m.state.diagnosis is not None
+            and m.state.diagnosis.status == "advice"
+            and m.state.diagnosis.recommendation is not None
+        },
+    }
+
+
+def _low_given(ticks: list[dict[str, Any]]) -> bool:
+    return sum(1 for x in ticks if x["desired"] is not None and LOW[0] <= x["t"] < LOW[1]) >= LOW_COUNTS
+
+
+def _back_given(ticks: list[dict[str, Any]]) -> bool:
+    return any(x["basis"] == "knob_first" and x["desired"] == REPLICAS and x["t"] >= BACK for x in ticks)
+
+
 @pytest.mark.prometheus
 def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp_path: Path) -> None:
     ph = phases(STEPS)
     load0 = fleet_standin.idle_s(STEPS)  # recorded seconds to the load's start
-    duration = ph[-1][1] + load0 + 10.0  # recorded seconds to replay
+    end = ph[3][1] + load0  # recorded seconds to replay: to the end of the six clients past the peak
+    gates = [(load0 + a, load0 + b) for a, b in (LOW_GATE, BACK_GATE)]
     start = time.time() + 3600.0  # set once Prometheus and the fleet daemon run: until then, page 0
     sidecar = _sidecar_page(STEPS)
     replays = {
-        "a": fleet_standin.session_replay(STEPS, SPEED, start),
-        "b": fleet_standin.session_replay(STEPS, SPEED, start - AHEAD_S / SPEED),
+        "a": fleet_standin.session_replay(STEPS, SPEED, start, gates=gates),
+        "b": fleet_standin.session_replay(STEPS, SPEED, start - AHEAD_S / SPEED, gates=gates),
         # each server's sidecar: what the real sidecar exports for it (its knobs, read from the
         # server's command line: max_num_seqs 4), which the fleet daemon reads through Prometheus
         "a-sidecar": fleet_standin.Replay([sidecar], [0.0]),
         "b-sidecar": fleet_standin.Replay([sidecar], [0.0]),
     }
+    servers = [replays["a"], replays["b"]]
     cfg = Config(
         interval_s=1.0,
         window_s=60.0 / SPEED,
@@ -103,33 +155,26 @@ def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp
                 adapter_rule, {**hpa_selector["matchLabels"], "namespace": deploy.EXAMPLE_NAMESPACE}
             )
             try:
-                while (time.time() - start) * SPEED < duration:
+                for i, given in enumerate((_low_given, _back_given)):
+                    deadline = time.monotonic() + GATE_WAIT_S
+                    while not given(ticks):
+                        assert proc.poll() is None
+                        assert time.monotonic() < deadline, (f"gate {i}", _shown(ticks))
+                        _record(ticks, _tick(fleet, replays["a"], load0, ph))
+                        time.sleep(0.25)
+                    fleet_standin.release(servers, i, time.time())
+                while replays["a"].position(time.time()) < end:
                     assert proc.poll() is None
-                    t = (time.time() - start) * SPEED - load0  # recorded seconds since the load began
-                    deps = fleet.state().deployments
-                    r = deps[0].replicas if len(deps) == 1 else None
-                    advised = {
-                        m.state.diagnosis.recommendation.knob
-                        for m in fleet.state().members
-                        if m.state.diagnosis is not None
-                        and m.state.diagnosis.status == "advice"
-                        and m.state.diagnosis.recommendation is not None
-                    }
-                    ticks.append(
-                        {
-                            "t": t,
-                            "clients": clients_at(ph, t),
-                            "deployments": len(deps),
-                            "up": deps[0].up if deps else 0,
-                            "desired": r.desired if r else None,
-                            "needed": r.sizing.needed if r else None,
-                            "basis": replicas_basis(r) if r else None,
-                            "advised": advised,
-                        }
-                    )
-                    time.sleep(1.0)
-                # what the autoscalers read: the fleet daemon's count, through Prometheus
-                fams = _fleet_metrics(fleet_port)
+                    _record(ticks, _tick(fleet, replays["a"], load0, ph))
+                    time.sleep(0.25)
+                # what the autoscalers read: the fleet daemon's count, exported, and through
+                # Prometheus (a cycle stalled past its freshness exports none: waited for)
+                fams = wait_until(
+                    "the desired count exported",
+                    lambda: (f := _fleet_metrics(fleet_port)).get("vllm_advisor_desired_replicas") and f,
+                    30,
+                    [proc],
+                )
                 (labels, value), *_ = fams["vllm_advisor_desired_replicas"]
                 assert labels == {
                     "model_name": "tiny-llama",
@@ -139,41 +184,64 @@ def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp
                     "vllm_advisor": "fleet",
                 }
                 for expr in (keda_query, adapter_query):
-                    got = query(prom_url, expr)
+                    got = wait_until(f"{expr} answered", lambda expr=expr: query(prom_url, expr), 30, [proc])
                     assert len(got) == 1, (expr, got)
                     assert float(got[0]["value"][1]) == value, (expr, got, value)
                 # and the peak of the run, as Prometheus stored the series the autoscalers poll
                 run_s = int(time.time() - start) + 1
                 peak = query(prom_url, f"max_over_time(({keda_query})[{run_s}s:1s])")
                 assert float(peak[0]["value"][1]) == max(x["desired"] or 0 for x in ticks)
+                # the replicas' scrapes that Prometheus could not make (a busy machine's): the
+                # daemon counts such a replica down until its next page
+                failed = [
+                    float(ts)
+                    for series in query(prom_url, f'up{{job="vllm"}}[{run_s}s]')
+                    for ts, v in series["values"]
+                    if float(v) == 0
+                ]
             finally:
                 runner.stop()
-    _check(ticks)
+    _check(ticks, failed)
 
 
-def _check(ticks: list[dict[str, Any]]) -> None:
+def _record(ticks: list[dict[str, Any]], tick: dict[str, Any]) -> None:
+    """One tick a daemon cycle (its state read several times a cycle, kept once)."""
+    if not ticks or tick["at"] != ticks[-1]["at"]:
+        ticks.append(tick)
+
+
+def _shown(ticks: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(round(x["t"]), x["clients"], x["up"], x["desired"], x["needed"], x["basis"]) for x in ticks]
+
+
+def _check(ticks: list[dict[str, Any]], failed: list[float]) -> None:
     seen = [x for x in ticks if x["desired"] is not None]
-    shown = [(round(x["t"]), x["clients"], x["desired"], x["needed"], x["basis"]) for x in ticks]
+    shown = _shown(ticks)
     assert all(x["deployments"] == 1 for x in seen), "both servers are one deployment"
-    assert all(x["up"] == REPLICAS for x in seen if x["t"] > 10), shown
-    low = [x["desired"] for x in seen if 20 <= x["t"] < 40]  # 2 clients each
-    peak = [x["desired"] for x in seen if 160 <= x["t"] < 215]  # 16 clients each, a window in
+    # both replicas up, but where Prometheus could not scrape one in the cycle's last seconds
+    assert all(
+        x["up"] == REPLICAS
+        for x in seen
+        if x["t"] > 10 and not any(x["at"] - 3.0 <= f <= x["at"] for f in failed)
+    ), (failed, shown)
+    low = [x["desired"] for x in seen if LOW[0] <= x["t"] < LOW[1]]
+    peak = [x["desired"] for x in seen if PEAK[0] <= x["t"] < PEAK[1]]
     # two servers with two clients each: no more replicas than there are (one may carry both)
-    assert low and max(low) <= REPLICAS, shown
+    assert len(low) >= LOW_COUNTS and max(low) <= REPLICAS, shown
     # sixteen clients each: more replicas than there are, and the most of the run
     assert peak and min(peak) > REPLICAS, shown
     assert max(peak) == max(x["desired"] for x in seen), shown
     # back at six clients each: the knob comes first, and the count falls to the replicas there are
     first = [x for x in seen if x["basis"] == "knob_first"]
     assert first and all(x["needed"] == REPLICAS and "max_num_seqs" in x["advised"] for x in first), shown
-    assert any(x["desired"] == REPLICAS and x["t"] >= 215 for x in first), shown
-    # no scale-in before the hold: a lower count only once every count needed over the hold
-    # (less a tick of slack, the ticks and the daemon's cycles are not in step) was no higher
+    assert any(x["desired"] == REPLICAS and x["t"] >= BACK for x in first), shown
+    # no scale-in before the hold: a lower count only once every count needed over the hold (the
+    # daemon's own times, less a cycle of slack) was no higher
     prev = None
     for x in seen:
         if prev is not None and x["desired"] < prev:
-            hold = [y["needed"] for y in seen if x["t"] - (HOLD_S - 3 * SPEED) <= y["t"] < x["t"]]
+            hold = [y["needed"] for y in seen if x["at"] - (HOLD_S / SPEED - 1.0) <= y["at"] < x["at"]]
             assert all(n is None or n <= x["desired"] for n in hold), (x["t"], shown)
         prev = x["desired"]
-    plateau = [x["desired"] for x in seen if 170 <= x["t"] < 215]
+    plateau = [x["desired"] for x in seen if 170 <= x["t"] < PEAK[1]]
     assert plateau == sorted(plateau), shown
