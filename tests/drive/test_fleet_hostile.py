@@ -130,13 +130,18 @@ def test_a_fleet_larger_than_its_bound_follows_the_first_servers(preempting: Any
     samples, meta, end = preempting
     clock = Clock(end + 1.0)
     n = 30
-    with prom_standin.serve(samples, meta, prom_standin.Behaviour("many_series", n_series=n)) as url:
+    behaviour = prom_standin.Behaviour("many_series", n_series=n)
+    with prom_standin.serve(samples, meta, behaviour) as url:
         fleet = _fleet(url, clock)
         fleet.max_instances = 10
         st = fleet.cycle()
-    assert st.prometheus_up, st.last_error
-    assert len(st.members) == 10 and st.instances_dropped == n - 10
-    assert [m.server.instance for m in st.members] == sorted(m.server.instance for m in st.members)
+        assert st.prometheus_up, st.last_error
+        assert len(st.members) == 10 and st.instances_dropped == n - 10
+        assert [m.server.instance for m in st.members] == sorted(m.server.instance for m in st.members)
+        # a cycle that cannot read Prometheus withdraws the advice, not the count of the unfollowed
+        behaviour.mode, behaviour.body = "body", b"not json"
+        st = fleet.cycle()
+    assert not st.prometheus_up and st.instances_dropped == n - 10
 
 
 def _start(args: list[str], tmp_path: Path) -> subprocess.Popen[bytes]:
