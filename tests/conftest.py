@@ -58,7 +58,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[realvllm.V
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test`` runs a worker a core, ``--dist
+    """Under pytest-xdist (``make test`` runs a worker more than the cores, ``--dist
     loadgroup``) the tests that share the session's vLLM server run on one worker (one server,
     started once), and those that start servers of their own on another, one after the other, so
     at most two servers run at a time, each on a core of its own (``realvllm.SHARED_CORE`` and

@@ -24,7 +24,15 @@ from advisor.outputs.alert_config import (
     AlertConfig,
     AlertConfigError,
 )
-from advisor.outputs.alerts import ANCHOR_SIGNAL, dump_yaml, from_advisor, num_text, rule_groups, threshold
+from advisor.outputs.alerts import (
+    ANCHOR_SIGNAL,
+    EVALUATION_INTERVAL,
+    dump_yaml,
+    from_advisor,
+    num_text,
+    rule_groups,
+    threshold,
+)
 from advisor.outputs.recording import recording_for
 
 
@@ -418,7 +426,7 @@ def promtool_tests(
             ],
         }
     )
-    return {"rule_files": [rule_file], "evaluation_interval": "15s", "tests": tests}
+    return {"rule_files": [rule_file], "evaluation_interval": EVALUATION_INTERVAL, "tests": tests}
 
 
 def render_promtool_tests(rules: Sequence[Rule], cfg: AlertConfig | None = None) -> str:

@@ -106,6 +106,8 @@ def needs_knob_series(rule: Rule) -> bool:
 
 
 ANCHOR_SIGNAL = "requests_running_avg"
+# how often Prometheus evaluates the rules: the deploy examples' setting, and the promtool tests'
+EVALUATION_INTERVAL = "15s"
 """The server series a symptom alert whose conditions are all the advisor's (engine knobs and
 facts) stands on: its recording rule carries the vLLM server's instance, job and model_name."""
 

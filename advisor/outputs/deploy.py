@@ -119,7 +119,7 @@ def prometheus_config(
     rule_files: Sequence[str] = ("vllm-advisor.rules.yaml",),
 ) -> dict[str, Any]:
     return {
-        "global": {"scrape_interval": "15s", "evaluation_interval": "15s"},
+        "global": {"scrape_interval": "15s", "evaluation_interval": alerts.EVALUATION_INTERVAL},
         "rule_files": list(rule_files),
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": list(alertmanagers)}]}]},
         "scrape_configs": [
