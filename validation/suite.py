@@ -283,6 +283,20 @@ SCENARIOS_CPU = [
         Load(input_len=128, output_len=256, num_prompts=48, concurrency=32, est_s=150),
         "kv-preemption-seqs-bind",
     ),
+    # A cap raised past the KV fit (issue 30's first class), on CPU: the cap (8) binds with two
+    # of ten clients waiting, and the cache (36 MiB: 36 blocks of 128 tokens, one vLLM's null
+    # block) holds 8 requests at their end (4 blocks each), so any higher cap is past the fit. The
+    # cap rule's KV condition holds it back; arbitration by prediction advises a raise. The
+    # alternative, cap 10, admits as many as there are clients. (First recorded as the sessions
+    # tests/fixtures/sessions/cpu-cap-past-fit*, scripts/record_sessions.py.)
+    Scenario(
+        "cpu-cap-past-fit",
+        "On CPU: the cap (8) binds with a queue while the KV cache holds 8 requests at their end.",
+        {"max-num-seqs": 8, "kv-cache-memory-bytes": 36 << 20},
+        Load(input_len=256, output_len=256, num_prompts=160, concurrency=10, est_s=150),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 10},),
+    ),
     # Open arrivals on CPU (issue 30), below the knee: the cap (4) of the tiny model served 2.5
     # req/s of 128 in / 96 out (TPOT ~6 ms on two cores) with TTFT p95 under 1 s, so neither run
     # has advice; each has one alternative (cap 12) under the same load. 64 MiB of KV: ~36 such

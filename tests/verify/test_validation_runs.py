@@ -475,3 +475,13 @@ def test_following_the_advice_from_a_misconfigured_start_converges_in_one_restar
     assert after >= 0.9 * best and before < 0.5 * best, (before, after, best)
     assert "follow-misconf.max-num-seqs-256_max-num-batched-tokens-8192" in runs
     assert RESULTS["follow-misconf-r2.after"]["advice"]["recommendation"] is None
+
+
+def test_every_recorded_scenario_is_in_the_reports_order() -> None:
+    """The tables (docs/validation.md, docs/prediction.md) walk report.SCENARIO_ORDER: a scenario
+    imported but not listed there (or among those with no change to tabulate, each with its
+    reason) would be left out of every table without a word."""
+    recorded = {r["scenario"] for r in RESULTS.values()}
+    order, no_pair = set(REPORT.SCENARIO_ORDER), set(REPORT.NO_PAIR)
+    assert not order & no_pair
+    assert recorded <= order | no_pair, sorted(recorded - order - no_pair)
