@@ -45,9 +45,9 @@ def _counters(page: str) -> dict[str, Fraction]:
 
 @dataclass
 class Gate:
-    """Recorded seconds ``[t1, t2)`` (snapped to the pages' times by the replay) that a replay plays again and again once
-    it reaches ``t2``, each counter carried on by what it grew over the span: the load as it was
-    then, going on. With ``laps`` set, the replay goes on past ``t2`` after that many laps;
+    """Recorded seconds ``[t1, t2)`` (snapped to the pages' times by the replay) that a replay
+    plays again and again once it reaches ``t2``, each counter carried on by what it grew over the
+    span: the load as it was then, going on. With ``laps`` set, the replay goes on past ``t2`` after that many laps;
     unset, it never does (a recording ends within a minute or two, and a loaded machine reaches a
     test's later checks after its load has drained; a test can hold a phase until it has seen
     what it waits for)."""
@@ -112,9 +112,7 @@ class Replay:
         _, looping, carried = self._where(now)
         if looping == i:
             return carried[-1][0]
-        if looping is None and len(carried) > i:
-            return carried[i][0]
-        return 0
+        return carried[i][0] if i < len(carried) else 0
 
     def page(self) -> str:
         pos, _, carried = self._where(self.clock())
