@@ -20,6 +20,7 @@ count into another phase."""
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -167,26 +168,23 @@ def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp
                     assert proc.poll() is None
                     _record(ticks, _tick(fleet, replays["a"], load0, ph))
                     time.sleep(0.25)
-                # what the autoscalers read: the fleet daemon's count, exported, and through
-                # Prometheus (a cycle stalled past its freshness exports none: waited for)
-                fams = wait_until(
-                    "the desired count exported",
-                    lambda: (f := _fleet_metrics(fleet_port)).get("vllm_advisor_desired_replicas") and f,
-                    30,
-                    [proc],
-                )
-                (labels, value), *_ = fams["vllm_advisor_desired_replicas"]
-                assert labels == {
-                    "model_name": "tiny-llama",
-                    "namespace": deploy.EXAMPLE_NAMESPACE,
-                    "job": "vllm",
-                    "service": deploy.APP_NAME,
-                    "vllm_advisor": "fleet",
-                }
+                # what the autoscalers read: the fleet daemon's count, exported, and the same
+                # through Prometheus once it has scraped it (a cycle stalled past its freshness
+                # exports none, a busy machine delays a scrape: both waited for)
                 for expr in (keda_query, adapter_query):
-                    got = wait_until(f"{expr} answered", lambda expr=expr: query(prom_url, expr), 30, [proc])
-                    assert len(got) == 1, (expr, got)
-                    assert float(got[0]["value"][1]) == value, (expr, got, value)
+                    labels, _ = wait_until(
+                        f"{expr} answering the exported count",
+                        functools.partial(_agreed, fleet_port, prom_url, expr),
+                        60,
+                        [proc],
+                    )
+                    assert labels == {
+                        "model_name": "tiny-llama",
+                        "namespace": deploy.EXAMPLE_NAMESPACE,
+                        "job": "vllm",
+                        "service": deploy.APP_NAME,
+                        "vllm_advisor": "fleet",
+                    }
                 # and the peak of the run, as Prometheus stored the series the autoscalers poll
                 run_s = int(time.time() - start) + 1
                 peak = query(prom_url, f"max_over_time(({keda_query})[{run_s}s:1s])")
@@ -202,6 +200,18 @@ def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp
             finally:
                 runner.stop()
     _check(ticks, failed)
+
+
+def _agreed(fleet_port: int, prom_url: str, expr: str) -> tuple[dict[str, str], float] | None:
+    """The exported count's labels and value where Prometheus answers ``expr`` with that value."""
+    exported = _fleet_metrics(fleet_port).get("vllm_advisor_desired_replicas")
+    if not exported:
+        return None
+    (labels, value), *_ = exported
+    got = query(prom_url, expr)
+    if len(got) != 1 or float(got[0]["value"][1]) != value:
+        return None
+    return labels, value
 
 
 def _record(ticks: list[dict[str, Any]], tick: dict[str, Any]) -> None:
