@@ -40,16 +40,10 @@ def _load_report() -> Any:
 REPORT = _load_report()
 
 
-# one worker replays every run once (REPORT.replayed is cached per process): spread over the
-# workers, the runs the docs' check had replayed were replayed again by the tests that went
-# elsewhere (this file under three workers: 106 -> 76 CPU-s, collection included); the docs'
-# check is slow, so the group starts early
-pytestmark = pytest.mark.xdist_group("validation-replays")
-
-
 def diagnose(run: str) -> Any:
-    """The diagnosis the run's session gets with the rules as they are now (each run replayed
-    once per process)."""
+    """The diagnosis the run's session gets with the rules as they are now (REPORT.replayed is
+    cached: the docs' check and the tests here replay each run at most once per worker; no xdist
+    group, which would put ~6 minutes of replays on one worker at the end of the suite)."""
     d = REPORT.replayed(run)
     assert d is not None
     return d
