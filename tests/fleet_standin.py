@@ -30,7 +30,7 @@ from tests.http_standin import serving
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")  # what only grows on a page
 
 
-def _counters(page: str) -> dict[str, Fraction]:
+def counters(page: str) -> dict[str, Fraction]:
     """The page's counter samples (histogram buckets, counts and sums included) by series, exact
     (carried on in fractions and rounded once, a counter never falls by a rounding: Prometheus
     would read that as a reset)."""
@@ -81,7 +81,7 @@ class Replay:
             if k and self.rel_t[i1] < self.gates[k - 1].t2:
                 raise ValueError(f"gate [{g.t1}, {g.t2}) overlaps the one before it")
             g.t1, g.t2 = self.rel_t[i1], self.rel_t[i2]
-            c1, c2 = _counters(self.pages[i1]), _counters(self.pages[i2])
+            c1, c2 = counters(self.pages[i1]), counters(self.pages[i2])
             self._growth.append({key: c2[key] - v for key, v in c1.items() if key in c2})
 
     def _where(self, now: float) -> tuple[float, int | None, list[tuple[int, dict[str, Fraction]]]]:

@@ -71,7 +71,7 @@ def test_a_gate_holds_a_phase_until_released_then_the_recording_goes_on_as_far_a
             r.clock = lambda now=now: now
             pos = r.position(now)
             shown[name].append((now, pos))
-            values = fleet_standin._counters(r.page())
+            values = fleet_standin.counters(r.page())
             for key, v in values.items():  # no counter goes back, at the gate or past it
                 assert v >= prev[name].get(key, v), (name, now, key)
             prev[name] = values

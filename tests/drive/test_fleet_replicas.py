@@ -155,19 +155,21 @@ def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp
             adapter_query = render_adapter_query(
                 adapter_rule, {**hpa_selector["matchLabels"], "namespace": deploy.EXAMPLE_NAMESPACE}
             )
+
+            def step() -> None:  # the daemon's state read several times a cycle
+                assert proc.poll() is None
+                _record(ticks, _tick(fleet, replays["a"], load0, ph))
+                time.sleep(0.25)
+
             try:
                 for i, given in enumerate((_low_given, _back_given)):
                     deadline = time.monotonic() + GATE_WAIT_S
                     while not given(ticks):
-                        assert proc.poll() is None
                         assert time.monotonic() < deadline, (f"gate {i}", _shown(ticks))
-                        _record(ticks, _tick(fleet, replays["a"], load0, ph))
-                        time.sleep(0.25)
+                        step()
                     fleet_standin.release(servers, i, time.time())
                 while replays["a"].position(time.time()) < end:
-                    assert proc.poll() is None
-                    _record(ticks, _tick(fleet, replays["a"], load0, ph))
-                    time.sleep(0.25)
+                    step()
                 # what the autoscalers read: the fleet daemon's count, exported, and the same
                 # through Prometheus once it has scraped it (a cycle stalled past its freshness
                 # exports none, a busy machine delays a scrape: both waited for)
