@@ -296,6 +296,9 @@ class Config:
     long_prefill_token_threshold_adaptive: bool = False
     watermark: float | None = None  # share of KV blocks an admission leaves free
     max_num_active_seqs: float | None = None  # admission limit into running (None: max_num_seqs)
+    # a preempted request finds its full blocks again in the prefix cache (V1's default: on,
+    # unless the server says --no-enable-prefix-caching)
+    prefix_caching: bool = True
 
     def usable_kv_tokens(self) -> float | None:
         """The KV tokens requests can hold: vLLM V1's block pool keeps one block as its null block."""
@@ -416,6 +419,7 @@ def build(
         long_prefill_token_threshold_adaptive=engine.get("long_prefill_token_threshold_adaptive") is True,
         watermark=_num(engine.get("watermark")),
         max_num_active_seqs=_num(engine.get("max_num_active_seqs")),
+        prefix_caching=engine.get("enable_prefix_caching") is not False,
     )
     for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
         if getattr(cfg, name) is None:

@@ -46,6 +46,7 @@ def engine_of(cfg: pm.Config, defaults: Engine = DEFAULT_ENGINE) -> Engine:
         long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
         watermark=float(cfg.watermark or 0.0),
         max_num_active_seqs=min(active, seqs) if active is not None else None,
+        resume_from_cache=cfg.prefix_caching,
     )
 
 

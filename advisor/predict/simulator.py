@@ -17,6 +17,12 @@ The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` ap
   running request is preempted** (recompute: its blocks are freed, its progress forgotten, and it
   goes back to the front of the waiting queue); that repeats until the request fits or is itself
   the one preempted. A step that preempted admits nothing new.
+- With prefix caching on (``resume_from_cache``; V1's default), a preempted request's full
+  blocks stay in the cache, free but evictable: ``KVCacheManager.free`` returns a request's
+  blocks in reverse order (its tail first) to the end of the free queue, and new blocks are taken
+  from its head. When the request is admitted again, the scheduler looks its tokens up like any
+  new request's (``num_computed_tokens`` is 0 after a preemption) and finds the blocks no other
+  request has taken since: only the rest is computed again (at least its last token).
 - Then the **waiting** requests are admitted first come first served while the running ones are
   fewer than ``max_num_seqs`` (or ``max_num_active_seqs``, 0.31+, when set: vLLM's admission
   limit into RUNNING, ``Scheduler.max_num_active_reqs``; ``max_num_seqs`` then only sizes the
@@ -62,6 +68,7 @@ class Engine:
     watermark: float = 0.0  # share of the blocks an admission must leave free (0: none)
     max_num_active_seqs: int | None = None  # admission limit into running (None: max_num_seqs)
     long_prefill_token_threshold_adaptive: bool = False  # floor the cap at budget / requests
+    resume_from_cache: bool = False  # prefix caching on: a preempted request finds its blocks again
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
@@ -112,6 +119,7 @@ class _Live:
     itl: list[float] = field(default_factory=list)
     preempted: int = 0
     client: int | None = None
+    kept: list[int] | None = None  # after a preemption: its blocks still cached ([count], in the free queue)
 
     def need(self) -> int:
         """Tokens still to compute before the next output: what is left of the prompt (plus
@@ -219,9 +227,30 @@ def simulate(
             arrive(c, 0.0, c)
         nxt = min(clients, len(requests))
 
-    def release(r: _Live) -> None:
+    # the free blocks in the order vLLM's prefix cache evicts them (only with resume_from_cache):
+    # segments of counts, the head evicted first; a preempted request's full blocks are its own
+    # segment (``_Live.kept``), behind its partial last block (freed in reverse: the tail first)
+    lru: deque[list[int]] = deque([[free]]) if engine.resume_from_cache else deque()
+
+    def evict(n: int) -> None:
+        while n > 0:
+            seg = lru[0]
+            took = min(n, seg[0])
+            seg[0] -= took
+            n -= took
+            if not seg[0]:
+                lru.popleft()
+
+    def release(r: _Live, preempted: bool = False) -> None:
         nonlocal free
         free += r.blocks
+        if engine.resume_from_cache and r.blocks:
+            full = min(r.computed // bs, r.blocks) if preempted else 0
+            if r.blocks - full:
+                lru.append([r.blocks - full])
+            if full:
+                r.kept = [full]
+                lru.append(r.kept)
         r.blocks = 0
 
     def grow(r: _Live, new: int, keep: int = 0) -> bool:
@@ -230,6 +259,11 @@ def simulate(
         if want + keep <= free:
             free -= max(want, 0)
             r.blocks += max(want, 0)
+            if engine.resume_from_cache and want > 0:
+                own = 0
+                if r.kept is not None:  # a resumed request takes its cached blocks back
+                    own, r.kept[0], r.kept = r.kept[0], 0, None
+                evict(want - own)
             return True
         return False
 
@@ -248,9 +282,12 @@ def simulate(
             break
         if settled and fast_forward:
             nxt_arrival = (requests[pending[0]].arrival or 0.0) if clients is None and pending else math.inf
+            before = free
             k, t, free = _decode_run(
-                engine, running, waiting, free, t, nxt_arrival, max_steps - it + 1, cost, trace
+                engine, running, waiting, free, t, nxt_arrival, max_steps - it + 1, cost, trace, lru
             )
+            if engine.resume_from_cache:
+                evict(before - free)
             if k:
                 it += k - 1
                 settled = False  # it stopped before an event: the next step is one at a time
@@ -280,7 +317,7 @@ def simulate(
             new = min(new, budget)
             while not grow(r, new):
                 victim = running.pop()  # the newest running request
-                release(victim)
+                release(victim, preempted=True)
                 victim.computed, victim.preempted = 0, victim.preempted + 1
                 waiting.appendleft(victim)
                 preempted += 1
@@ -299,6 +336,8 @@ def simulate(
                 if r.computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
                     hit = int(r.prompt * engine.prefix_hit_rate) // bs * bs
                     r.computed = min(hit, r.prompt - 1)
+                elif r.kept is not None:  # resumed: what is left of its blocks is a prefix hit
+                    r.computed = min(r.kept[0] * bs, r.prompt + r.generated - 1)
                 new = r.need()
                 if cap > 0:
                     new = min(new, cap)
@@ -373,6 +412,7 @@ def _decode_run(
     most: int,
     cost: Callable[[int, int, int], float],
     trace: list[Step],
+    lru: deque[list[int]] | None = None,
 ) -> tuple[int, float, int]:
     """The steps from ``t`` in which every running request decodes and nothing else happens, taken
     at once: none finishes, no arrival comes (``next_arrival``, the next open arrival), the head of
@@ -391,11 +431,22 @@ def _decode_run(
         return 0, t, free
     bs = engine.block_size
     head_blocks = -1  # blocks the head of the queue needs to be admitted (-1: no admission tried)
+    evictable = math.inf  # blocks the run may take before the head's hit changes
     if waiting and budget > 0 and n < engine.admission_limit:
         r = waiting[0]
         computed = r.computed
         if computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
             computed = min(int(r.prompt * engine.prefix_hit_rate) // bs * bs, r.prompt - 1)
+        elif r.kept is not None:
+            computed = min(r.kept[0] * bs, r.prompt + r.generated - 1)
+            # the decodes' new blocks evict from the head of the free queue: stop before they
+            # reach the head's cached blocks (its hit would change)
+            ahead = 0
+            for seg in lru or ():
+                if seg is r.kept:
+                    break
+                ahead += seg[0]
+            evictable = ahead
         left = r.prompt + r.generated - computed
         new = left if left > 1 else 1
         eligible = n + len(waiting)
@@ -422,6 +473,8 @@ def _decode_run(
             break  # a decode would miss its block: preemption, one step at a time
         if 0 <= head_blocks <= left_blocks - take:
             break  # the head of the queue would be admitted
+        if free - left_blocks + take > evictable:
+            break  # it would evict the head's cached blocks
         left_blocks -= take
         dt = cost(n, kv_read, 0)
         t += dt

@@ -16,6 +16,7 @@ from advisor.cli import main
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive import generate as gen
 from advisor.outputs import alert_config, alert_tests, alerts, recording
+from tests.hang import PROMTOOL_HANG_S
 
 
 def test_defaults_are_placeholders() -> None:
@@ -121,7 +122,7 @@ def test_generate_with_a_site_config_passes_its_own_promtool_tests(tmp_path: Pat
         cwd=out,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROMTOOL_HANG_S,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     # the check compares against the same config: clean with it, a diff without it
@@ -169,7 +170,7 @@ def test_promtool_tests_catch_a_drifted_symptom_or_slo_alert(
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROMTOOL_HANG_S,
     )
     assert r.returncode != 0
     assert alert in r.stdout + r.stderr

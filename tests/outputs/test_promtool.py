@@ -21,14 +21,10 @@ from advisor.outputs.exporter import make_registry
 from advisor.outputs.state import ExportState
 from advisor.sources.session import Session
 from tests.diagnose.sessions import RULES, SESSIONS, diagnose
+from tests.hang import PROMTOOL_HANG_S
 from tests.paths import REPO
 
 pytestmark = pytest.mark.prometheus
-
-
-# only a guard against a hung promtool, never a bound on how fast it is: its unit tests take a
-# few seconds on an idle machine and went past 60 s beside a CPU hog (issue 33)
-PROMTOOL_HANG_S = 600
 
 
 def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

@@ -162,6 +162,27 @@ def test_a_missing_block_preempts_the_newest() -> None:
     assert by[1].e2e > by[0].e2e
 
 
+def test_a_preempted_request_resumes_from_the_blocks_still_cached() -> None:
+    """Prefix caching on (vLLM V1's default): a preempted request's full blocks go back to the end
+    of the free queue, its tail first; the blocks the other request takes after it are evicted
+    from there, and on its return only what was evicted is computed again. 6 blocks of 16, two
+    requests of 40 + 30: the second is preempted at 48 tokens (3 full blocks); the first takes
+    two of them (its 4th and 5th blocks) before it finishes, so one block (16 tokens) is a hit and
+    33 of the 49 tokens (40 + 9 generated) are computed again, where without the cache all 49
+    are."""
+    reqs = [Request(40, 30), Request(40, 30)]
+    recomputed = {}
+    for cached in (False, True):
+        res = simulate(_eng(kv_blocks=6, resume_from_cache=cached), FIT, reqs, clients=2, max_steps=1000)
+        assert not res.truncated and len(res.done) == 2 and res.preemptions == 1
+        recomputed[cached] = sum(s.prefill for s in res.steps) - 80
+    assert recomputed == {False: 49, True: 33}
+    # the blocks of a request that finished are not a hit for another: nothing is preempted,
+    # nothing is found again
+    res = simulate(_eng(resume_from_cache=True), FIT, reqs, clients=2, max_steps=1000)
+    assert res.preemptions == 0 and sum(s.prefill for s in res.steps) == 80
+
+
 def test_prefix_hits_skip_whole_blocks_of_the_prompt() -> None:
     res = simulate(_eng(prefix_hit_rate=0.5), FIT, [Request(100, 2)], clients=1, max_steps=10)
     assert res.steps[0].prefill == 100 - 48  # 50 tokens hit, rounded down to 3 blocks
@@ -289,6 +310,7 @@ _ENGINES = st.builds(
     prefix_hit_rate=st.sampled_from([0.0, 0.0, 0.3]),
     watermark=st.sampled_from([0.0, 0.0, 0.05]),
     long_prefill_token_threshold_adaptive=st.booleans(),
+    resume_from_cache=st.booleans(),
 )
 _FITS = st.sampled_from(
     [FIT, StepTime(0.002, 3e-6, 2e-5, "kv", 10, None), StepTime(0.004, 0.0, 1e-5, "none", 10, None)]
