@@ -417,6 +417,11 @@ def _no_help(breached: list[str], held: list[arbitration.Scored], model: pm.Mode
             parts.append(f"{what} ({s.withdrawn})")
         elif s.improvement is None or s.refined is None:
             parts.append(f"{what} (the model cannot predict it here)")
+        elif s.cannot_tell:
+            parts.append(
+                f"{what} (goodput {fmt(s.refined.goodput, 'tok/s')}, now "
+                f"{fmt(s.refined.goodput_now, 'tok/s')}: too few requests meet the targets to tell)"
+            )
         else:
             parts.append(
                 f"{what} (goodput {fmt(s.refined.goodput, 'tok/s')}, now {fmt(s.refined.goodput_now, 'tok/s')})"

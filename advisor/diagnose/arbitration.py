@@ -252,6 +252,15 @@ class Scored:
         return self.improvement is not None and self.improvement > scoring.FLAT
 
     @property
+    def cannot_tell(self) -> bool:
+        """Scored, but too few requests meet the targets, now and predicted (under
+        ``scoring.MEASURABLE`` of the output) for goodput to tell this change from none."""
+        r = self.refined
+        if r is None or r.withdrawn or self.improvement is None or not r.throughput_now:
+            return False
+        return max(r.goodput or 0.0, r.goodput_now or 0.0) < scoring.MEASURABLE * r.throughput_now
+
+    @property
     def value(self) -> Any:
         if self.refined is not None and self.refined.value is not None:
             return self.refined.value
@@ -305,8 +314,12 @@ def decide(firing: Sequence[Scored], held: Sequence[Scored], cfg: Config) -> Dec
     """Exactly one change: the best predicted goodput among those predicted to raise it
     (``Scored.raises_goodput``: the firing rules', and under a breach the held-back ones'),
     near-ties (within 1% of the throughput) to a rule whose conditions all hold, then to the
-    better ranked rule; without such a prediction the firing rules' order decides. A held-back
-    change is only ever chosen by prediction."""
+    better ranked rule; without such a prediction the firing rules' order decides. A change a
+    condition held back is only ever chosen by prediction; a pending rule's (every condition
+    holds, not yet for its ``for:``) is also chosen by the rules' order where goodput cannot tell
+    (``Scored.cannot_tell``: too few requests meet the targets, now and predicted), as a firing
+    rule's is: a server far past its targets is not left without advice because none of its
+    requests would meet them either way."""
     flat = scoring.FLAT
     pool = list(firing)
     pair = contradiction([s.candidate for s in firing])
@@ -329,6 +342,11 @@ def decide(firing: Sequence[Scored], held: Sequence[Scored], cfg: Config) -> Dec
     elif usable:
         chosen = usable[0]  # the rules' order (severity, priority, id)
         how = "priority"
+    else:
+        pending = [s for s in held if s.candidate.finding.state == "pending" and s.cannot_tell]
+        if pending:
+            chosen = min(pending, key=lambda s: rank(s.candidate.finding.rule, cfg))
+            how = "priority"
     others = [s for s in (*firing, *held) if s is not chosen]
     others.sort(key=lambda s: (-(s.improvement or -math.inf), rank(s.candidate.finding.rule, cfg)))
     return Decision(chosen, how, _why(chosen, how, others), tuple(others))
@@ -374,9 +392,14 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
         f"{_decided(ref)}"
     )
     if max(ref.goodput or 0.0, ref.goodput_now or 0.0) < scoring.MEASURABLE * (thr or 0.0):
+        pending = (
+            f"; {rule} has not fired yet ({chosen.held_back}), every condition holds"
+            if chosen.held_back
+            else ""
+        )
         return (
             f"Chosen by the rules' order: under {scoring.MEASURABLE:.0%} of the output meets the targets, "
-            f"now or predicted ({what}): too few requests for goodput to tell the changes apart."
+            f"now or predicted ({what}): too few requests for goodput to tell the changes apart{pending}."
         )
     return (
         f"Chosen by the rules' order: no change is predicted to raise goodput by more than "

@@ -343,6 +343,10 @@ class Model:
     # (advisor/predict/lengths.py); None: unknown (the simulator falls back on the p95)
     prompt_sigma: float | None = None
     output_sigma: float | None = None
+    # mean TTFT the engine does not see (``frontend_seconds_mean``: TTFT less the engine's queue
+    # and prefill): the API server's share, which no scheduler knob moves; the simulated TTFT
+    # adds it (advisor/predict/simulated.py)
+    frontend_seconds: float = 0.0
     # the busy rows fitted from, in time order: the load the scheduler simulator replays
     # (advisor/predict/simulated.py); not compared (two models differ by their fit, not their rows)
     rows: tuple[Row, ...] = field(default=(), compare=False, repr=False)
@@ -490,6 +494,7 @@ def build(
         output_p95=_num(values.get("generation_tokens_p95")),
         prompt_sigma=spread(n.REQUEST_PROMPT_TOKENS, prompt_mean),
         output_sigma=spread(n.REQUEST_GENERATION_TOKENS, output_mean),
+        frontend_seconds=_num(values.get("frontend_seconds_mean")) or 0.0,
         kv_per_running=kv_per_running,
         running=running,
         decode=decode,

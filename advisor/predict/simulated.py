@@ -9,13 +9,17 @@ of N clients, or open arrivals at a rate with their burstiness), the simulated d
 (p50 / p95 / p99 of TTFT, TPOT and E2E), and goodput counted per request (the share of requests
 meeting each target and all of them, and the output tokens/s of those meeting all), before and
 after. validation/simulation.py judges it against the recorded after-runs (docs/validation.md).
+
+A request's simulated TTFT and E2E are the engine's (arrival at the engine to its token's step)
+plus the window's mean front-end share (``Model.frontend_seconds``: TTFT less the engine's queue
+and prefill, the API server's time, which no scheduler knob moves), as a client sees them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from advisor.predict import perfmodel as pm
@@ -193,8 +197,12 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
     return _Run(done, end - t0, preemptions, truncated)
 
 
-def _outcome_of(run: _Run, targets: Mapping[str, float]) -> Outcome:
+def _outcome_of(run: _Run, targets: Mapping[str, float], frontend: float = 0.0) -> Outcome:
+    """The run's numbers as a client sees them: each request's TTFT and E2E with the front end's
+    mean share (``frontend``, seconds) added, which the engine's steps do not include."""
     done, span = run.done, run.span
+    if frontend > 0:
+        done = [replace(d, ttft=d.ttft + frontend, e2e=d.e2e + frontend) for d in done]
     tpots = [d.tpot for d in done if d.tpot is not None]
 
     def qs(xs: list[float]) -> tuple[float | None, ...]:
@@ -221,7 +229,7 @@ def outcome(
 ) -> Outcome:
     """``reqs`` through the engines of ``cfg`` (data-parallel copies share the load).
     ValueError without a step-time fit, or for a request the cache cannot hold."""
-    return _outcome_of(_run(model, cfg, reqs, arr), targets)
+    return _outcome_of(_run(model, cfg, reqs, arr), targets, model.frontend_seconds)
 
 
 def simulate_change(
@@ -331,7 +339,7 @@ class Scorer:
         )
         self.runs += 1
         run = _run(m, m.config, self._reqs, self.arrivals)
-        raw = _outcome_of(run, self.targets)
+        raw = _outcome_of(run, self.targets, m.frontend_seconds)
         if raw.truncated:
             return f"today's simulated run stopped at its bound of {MAX_STEPS:,} steps"
         thr, sim = m.measured.get("output_tokens_per_second"), raw.output_tokens_per_second

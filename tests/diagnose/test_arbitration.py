@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -203,6 +204,39 @@ def test_on_the_h200_two_rules_fire_and_the_measured_better_change_is_chosen(ttf
 
 
 # ------------------------------------------------------------------ a breach is never healthy
+def _first_pages(session: Path, pages: int, out: Path) -> Path:
+    """``session`` cut after its first ``pages`` pages (the window a daemon had then)."""
+    out.mkdir()
+    for f in session.iterdir():
+        if f.name != "metrics":
+            shutil.copy(f, out / f.name)
+    meta = json.loads((session / "meta.json").read_text())
+    meta["log_marks"], meta["scrapes"] = meta["log_marks"][:pages], pages
+    (out / "meta.json").write_text(json.dumps(meta))
+    (out / "metrics").mkdir()
+    for page in sorted((session / "metrics").iterdir())[:pages]:
+        shutil.copy(page, out / "metrics" / page.name)
+    return out
+
+
+def test_a_pending_rule_is_advised_where_no_request_would_meet_the_targets_either_way(tmp_path: Path) -> None:
+    """cpu-preempt-nobind 44 s in (22 of its 40 pages): TTFT p95 ~19 s against 2 s, the KV cache
+    full and preempting with the batch far below its cap; kv-preemption-capacity's conditions all
+    hold, not yet for its for:. No simulated request meets the TTFT target with more KV or
+    without (goodput 0 on both sides: the front end's share alone is 0.18 s of each TTFT), so
+    goodput cannot tell: the pending rule's change is advised by the rules' order, as a firing
+    rule's would be, and the note says so (it was "inconclusive: no change is predicted to help").
+    A change a condition held back is still chosen only by prediction."""
+    d = diagnose(_first_pages(SESSIONS / "cpu-preempt-nobind", 22, tmp_path / "early"))
+    assert d.signals["ttft_seconds_p95"] > 5 * TARGETS["ttft_p95_seconds"]
+    assert not firing(d), "every rule still pending 44 s in"
+    rec = d.recommendation
+    assert rec is not None and rec.rule == "kv-preemption-capacity", d.reason
+    assert rec.knob == "kv_cache_memory_bytes" and rec.chosen_by == "priority"
+    note = rec.note or ""
+    assert "too few requests for goodput to tell" in note and "has not fired yet" in note, note
+
+
 def test_a_ttft_breach_with_no_rule_firing_is_never_healthy() -> None:
     d = diagnose(SESSIONS / "cpu-cap-under-load")
     assert d.signals["ttft_seconds_p95"] > TARGETS["ttft_p95_seconds"]

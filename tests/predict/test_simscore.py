@@ -69,6 +69,29 @@ def test_one_request_list_for_every_candidate_and_each_value_simulated_once() ->
     assert same.ttft == now.ttft
 
 
+def test_the_front_ends_share_is_in_every_simulated_ttft_and_in_goodput() -> None:
+    """The window's mean TTFT less the engine's queue and prefill (the API server's share, which
+    the simulated steps do not include) is carried into each simulated request's TTFT and E2E:
+    the quantiles move by it exactly, the throughput not at all, and a TTFT target the engine
+    alone meets is missed once the front end's time is added."""
+    model, values = _fitted()
+    assert model.frontend_seconds == pytest.approx(values["frontend_seconds_mean"])
+    assert model.frontend_seconds > 0  # the CPU server's API server takes its share
+    bare = replace(model, frontend_seconds=0.0)
+    now0 = simulated.Scorer(bare, TARGETS, requests=REQUESTS).now()
+    slow = replace(model, frontend_seconds=5.0)
+    now5 = simulated.Scorer(slow, TARGETS, requests=REQUESTS).now()
+    for q0, q5 in zip(now0.ttft + now0.e2e, now5.ttft + now5.e2e, strict=True):
+        assert q5 == pytest.approx(q0 + 5.0)
+    assert now5.tpot == now0.tpot and now5.output_tokens_per_second == now0.output_tokens_per_second
+    p50 = now0.ttft[0]
+    assert p50 is not None
+    at_p50 = {"ttft_p95_seconds": p50 + 1.0}  # about half the requests meet it on the engine's time
+    met0 = simulated.Scorer(bare, at_p50, requests=REQUESTS).now().meets["ttft_p95_seconds"]
+    met5 = simulated.Scorer(slow, at_p50, requests=REQUESTS).now().meets["ttft_p95_seconds"]
+    assert met0 is not None and met5 is not None and met5 < met0
+
+
 def test_the_simulator_says_which_input_it_lacks() -> None:
     model, _ = _fitted()
     assert simulated.Scorer(replace(model, rows=()), TARGETS).why_not() == (
