@@ -74,6 +74,22 @@ def _load(server: realvllm.VllmServer) -> float:
     return (server.cpu_seconds() - cpu0) / max(time.monotonic() - t0, 1e-9)
 
 
+def _kv_findings(daemon: Daemon) -> str:
+    """The daemon's status and its KV rules' conditions now: what a failed wait shows."""
+    d = daemon.state().diagnosis
+    if d is None:
+        return "none yet"
+    rows = [f"{d.status}: {d.reason}"]
+    for f in d.findings:
+        if str(f["rule"]).startswith("kv-"):
+            checks = ", ".join(
+                f"{c['signal']} {c['op']} {c['threshold']} ({c['value']}: {c['ok']})"
+                for c in f.get("checks", [])
+            )
+            rows.append(f"{f['rule']} [{f['state']}]: {checks}")
+    return "\n".join(rows)
+
+
 def _requests(server: realvllm.VllmServer) -> realvllm.RequestLoad:
     return realvllm.RequestLoad(server.url, PROMPT_LEN, OUTPUT_LEN, NUM_PROMPTS, CONCURRENCY, timeout_s=400)
 
@@ -106,12 +122,17 @@ def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp
             # 1. the advice, in Prometheus and on the page, while the load runs
             cpu0, t0 = server.cpu_seconds(), time.monotonic()
             load = _requests(server)
-            rec = wait_until(
-                "the recommendation in Prometheus",
-                lambda: query(prom, 'vllm_advisor_recommendation_info{knob="kv_cache_memory_bytes"} == 1'),
-                300,
-                [proc],
-            )
+            try:
+                rec = wait_until(
+                    "the recommendation in Prometheus",
+                    lambda: query(
+                        prom, 'vllm_advisor_recommendation_info{knob="kv_cache_memory_bytes"} == 1'
+                    ),
+                    300,
+                    [proc],
+                )
+            except AssertionError as e:
+                raise AssertionError(f"{e}; the daemon's diagnosis then: {_kv_findings(daemon)}") from None
             d = daemon.state().diagnosis
             assert d is not None and d.recommendation is not None, d
             labels = rec[0]["metric"]
