@@ -130,7 +130,9 @@ def evaluate(requests: int | None = DEFAULT_REQUESTS) -> list[Pair]:
             pair.skipped = "no step-time fit or lengths"
             continue
         try:
-            arr = wl.fit_arrivals(rows)  # the load as the advisor infers it from the run's own pages
+            arr = wl.fit_arrivals(
+                rows, model.tallies
+            )  # the load as the advisor infers it from the run's own pages
         except ValueError as e:
             pair.skipped = f"no load inferred: {e}"
             continue

@@ -213,6 +213,42 @@ def row_between(prev: Snapshot, cur: Snapshot) -> Row | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """The requests that arrived (all engines) between two consecutive pages, busy or not:
+    finished + the change of waiting + running between the pages. Open arrivals are counted
+    over every interval, the idle ones between bursts included (a bursty load that its server
+    drains between scrapes has few busy intervals: their rate alone is the bursts')."""
+
+    t: float  # the later page's time
+    dt: float
+    arrived: float
+    engines: int
+
+
+def arrivals_between(prev: Snapshot, cur: Snapshot) -> Tally | None:
+    """The interval's tally; None where a page lacks the gauges or the finished counter."""
+    dt = cur.t - prev.t
+    if dt <= 0:
+        return None
+    ends = []
+    for snap in (prev, cur):
+        running, waiting = snap.total(n.NUM_RUNNING), snap.total(n.NUM_WAITING)
+        if running is None:
+            return None
+        ends.append(running + (waiting or 0.0))
+    finished = _delta(prev, cur, n.REQUEST_SUCCESS)
+    if finished is None:
+        return None
+    e = max(1, len(cur.label_values(n.ENGINE_LABEL)))
+    return Tally(cur.t, dt, max(0.0, finished + ends[1] - ends[0]), e)
+
+
+def tallies_of(snapshots: Sequence[Snapshot]) -> list[Tally]:
+    """Every interval's tally of consecutive pages (the open arrivals are fitted from them)."""
+    return [x for a, b in itertools.pairwise(snapshots) if (x := arrivals_between(a, b)) is not None]
+
+
 def rows_of(snapshots: Sequence[Snapshot]) -> list[Row]:
     """The busy rows of consecutive pages (the simulator's load is fitted from them)."""
     return [r for a, b in itertools.pairwise(snapshots) if (r := row_between(a, b)) is not None]
@@ -324,6 +360,8 @@ class Intake:
         self.busy = _Prefix()
         self.queued = _Prefix()
         self._offered = _RunningMax()
+        self._tallies: list[Tally] = []
+        self._tally_starts: list[float] = []
         self.last_t: float | None = None
 
     @classmethod
@@ -341,6 +379,10 @@ class Intake:
             self._prev = prev  # out of order: ignored, as the window does
             return None
         self.last_t = snap.t
+        tally = arrivals_between(prev, snap) if prev is not None else None
+        if tally is not None:
+            self._tallies.append(tally)
+            self._tally_starts.append(tally.t - tally.dt)
         row = row_between(prev, snap) if prev is not None else None
         if row is not None:
             terms = row.terms()
@@ -355,12 +397,18 @@ class Intake:
         self.busy.drop_before(horizon)
         self.queued.drop_before(horizon)
         self._offered.drop_before(horizon)
+        k = bisect_left(self._tally_starts, horizon)
+        if k:
+            del self._tallies[:k]
+            del self._tally_starts[:k]
 
     def view(self, t0: float = -math.inf, t1: float = math.inf) -> IntakeView:
         """The facts of the intervals between pages taken in [t0, t1]."""
         busy, nb, rows = self.busy.between(t0, t1)
         queued, nq, _ = self.queued.between(t0, t1)
-        return IntakeView(busy, nb, queued, nq, self._offered.max_between(t0, t1), rows)
+        i = bisect_left(self._tally_starts, t0)
+        tallies = tuple(x for x in self._tallies[i:] if x.t <= t1)
+        return IntakeView(busy, nb, queued, nq, self._offered.max_between(t0, t1), rows, tallies)
 
 
 @dataclass(frozen=True)
@@ -373,6 +421,7 @@ class IntakeView:
     queued_rows: int
     offered_max: float | None  # requests waiting + running per engine, highest queued interval
     rows: tuple[Row, ...] = ()  # the busy rows themselves, in time order (the simulator's load)
+    tallies: tuple[Tally, ...] = ()  # every interval's arrivals, in time order (open arrivals' rate)
 
     def as_mapping(self) -> Mapping[str, float]:
         return {name: self.busy[name] for name in TERMS}

@@ -47,7 +47,7 @@ from advisor.core import names as n
 from advisor.core.model import EngineInfo, Histogram
 from advisor.derive import steps
 from advisor.derive.window import Window
-from advisor.predict.intake import IntakeView, Row, Sums
+from advisor.predict.intake import IntakeView, Row, Sums, Tally
 from advisor.predict.lengths import lognormal_sigma
 
 KNOBS = (
@@ -350,6 +350,9 @@ class Model:
     # the busy rows fitted from, in time order: the load the scheduler simulator replays
     # (advisor/predict/simulated.py); not compared (two models differ by their fit, not their rows)
     rows: tuple[Row, ...] = field(default=(), compare=False, repr=False)
+    # every interval's arrivals (busy or not), in time order: the rate and burstiness of open
+    # arrivals (advisor/predict/workload.py)
+    tallies: tuple[Tally, ...] = field(default=(), compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -506,6 +509,7 @@ def build(
         fit=fit,
         missing=tuple(missing),
         rows=facts.rows,
+        tallies=facts.tallies,
     )
     chunk = None
     itl95 = measured["itl_seconds_p95"]

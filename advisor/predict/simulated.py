@@ -248,7 +248,7 @@ def simulate_change(
         raise ValueError("no step-time fit")
     if not model.prompt_mean or not model.output_mean:
         raise ValueError("the prompt and output lengths are unknown")
-    arr = wl.fit_arrivals(rows)
+    arr = wl.fit_arrivals(rows, model.tallies)
     cfg1, _ = pm.with_knob(model, knob, value)
     reqs = wl.requests(
         requests,
@@ -328,7 +328,7 @@ class Scorer:
             return "the KV cache's size is unknown"
         if len(m.rows) < 2:
             return "fewer than two busy intervals to infer the load from"
-        self.arrivals = wl.fit_arrivals(m.rows)
+        self.arrivals = wl.fit_arrivals(m.rows, m.tallies)
         self._reqs = wl.requests(
             self.requests,
             (m.prompt_mean, m.prompt_p95),
