@@ -1,6 +1,8 @@
 """What the performance model fits from, taken page by page: one row of facts per busy interval
 between two pages (steps, decode and prefill tokens per step, batch, queue, KV use, preemptions,
-finished requests), appended as each page arrives and expired with the window.
+finished requests), appended as each page arrives and expired with the window. Beside the rows,
+every interval's arrivals, busy or idle (:class:`Tally`): open arrivals' rate and burstiness are
+counted over all of them.
 
 Every row also adds to running sums (the sums the model's means and its least-squares step-time
 fit are made of), kept as prefix sums: the aggregate over any span of the window is the

@@ -1,10 +1,11 @@
 """The workload the simulator replays, fitted from the window, and goodput per request.
 
-Pure: it reads the intake's busy intervals (:class:`advisor.predict.intake.Row`) and the
-fitted model's length statistics; it returns values. Nothing here does I/O.
+Pure: it reads the intake's busy intervals (:class:`advisor.predict.intake.Row`), every
+interval's arrivals (:class:`advisor.predict.intake.Tally`) and the fitted model's length
+statistics; it returns values. Nothing here does I/O.
 
 - **Arrivals**, per interval: ``finished + the change of (waiting + running)`` between its two
-  pages. When the requests in the system (waiting + running, at the pages) sit at a plateau at
+  pages (the open arrivals' rate and burstiness over every interval, idle ones included). When the requests in the system (waiting + running, at the pages) sit at a plateau at
   their highest, the dips of a client between a response and its next request allowed (see
   :func:`fit_arrivals`), the load is taken as a **closed loop** of that many clients (what
   ``vllm bench serve --max-concurrency C`` sends); otherwise as **open arrivals** at the mean

@@ -222,8 +222,10 @@ def _record(ticks: list[dict[str, Any]], tick: dict[str, Any]) -> None:
         ticks.append(tick)
 
 
-def _shown(ticks: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [(round(x["t"]), x["clients"], x["up"], x["desired"], x["needed"], x["basis"]) for x in ticks]
+def _shown(ticks: list[dict[str, Any]]) -> str:
+    """Every tick, one line each (a failed check prints them whole: a list was cut by pytest)."""
+    rows = [(round(x["t"]), x["clients"], x["up"], x["desired"], x["needed"], x["basis"]) for x in ticks]
+    return "(t, clients, up, desired, needed, basis)\n" + "\n".join(map(str, rows))
 
 
 def _check(ticks: list[dict[str, Any]], failed: list[float]) -> None:
