@@ -391,7 +391,7 @@ def _why(chosen: Scored | None, how: str, others: Sequence[Scored]) -> str:
         f"{fmt(ref.goodput, 'tok/s')}, now {fmt(ref.goodput_now, 'tok/s')}, of {fmt(thr, 'tok/s')}; "
         f"{_decided(ref)}"
     )
-    if max(ref.goodput or 0.0, ref.goodput_now or 0.0) < scoring.MEASURABLE * (thr or 0.0):
+    if best.cannot_tell:
         pending = (
             f"; {rule} has not fired yet ({chosen.held_back}), every condition holds"
             if chosen.held_back

@@ -100,16 +100,16 @@ def fit_arrivals(rows: Sequence[Row], tallies: Sequence[Tally] = ()) -> Arrivals
     ]
     held = (len(at_top) + len(gaps)) / span_rows
     plateau = top  # a closed loop's clients: the pages catch a finished one's next request late, never early
-    if tallies:
-        counts = [x.arrived for x in tallies]
-        dts = [x.dt for x in tallies]
-        engines = tallies[0].engines
-    else:
-        got = [_arrived(a, b) for a, b in zip([None, *busy[:-1]], busy, strict=True)]
-        first = 0 if got[0] is not None else 1
-        counts = [c for c in got[first:] if c is not None]
-        dts = [b.dt for b, c in zip(busy[first:], got[first:], strict=True) if c is not None]
-        engines = busy[0].engines
+    every = bool(tallies)
+    if not every:  # rows made elsewhere, without the idle intervals: the busy ones' own arrivals
+        tallies = [
+            Tally(b.t, b.dt, c, b.engines)
+            for a, b in zip([None, *busy[:-1]], busy, strict=True)
+            if (c := _arrived(a, b)) is not None
+        ]
+    counts = [x.arrived for x in tallies]
+    dts = [x.dt for x in tallies]
+    engines = tallies[0].engines if tallies else busy[0].engines
     # the rate over the intervals that had arrivals: a drain at the end of a finite load (or a
     # lull before its start) is not part of the rate the server was offered
     # (an interval "has arrivals" at a quarter of the median count: the pages' two-end averages
@@ -150,7 +150,7 @@ def fit_arrivals(rows: Sequence[Row], tallies: Sequence[Tally] = ()) -> Arrivals
         min(shape, 100.0),
         f"waiting + running held no plateau (its highest, {top:.0f}, in {len(at_top)} of {len(busy)} busy intervals): "
         f"open arrivals of finished + change of waiting + running, {rate:.2f}/s, dispersion "
-        f"{disp:.2f} over {len(mid)} intervals{' (idle ones included)' if tallies else ''}",
+        f"{disp:.2f} over {len(mid)} intervals{' (idle ones included)' if every else ''}",
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Iterator
 
 import pytest
 
@@ -22,13 +23,12 @@ ENG = Engine(max_num_seqs=16, max_num_batched_tokens=2048, kv_blocks=100_000, bl
 SCRAPE = 5.0  # seconds between pages (the daemon's default interval)
 
 
-def pages(res: Result, every: float = SCRAPE) -> list[Row]:
-    """The busy rows a scraper every ``every`` seconds would have made of the run: the
-    gauges (running, waiting) at each page, the finished count between pages."""
+def _scrapes(res: Result, every: float) -> Iterator[tuple[float, float, int, int, int, int, int, int]]:
+    """Each interval a scraper every ``every`` seconds would see of the run: (t0, t, running and
+    waiting at both pages, the steps and the requests finished between them)."""
     ts = [s.t for s in res.steps]
     ends = sorted(d.arrival + d.e2e for d in res.done)
-    rows: list[Row] = []
-    prev: tuple[float, float, float] | None = None
+    prev: tuple[float, int, int] | None = None
     t = every
     while t <= res.end + every:
         i = bisect.bisect_right(ts, t) - 1
@@ -37,47 +37,42 @@ def pages(res: Result, every: float = SCRAPE) -> list[Row]:
             t0, r0, w0 = prev
             steps = bisect.bisect_right(ts, t) - bisect.bisect_right(ts, t0)
             fin = bisect.bisect_right(ends, t) - bisect.bisect_right(ends, t0)
-            if r0 and run and steps:
-                rows.append(
-                    Row(
-                        t,
-                        t - t0,
-                        steps,
-                        1.0,
-                        0.0,
-                        (r0 + run) / 2,
-                        (w0 + wait) / 2,
-                        None,
-                        0.0,
-                        fin,
-                        1,
-                        in_system_start=r0 + w0,
-                        in_system_end=run + wait,
-                    )
-                )
+            yield t0, t, r0, w0, run, wait, steps, fin
         prev = (t, run, wait)
         t += every
-    return rows
+
+
+def pages(res: Result, every: float = SCRAPE) -> list[Row]:
+    """The busy rows a scraper every ``every`` seconds would have made of the run: the
+    gauges (running, waiting) at each page, the finished count between pages."""
+    return [
+        Row(
+            t,
+            t - t0,
+            steps,
+            1.0,
+            0.0,
+            (r0 + run) / 2,
+            (w0 + wait) / 2,
+            None,
+            0.0,
+            fin,
+            1,
+            in_system_start=r0 + w0,
+            in_system_end=run + wait,
+        )
+        for t0, t, r0, w0, run, wait, steps, fin in _scrapes(res, every)
+        if r0 and run and steps
+    ]
 
 
 def tallies(res: Result, every: float = SCRAPE) -> list[Tally]:
     """Every interval's arrivals, as a scraper every ``every`` seconds would count them:
     finished + the change of waiting + running between its pages, idle intervals included."""
-    ts = [s.t for s in res.steps]
-    ends = sorted(d.arrival + d.e2e for d in res.done)
-    out: list[Tally] = []
-    prev: tuple[float, float] | None = None
-    t = every
-    while t <= res.end + every:
-        i = bisect.bisect_right(ts, t) - 1
-        in_system = res.steps[i].running + res.steps[i].waiting if i >= 0 else 0
-        if prev is not None:
-            t0, n0 = prev
-            fin = bisect.bisect_right(ends, t) - bisect.bisect_right(ends, t0)
-            out.append(Tally(t, t - t0, max(0.0, fin + in_system - n0), 1))
-        prev = (t, in_system)
-        t += every
-    return out
+    return [
+        Tally(t, t - t0, max(0.0, fin + run + wait - r0 - w0), 1)
+        for t0, t, r0, w0, run, wait, _steps, fin in _scrapes(res, every)
+    ]
 
 
 def _reqs(n: int, rate: float | None = None, shape: float = 1.0, seed: int = 1) -> list[Request]:
