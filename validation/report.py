@@ -38,7 +38,7 @@ from advisor.diagnose.ruleset import load_rules  # noqa: E402
 from advisor.drive.inputs import from_session  # noqa: E402
 from advisor.sources.metrics import parse_page  # noqa: E402
 from advisor.sources.session import Session  # noqa: E402
-from advisor.verify.bench import load_bench  # noqa: E402
+from advisor.verify.bench import BenchRun, load_bench  # noqa: E402
 from advisor.verify.comparison import compare_bench_files  # noqa: E402
 from advisor.verify.verdict import guards_for_knob, targets_for_knob  # noqa: E402
 
@@ -97,8 +97,16 @@ def preemptions(run_dir: Path) -> float | None:
     return None if first is None or last is None else last - first
 
 
+@functools.lru_cache(maxsize=8)
+def loaded(run_dir: Path) -> BenchRun:
+    """A run's benchmark, parsed (the last few kept: a scenario's runs are compared with its
+    before-run in turn, and the noise table's four with each other; all 53 at once held ~0.5 GiB)."""
+    return load_bench(run_dir / "bench.json.gz")
+
+
 @functools.cache
 def bench(run_dir: Path) -> dict[str, Any]:
+    """A run's benchmark file as vLLM wrote it (its totals, percentiles and load settings)."""
     with gzip.open(run_dir / "bench.json.gz", "rt") as f:
         return dict(json.load(f))
 
@@ -107,7 +115,7 @@ def bench(run_dir: Path) -> dict[str, Any]:
 def measured_goodput(run_dir: Path) -> float | None:
     """Output tokens/s of the benchmark's requests that met every default target, counted per
     request as ``vllm bench serve --goodput`` does."""
-    return load_bench(run_dir / "bench.json.gz").goodput(DEFAULT_TARGETS)
+    return loaded(run_dir).goodput(DEFAULT_TARGETS)
 
 
 def render_goodput(results: dict[str, Any]) -> list[str]:
@@ -212,8 +220,8 @@ def bench_verdict(before: str, after: str, rec: dict[str, Any]) -> tuple[str, li
     targets = targets_for_knob(rec["knob"], rec["direction"])  # () = every metric is a target
     pa, pb = preemptions(RUNS / before), preemptions(RUNS / after)
     c = compare_bench_files(
-        RUNS / before / "bench.json.gz",
-        RUNS / after / "bench.json.gz",
+        loaded(RUNS / before),
+        loaded(RUNS / after),
         target=list(targets) or None,
         preemptions=(pa, pb) if pa is not None and pb is not None else None,
         guards=guards_for_knob(rec["knob"], rec["direction"]),
@@ -323,10 +331,7 @@ def render_noise(results: dict[str, Any]) -> list[str]:
         spread.append(f"{(max(vals) / min(vals) - 1) * 100:.0f}%")
     out.append("| largest / smallest - 1 | | | " + " | ".join(spread) + " |")
     verdicts = [
-        compare_bench_files(RUNS / a / "bench.json.gz", RUNS / b / "bench.json.gz").verdict
-        for a in runs
-        for b in runs
-        if a != b
+        compare_bench_files(loaded(RUNS / a), loaded(RUNS / b)).verdict for a in runs for b in runs if a != b
     ]
     out += [
         "",

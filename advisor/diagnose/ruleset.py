@@ -6,6 +6,7 @@ is documented in ``rules/README.md``.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import re
 from collections.abc import Iterable
@@ -188,9 +189,36 @@ def rule_ids(directory: str | Path | None = None) -> dict[str, str] | None:
 
 
 def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) -> Rule | None:
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(MAX_RULE_BYTES + 1)
+    except OSError as e:
+        errors.append(f"{p}:1: cannot read: {e}")
+        return None
+    rule, found = _parsed(p, data, frozenset(sigs), None if kns is None else frozenset(kns))
+    errors.extend(found)
+    return rule
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(
+    p: Path, data: bytes, sigs: frozenset[str], kns: frozenset[str] | None
+) -> tuple[Rule | None, tuple[str, ...]]:
+    """One rule file's bytes as a rule and its problems, parsed once per content: the YAML
+    parser's pure-Python scanner made reading ``rules/`` the largest single cost of a process
+    that loads them more than once (the test suite: ~170 loads per worker). A rule is frozen
+    and nothing changes its ``explain`` or ``examples``, so callers may share one."""
+    errors: list[str] = []
+    rule = _rule_of(p, data, sigs, kns, errors)
+    return rule, tuple(errors)
+
+
+def _rule_of(
+    p: Path, data: bytes, sigs: frozenset[str], kns: frozenset[str] | None, errors: list[str]
+) -> Rule | None:
     start = len(errors)
     try:
-        raw = yamlsafe.load_file(p, _LineLoader, MAX_RULE_BYTES, max_nodes=MAX_RULE_NODES)
+        raw = yamlsafe.loads(yamlsafe.decode(data, MAX_RULE_BYTES), _LineLoader, max_nodes=MAX_RULE_NODES)
     except yamlsafe.YamlError as e:
         what = (
             e.problem
@@ -198,9 +226,6 @@ def _load_one(p: Path, sigs: set[str], kns: set[str] | None, errors: list[str]) 
             else f"invalid YAML: {e.problem}"
         )
         errors.append(f"{p}:{e.line or 1}: {what}")
-        return None
-    except OSError as e:
-        errors.append(f"{p}:1: cannot read: {e}")
         return None
     if not isinstance(raw, dict):
         errors.append(f"{p}:1: a rule file must be a mapping")

@@ -13,6 +13,7 @@ the widest that does, which assumes no more than the buckets say.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -29,6 +30,13 @@ def lognormal_sigma(mean: float, buckets: Sequence[tuple[float, float]], count: 
     ((upper bound, requests at or below it), ``+Inf`` allowed) of ``count`` requests: the widest
     whose share at every finite bound is within ``FIT`` (or one request) of the measured one,
     else the closest by least squares. None without requests or finite bounds."""
+    return _sigma(mean, tuple((b, c) for b, c in buckets), count)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sigma(mean: float, buckets: tuple[tuple[float, float], ...], count: float) -> float | None:
+    """:func:`lognormal_sigma`, remembered: each model of a window fits the same histograms
+    again (every candidate scored, every cycle), 110 spreads at every bound each time."""
     if mean <= 0 or count <= 0:
         return None
     points = [(b, c / count) for b, c in buckets if 0 < b < math.inf]

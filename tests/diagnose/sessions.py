@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from functools import cache
 
+import pytest
+
 from advisor.core.config import Config
 from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
@@ -14,6 +16,9 @@ from tests.paths import FIXTURES
 SESSIONS = FIXTURES / "sessions"
 RULES = load_rules()
 ALL = sorted(p.name for p in SESSIONS.iterdir() if p.is_dir() and not p.name.startswith("."))
+# the tests that read every session's diagnosis share one worker, and with it the cache below:
+# each session diagnosed once in the suite (~13 s of CPU), not once per worker and test file
+ACROSS = pytest.mark.xdist_group("sessions")
 
 
 @cache

@@ -19,7 +19,7 @@ from advisor.cli.common import DEMO_SESSION
 from advisor.core.config import Config
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.inputs import from_session
-from tests.diagnose.sessions import ALL, states
+from tests.diagnose.sessions import ACROSS, ALL, states
 from tests.diagnose.sessions import diagnose as diagnose_cached
 from tests.paths import FIXTURES
 
@@ -207,6 +207,7 @@ def test_cpu_idle_server_gets_no_advice() -> None:
     assert "idle" in d.reason and d.recommendation is None
 
 
+@ACROSS
 @pytest.mark.parametrize("name", ALL)
 def test_the_prefill_budget_rule_fires_only_where_long_prompts_wait_for_a_small_budget(name: str) -> None:
     """ttft-prefill-budget-bound fires on cpu-prefill-budget (1,024-token prompts behind a

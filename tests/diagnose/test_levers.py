@@ -30,6 +30,8 @@ from advisor.outputs.exporter import make_registry
 from advisor.outputs.state import ExportState
 from advisor.sources import logfacts, logs
 from advisor.sources.logwrap import join_lines
+from tests.diagnose.sessions import ACROSS, ALL
+from tests.diagnose.sessions import diagnose as diagnose_cached
 from tests.paths import REPO
 
 RUNS = REPO / "validation" / "runs"
@@ -288,12 +290,12 @@ FIRES_ON = {
     "cpu-admission-json": {"admission-queue-limit-rejects"},
     "cpu-admission-json-after": {"admission-queue-limit-rejects"},
 }
-ALL = sorted(p.name for p in SESSIONS.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
+@ACROSS
 @pytest.mark.parametrize("name", ALL)
 def test_each_lever_rule_fires_only_on_the_session_that_shows_its_symptom(name: str) -> None:
-    d = _diagnose(SESSIONS / name)
+    d = diagnose_cached(name)
     st = {f["rule"]: f["state"] for f in d.findings}
     assert {r for r in NEW_RULES if st.get(r) == "firing"} == FIRES_ON.get(name, set()), st
 

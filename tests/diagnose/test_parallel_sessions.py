@@ -35,7 +35,7 @@ from advisor.sources.metrics import parse_page
 from advisor.sources.session import Session
 from advisor.verify import comparison, verdict
 from advisor.verify import live_experiment as lx
-from tests.diagnose.sessions import ALL, RULES, SESSIONS, diagnose, states
+from tests.diagnose.sessions import ACROSS, ALL, RULES, SESSIONS, diagnose, states
 from tests.paths import REPO
 
 NEW_RULES = (
@@ -51,6 +51,7 @@ FIRES_ON = {
 }
 
 
+@ACROSS
 @pytest.mark.parametrize("name", ALL)
 def test_each_new_rule_fires_only_on_the_session_that_shows_its_symptom(name: str) -> None:
     st = states(diagnose(name))

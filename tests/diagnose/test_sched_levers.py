@@ -27,7 +27,7 @@ from advisor.core.config import Config
 from advisor.derive import sketches
 from advisor.derive.signals import help_for
 from advisor.drive.inputs import from_session
-from tests.diagnose.sessions import ALL, RULES, SESSIONS, diagnose, states
+from tests.diagnose.sessions import ACROSS, ALL, RULES, SESSIONS, diagnose, states
 
 LONG = SESSIONS / "cpu-long-prefill"
 LONG_AFTER = SESSIONS / "cpu-long-prefill-after"
@@ -40,6 +40,7 @@ FIRES_ON = {
 }
 
 
+@ACROSS
 @pytest.mark.parametrize("name", ALL)
 def test_each_scheduler_rule_fires_only_on_the_session_that_shows_its_symptom(name: str) -> None:
     st = states(diagnose(name))

@@ -257,5 +257,9 @@ def _check(ticks: list[dict[str, Any]], failed: list[float]) -> None:
             hold = [y["needed"] for y in seen if x["at"] - (HOLD_S / SPEED - 1.0) <= y["at"] < x["at"]]
             assert all(n is None or n <= x["desired"] for n in hold), (x["t"], shown)
         prev = x["desired"]
-    plateau = [x["desired"] for x in seen if 170 <= x["t"] < PEAK[1]]
-    assert plateau == sorted(plateau), shown
+    # and never below what the load needs: a higher count is given at once. (Not "the count
+    # never falls at the peak": which page of the 6 -> 16 step a cycle reads first moves with the
+    # scrapes' timing, and a count of 13 read there once was held for the hold and then fell to
+    # the 10 the peak needs, as it should; the replay, on the recording's own clock, keeps that
+    # check: tests/drive/test_replicas_replay.py)
+    assert all(x["needed"] is None or x["desired"] >= x["needed"] for x in seen), shown
