@@ -21,10 +21,6 @@ SIGMAS = tuple(0.01 * 1.05**i for i in range(110))  # 0.01 .. ~2.1, 5% apart
 FIT = 0.01  # a share within this of every bucket's (and within one request of it) fits
 
 
-def _cdf(x: float, mu: float, s: float) -> float:
-    return 0.5 * (1.0 + math.erf((math.log(x) - mu) / (s * math.sqrt(2.0))))
-
-
 def lognormal_sigma(mean: float, buckets: Sequence[tuple[float, float]], count: float) -> float | None:
     """The sigma of the lognormal with mean ``mean`` that fits the histogram's cumulative buckets
     ((upper bound, requests at or below it), ``+Inf`` allowed) of ``count`` requests: the widest
@@ -44,9 +40,12 @@ def _sigma(mean: float, buckets: tuple[tuple[float, float], ...], count: float) 
         return None
     tol = max(FIT, 1.0 / count)
     best, best_err, widest = None, math.inf, None
+    logs = [(math.log(b), share) for b, share in points]  # each bound's log, taken once
+    log_mean, root2 = math.log(mean), math.sqrt(2.0)
     for s in SIGMAS:
-        mu = math.log(mean) - s * s / 2
-        devs = [_cdf(b, mu, s) - share for b, share in points]
+        mu = log_mean - s * s / 2
+        scale = s * root2
+        devs = [0.5 * (1.0 + math.erf((lb - mu) / scale)) - share for lb, share in logs]
         err = sum(d * d for d in devs)
         if err < best_err:
             best, best_err = s, err
