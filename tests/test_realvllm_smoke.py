@@ -29,6 +29,9 @@ FAMILIES = (
 )
 
 
+PROMPTS = 32
+
+
 def _wait_running(server: realvllm.VllmServer, load: realvllm.LoadHandle, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -52,14 +55,16 @@ def test_real_server_metrics_load_and_recorded_session(
         assert realvllm.metric_value(before, fam) is not None, f"{fam} missing from /metrics"
     assert 'model_name="tiny-llama"' in before
 
-    # a small load, long enough (8 x 256 tokens at concurrency 4) to overlap a 10 s recording
+    # a small load that runs long enough to be seen running: 32 x 256 tokens at concurrency 8.
+    # (8 x 256 at 4 ran in ~2 s on an idle 2-core machine, between two polls of the wait below:
+    # "finished before any request was seen running"; a 10 s recording may outlast the load)
     load = realvllm.start_load(
         server.url,
         input_len=64,
         output_len=256,
-        num_prompts=8,
-        concurrency=4,
-        timeout_s=240,
+        num_prompts=PROMPTS,
+        concurrency=8,
+        timeout_s=400,
         result_path=tmp_path / "bench.json",
         output_path=tmp_path / "bench.log",
     )
@@ -80,9 +85,9 @@ def test_real_server_metrics_load_and_recorded_session(
     ok = (realvllm.metric_value(after, "vllm:request_success_total") or 0) - (
         realvllm.metric_value(before, "vllm:request_success_total") or 0
     )
-    assert gen >= 8 * 256 and ok >= 8
+    assert gen >= PROMPTS * 256 and ok >= PROMPTS
     bench = lr.result()
-    assert bench["completed"] == 8 and bench["total_output_tokens"] == 8 * 256
+    assert bench["completed"] == PROMPTS and bench["total_output_tokens"] == PROMPTS * 256
 
     # the recording loads back: scrapes on a 2 s grid over 10 s (6 slots; on a busy 2-core
     # machine a scrape slower than 2 s skips the next slot rather than firing late, so 5 or 6;

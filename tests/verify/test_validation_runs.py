@@ -38,12 +38,15 @@ def _load_report() -> Any:
 
 
 REPORT = _load_report()
+# one worker for the file, and with it REPORT's caches: each run replayed and each benchmark
+# parsed once in the suite (the file is ~75 s of CPU alone; spread over three workers, each
+# replaying the runs its tests read, it took ~125 s)
+pytestmark = pytest.mark.xdist_group("validation-runs")
 
 
 def diagnose(run: str) -> Any:
     """The diagnosis the run's session gets with the rules as they are now (REPORT.replayed is
-    cached: the docs' check and the tests here replay each run at most once per worker; no xdist
-    group, which would put ~6 minutes of replays on one worker at the end of the suite)."""
+    cached: the docs' check and the tests here replay each run once, on the file's one worker)."""
     d = REPORT.replayed(run)
     assert d is not None
     return d
