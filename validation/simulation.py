@@ -132,9 +132,8 @@ def evaluate(requests: int | None = DEFAULT_REQUESTS, seed: int = 0) -> list[Pai
             pair.skipped = "no step-time fit or lengths"
             continue
         try:
-            arr = wl.fit_arrivals(
-                rows, model.tallies
-            )  # the load as the advisor infers it from the run's own pages
+            # the load as the advisor infers it from the run's own pages
+            arr = wl.fit_arrivals(rows, model.tallies)
         except ValueError as e:
             pair.skipped = f"no load inferred: {e}"
             continue

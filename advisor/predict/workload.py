@@ -5,8 +5,9 @@ interval's arrivals (:class:`advisor.predict.intake.Tally`) and the fitted model
 statistics; it returns values. Nothing here does I/O.
 
 - **Arrivals**, per interval: ``finished + the change of (waiting + running)`` between its two
-  pages (the open arrivals' rate and burstiness over every interval, idle ones included). When the requests in the system (waiting + running, at the pages) sit at a plateau at
-  their highest, the dips of a client between a response and its next request allowed (see
+  pages (the open arrivals' rate and burstiness over every interval, idle ones included). When
+  the requests in the system (waiting + running, at the pages) sit at a plateau at their highest,
+  the dips of a client between a response and its next request allowed (see
   :func:`fit_arrivals`), the load is taken as a **closed loop** of that many clients (what
   ``vllm bench serve --max-concurrency C`` sends); otherwise as **open arrivals** at the mean
   rate, with their burstiness: the per-interval arrival counts' variance over their mean (1 for
