@@ -29,7 +29,7 @@ FAMILIES = (
 )
 
 
-PROMPTS = 32
+PROMPTS = 16
 
 
 def _wait_running(server: realvllm.VllmServer, load: realvllm.LoadHandle, timeout_s: float) -> None:
@@ -55,15 +55,16 @@ def test_real_server_metrics_load_and_recorded_session(
         assert realvllm.metric_value(before, fam) is not None, f"{fam} missing from /metrics"
     assert 'model_name="tiny-llama"' in before
 
-    # a small load that runs long enough to be seen running: 32 x 256 tokens at concurrency 8.
-    # (8 x 256 at 4 ran in ~2 s on an idle 2-core machine, between two polls of the wait below:
-    # "finished before any request was seen running"; a 10 s recording may outlast the load)
+    # a small load that runs long enough to be seen running: 16 x 256 tokens at concurrency 4.
+    # (8 x 256 ran in ~2 s on an idle 2-core machine, between two polls of the wait below:
+    # "finished before any request was seen running"; at concurrency 8 the busy server answered
+    # /metrics so slowly that the 10 s recording took 2 pages; it may outlast the load)
     load = realvllm.start_load(
         server.url,
         input_len=64,
         output_len=256,
         num_prompts=PROMPTS,
-        concurrency=8,
+        concurrency=4,
         timeout_s=400,
         result_path=tmp_path / "bench.json",
         output_path=tmp_path / "bench.log",

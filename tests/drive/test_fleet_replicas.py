@@ -255,7 +255,7 @@ def _check(ticks: list[dict[str, Any]], failed: list[float]) -> None:
     for x in seen:
         if prev is not None and x["desired"] < prev:
             hold = [y["needed"] for y in seen if x["at"] - (HOLD_S / SPEED - 1.0) <= y["at"] < x["at"]]
-            assert all(n is None or n <= x["desired"] for n in hold), (x["t"], shown)
+            assert all(n is None or n <= x["desired"] for n in hold), f"scale-in at {x['t']:.0f}\n{shown}"
         prev = x["desired"]
     # and never below what the load needs: a higher count is given at once. (Not "the count
     # never falls at the peak": which page of the 6 -> 16 step a cycle reads first moves with the
