@@ -1083,6 +1083,14 @@ def observe(
     return observe_advisor(url, cfg, rules, window_s, interval_s, engine_config, progress, sleep, command)[1]
 
 
+SLOW_LAST_RETRIES = 3
+
+
+def _timed_out_last(daemon: Daemon) -> bool:
+    outages = daemon.advisor.window.outages()
+    return bool(outages) and outages[-1].kind == "timeout"
+
+
 def observe_advisor(
     url: str,
     cfg: Config,
@@ -1128,6 +1136,13 @@ def observe_advisor(
                 break
             if i < n - 1:
                 sleep(interval_s)
+        # a last page that came too late (a busy server) is a slow server, not a down one: a
+        # window of good pages is not thrown away for it; ask again, a few intervals at most
+        for _ in range(SLOW_LAST_RETRIES):
+            if daemon.advisor.up or not _timed_out_last(daemon):
+                break
+            sleep(interval_s)
+            d = daemon.cycle()
     assert d is not None
     if not daemon.advisor.stats.scrapes.get("success"):
         raise DaemonError(

@@ -23,6 +23,9 @@ from tests.paths import REPO
 
 PAGES = REPO / "tests" / "fixtures" / "pages"
 
+# one worker runs the module: the wheel and its venv (~12 s of CPU) are built once, not per worker
+pytestmark = pytest.mark.xdist_group("installed-wheel")
+
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -734,7 +734,8 @@ def test_explain_url_keeps_watching_past_a_first_page_that_was_slow() -> None:
     """``explain --url`` on a busy server: the first page comes after the scrape deadline (the
     stand-in holds it 3 s, the deadline is 0.8 s); that is a slow server, not a dead one, so the
     watch goes on and the later pages are diagnosed (CI saw a real vLLM CPU server under load
-    miss its first deadline and the whole watch given up). Nothing listening still stops at once."""
+    miss its first deadline and the whole watch given up); a last page that is slow is asked
+    for again. Nothing listening still stops at once."""
     standin = StandIn(session_pages(DEMO_SESSION))
     standin.mode = "hang"
     sleeps: list[float] = []
@@ -751,6 +752,24 @@ def test_explain_url_keeps_watching_past_a_first_page_that_was_slow() -> None:
     assert advisor.stats.scrapes.get("success") == 3
     assert len(sleeps) == 3  # the whole window was watched
     assert advisor.up, d.reason
+
+    # the last page of the window slow (CI: a real Prometheus's stand-in fleet, on a busy
+    # machine, answered after the 0.8 s deadline and a 30 s window of good pages ended
+    # "insufficient-data"): asked again, the window's diagnosis stands
+    slow_last = StandIn(session_pages(DEMO_SESSION))
+    sleeps.clear()
+
+    def sleep_then_hang(s: float) -> None:
+        sleeps.append(s)
+        slow_last.mode = "hang" if len(sleeps) == 3 else "ok"
+
+    with serve(slow_last) as url:
+        advisor, d = daemon_mod.observe_advisor(
+            url, Config(), load_rules(), 3.0, 1.0, sleep=sleep_then_hang, progress=False
+        )
+    assert advisor.stats.scrapes.get("timeout") == 1 and advisor.stats.scrapes.get("success") == 4
+    assert len(sleeps) == 4  # one interval more than the window
+    assert advisor.up and "cannot be read" not in d.reason, d.reason
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
