@@ -69,6 +69,11 @@ MODELS = ("closed form", "simulator")
 TARGETS = dict(DEFAULT_TARGETS)
 NEGLIGIBLE = 0.05  # goodput under 5% of the throughput: "none" (a ratio of two near-zeros means nothing)
 DEFAULT_REQUESTS: int | None = None  # every request the base run completed
+# an after-run whose steps took within this of what the base run's step fit gives their own work
+# "stepped as the base did"; beyond it the server changed speed (or the fit does not carry to
+# that work), which no model fitted to the base alone can answer for. The four runs of one
+# configuration on three leases (the A/A runs) agree within 5%.
+SAME_SPEED = 0.15
 
 
 @dataclass
@@ -86,6 +91,13 @@ class Pair:
     cells: dict[str, tuple[float | None, dict[str, float | None]]] = field(default_factory=dict)
     preemptions: tuple[float | None, float | None, float | None] = (None, None, None)
     throughput_after: float = 0.0
+    # the after-run's steps over the time the base run's step fit gives their work, relative to
+    # the base run's own (1: the after-run stepped as the base did)
+    steps: float | None = None
+
+    @property
+    def kept_speed(self) -> bool:
+        return self.steps is not None and abs(self.steps - 1) <= SAME_SPEED
 
     @property
     def name(self) -> str:
@@ -156,6 +168,12 @@ def evaluate(requests: int | None = DEFAULT_REQUESTS, seed: int = 0) -> list[Pai
             pair.skipped = f"not simulated: {e}"
             continue
         cf = predictions.predicted(base, knob, value)
+        after_model, _, after_rows = predictions.fitted(after)
+        # over the base run's own speed against its fit (1 for a least-squares fit; not where
+        # the fit was set otherwise, e.g. a CPU's decode priced as prefill)
+        own = model.fit.speed_of(rows, model.config.kv_cache_tokens)
+        speed = model.fit.speed_of(after_rows, after_model.config.kv_cache_tokens)
+        pair.steps = speed / own if speed is not None and own else None
         pair.load = (
             f"{arr.clients} clients"
             if arr.kind == "closed"
@@ -187,14 +205,26 @@ def evaluate(requests: int | None = DEFAULT_REQUESTS, seed: int = 0) -> list[Pai
     return out
 
 
+KEPT = f"simulator, the pairs whose after-run stepped as its base did (Steps within {SAME_SPEED:.0%})"
+
+
 def shares(pairs: list[Pair]) -> dict[str, dict[str, tuple[int, int]]]:
-    """Per model and metric: (pairs within the goal, pairs judged)."""
+    """Per model and metric: (pairs within the goal, pairs judged); and the simulator's over the
+    pairs whose after-run kept the base run's speed (:attr:`Pair.kept_speed`)."""
     out: dict[str, dict[str, tuple[int, int]]] = {}
-    for model in MODELS:
+    for model, among in ((m, pairs) for m in MODELS):
         for label in LABELS:
-            hits = [h for h in (p.hit(label, model) for p in pairs) if h is not None]
+            hits = [h for h in (p.hit(label, model) for p in among) if h is not None]
             out.setdefault(model, {})[label] = (sum(hits), len(hits))
+    kept = [p for p in pairs if p.kept_speed]
+    for label in LABELS:
+        hits = [h for h in (p.hit(label, "simulator") for p in kept) if h is not None]
+        out.setdefault(KEPT, {})[label] = (sum(hits), len(hits))
     return out
+
+
+def _steps(p: Pair) -> str:
+    return "n/a" if p.steps is None else f"{p.steps:.2f}" if p.kept_speed else f"**{p.steps:.2f}**"
 
 
 def _value(label: str, x: float | None) -> str:
@@ -230,23 +260,29 @@ def _err(pair: Pair, label: str, model: str) -> str:
 
 def render_block(pairs: list[Pair]) -> str:
     lines = [
-        "| Pair (base -> change) | Load inferred | " + " | ".join(LABELS) + " |",
-        "|---|---|" + "---|" * len(LABELS),
+        "| Pair (base -> change) | Load inferred | Steps | " + " | ".join(LABELS) + " |",
+        "|---|---|---|" + "---|" * len(LABELS),
     ]
     for p in pairs:
         change = f"`{p.knob}={predictions.prediction_out._int_if_whole(p.value)}`"
         if p.skipped:
-            lines.append(f"| {p.after} ({change}) | {p.skipped} |" + " |" * len(LABELS))
+            lines.append(f"| {p.after} ({change}) | {p.skipped} | |" + " |" * len(LABELS))
             continue
         cells = [
             f"{_measured(p, label)}: {_err(p, label, 'closed form')} / {_err(p, label, 'simulator')}"
             for label in LABELS
         ]
-        lines.append(f"| {p.after} ({change}) | {p.load} | " + " | ".join(cells) + " |")
+        lines.append(f"| {p.after} ({change}) | {p.load} | {_steps(p)} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "Each cell: the measured value, then the closed form's error / the simulator's, **bold** "
         "within the goal (a goodput under 5% of the throughput is `none`: both sides none is a hit). "
+        "Steps: the after-run's measured step time over what the base run's step fit gives for the "
+        "after-run's own work (its intervals' decodes, KV read and prefill), relative to the same "
+        "for the base run's own steps, **bold** when off by "
+        f"more than {SAME_SPEED:.0%}: the server stepped faster or slower than the base run says such "
+        "work takes, which no model fitted to the base alone can predict (the A/A runs of one "
+        "configuration on three leases agree within 5%). "
         "Within the goal, over the pairs with a prediction and a measurement:",
         "",
         "| Model | "
@@ -274,6 +310,7 @@ def render_long(pairs: list[Pair]) -> str:
             out.append(f"| {p.name} | ({p.skipped}) | | | |")
             continue
         out.append(f"| {p.name} | load inferred | {p.bench_load} | | {p.load} |")
+        out.append(f"| {p.name} | steps over the base's fit | {_fmt(p.steps)} | | |")
         for label in LABELS:
             meas, preds = p.cells[label]
             cf, sim = preds["closed form"], preds["simulator"]
@@ -332,7 +369,7 @@ def _fmt(x: float | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/prediction.md's block is stale")
     ap.add_argument("--table", action="store_true", help="print the long table instead of writing the block")
     ap.add_argument(

@@ -99,6 +99,25 @@ class StepTime:
     def at(self, x: float, p: float) -> float:
         return self.a + self.k * x + self.c * p
 
+    def speed_of(self, rows: Sequence[Row], kv_tokens: float | None) -> float | None:
+        """How the steps of ``rows`` (another run's busy intervals, or a later part of this one)
+        compare with this fit: their measured time over the time it gives their own work (each
+        interval's decode or KV tokens read and prefill per step, weighted by its steps, as the
+        fit is). 1 where the fit holds; 1.2: they took 20% longer than it says such work takes
+        (a server that slowed, or work the fit does not carry to). ``kv_tokens``: that run's KV
+        capacity per engine. None without steps."""
+        measured = modelled = 0.0
+        for r in rows:
+            if r.steps <= 0:
+                continue
+            if self.feature == "kv" and kv_tokens is not None and r.kv_usage is not None:
+                x = r.kv_usage * kv_tokens
+            else:
+                x = r.decode
+            measured += r.dt
+            modelled += r.steps * self.at(x, r.prefill)
+        return measured / modelled if modelled > 0 else None
+
 
 PREFILL_BOUND_CV = 0.1  # prefill per step varying less than this (coefficient of variation): not fittable
 

@@ -107,6 +107,18 @@ def test_step_time_fit_recovers_the_law_the_engine_obeys() -> None:
     assert m.binding == "max_num_seqs"
 
 
+def test_a_run_steps_as_its_own_fit_gives_and_a_slower_one_is_named_by_how_much() -> None:
+    """``speed_of``: a least-squares fit gives its own intervals' total time back (1.0); the same
+    work taking 30% longer (a server that slowed) reads 1.3; intervals without steps, nothing."""
+    m = build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
+    assert m.fit is not None and m.rows
+    kv = m.config.kv_cache_tokens
+    assert m.fit.speed_of(m.rows, kv) == pytest.approx(1.0, abs=1e-9)
+    slower = [dataclasses.replace(r, dt=1.3 * r.dt) for r in m.rows]
+    assert m.fit.speed_of(slower, kv) == pytest.approx(1.3, abs=1e-9)
+    assert m.fit.speed_of([dataclasses.replace(r, steps=0.0) for r in m.rows], kv) is None
+
+
 def test_an_unchanged_knob_predicts_what_was_measured() -> None:
     m = build(simulate(busy_rows()), engine(kv_cache_memory_bytes=2**33), VALUES)
     p = pm.predict(m, "max_num_seqs", 48)

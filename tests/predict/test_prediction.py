@@ -222,6 +222,32 @@ def test_docs_simulator_table_is_current(capsys: pytest.CaptureFixture[str]) -> 
     assert _load("simulation").main(["--check"]) == 0, capsys.readouterr().err
 
 
+@FITS
+def test_runs_of_one_configuration_step_alike_and_two_after_runs_did_not(predictions: Any) -> None:
+    """The Steps column of the simulator's table (docs/prediction.md): one run's step fit applied
+    to another run's intervals. The four runs of kv-seqs-bind's configuration on three leases
+    step within 5% of each other's fits; kv-seqs-bind.after (cap 48 -> 36) took 22% longer than
+    its base's fit gives its own, smaller steps (its decode-only steps, ITL p50, 6.9 -> 8.7 ms at
+    a smaller batch), and follow-misconf-r2's base ran ~1.5x slower than follow-misconf.before
+    on the same configuration and load."""
+
+    def steps(fitted: str, stepped: str) -> float:
+        m0, _, rows0 = predictions.fitted(fitted)
+        m1, _, rows1 = predictions.fitted(stepped)
+        assert m0.fit is not None
+        own = m0.fit.speed_of(rows0, m0.config.kv_cache_tokens)
+        other = m0.fit.speed_of(rows1, m1.config.kv_cache_tokens)
+        assert own and other
+        return float(other / own)
+
+    same = ["kv-seqs-bind.before", "kv-seqs-bind-r2.before", "kv-seqs-bind-aa.1", "kv-seqs-bind-aa.2"]
+    spread = {(a, b): steps(a, b) for a in same for b in same if a != b}
+    assert all(abs(x - 1) < 0.05 for x in spread.values()), spread
+    assert steps("kv-seqs-bind.before", "kv-seqs-bind.after") > 1.15
+    assert steps("follow-misconf-r2.before", "follow-misconf-r2.after") < 0.85
+    assert steps("follow-misconf.before", "follow-misconf-r2.before") > 1.4
+
+
 def test_simulator_table_counts_a_goodput_of_none_on_both_sides_as_a_hit() -> None:
     sim = _load("simulation")
     pair = sim.Pair("a.before", "a.after", "max_num_seqs", 8, throughput_after=1000.0)
