@@ -71,9 +71,8 @@ NEGLIGIBLE = 0.05  # goodput under 5% of the throughput: "none" (a ratio of two 
 DEFAULT_REQUESTS: int | None = None  # every request the base run completed
 # an after-run whose steps took within this of what the base run's step fit gives their own work
 # "stepped as the base did"; beyond it the server changed speed (or the fit does not carry to
-# that work), which no model fitted to the base alone can answer for. The four runs of one
-# configuration on three leases (the A/A runs) agree within 5%.
-SAME_SPEED = 0.15
+# that work), which no model fitted to the base alone can answer for
+SAME_SPEED = pm.SAME_SPEED
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 from advisor.core import knobs
 from advisor.core.units import fmt
 from advisor.predict import perfmodel as pm
-from advisor.predict.scoring import band
+from advisor.predict.scoring import band, speed_note
 from advisor.predict.simulated import QUANTILES, Simulated, SimulatorPrediction
 
 LABELS = {
@@ -303,4 +303,6 @@ def prediction_line(pred: Mapping[str, Any] | None) -> str:
         err = (pred.get("error") or {}).get(m)
         e = f" ({err * 100:+.0f}%)" if isinstance(err, int | float) else ""
         parts.append(f"{label} {fmt(p, unit)} predicted / {fmt(a, unit)} measured{e}")
-    return "; ".join(parts)
+    steps = pred.get("steps")
+    note = speed_note(steps if isinstance(steps, int | float) else None)
+    return "; ".join(parts) + (f". {note}" if note else "")

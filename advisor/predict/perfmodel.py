@@ -76,6 +76,10 @@ METRICS = (
 """What a prediction states, in this order (the JSON keys of ``predicted`` and ``measured``)."""
 
 MIN_INTERVALS = 3  # busy intervals needed to fit a step time
+# steps within this of what a run's step fit gives their work (StepTime.speed_of, relative to the
+# run's own) are "the same speed"; four runs of one configuration on three H200 leases agreed
+# within 5%, and two recorded after-runs that did not were off by 22% and 32% (docs/prediction.md)
+SAME_SPEED = 0.15
 
 
 class InsufficientData(Exception):

@@ -613,9 +613,54 @@ def predict_change(
         v = float(value)
         values = Values(Context(obs.window, engine, obs.seconds, dict(targets))).all()
         model = model_of(obs, engine, values)
-        return predict(model, knob, v, values).to_json()
+        out = predict(model, knob, v, values).to_json()
     except (pm.InsufficientData, ValueError, TypeError):
         return None
+    fit = model.fit
+    speed = fit.speed_of(model.rows, model.config.kv_cache_tokens) if fit is not None else None
+    if fit is not None and speed:
+        # the step time before the change, to tell afterwards whether the server kept its speed
+        preempted = any(r.preemptions > 0 for r in model.rows)
+        out["step_fit"] = {
+            "a": fit.a, "k": fit.k, "c": fit.c, "x": fit.feature, "speed": speed, "preempted": preempted
+        }  # fmt: skip
+    return out
+
+
+def steps_against(step_fit: Mapping[str, Any] | None, after: pm.Model) -> float | None:
+    """How the after-window's steps compare with the step fit made before the change
+    (``predict_change``'s ``step_fit``): their measured time over what it gives their own work,
+    relative to the before-window's own (1: the server kept its speed; 1.2: its steps took 20%
+    longer than before for such work, which the knob does not explain). None where either is
+    unknown, and where either window preempted: a preempted request's prompt is computed again,
+    work the engine's counters do not show, so the fit before the change prices steps that held
+    hidden work (cpu-long-binds, preempting at cap 6, reads 0.80 against its cap-4 after-run)."""
+    if not step_fit or step_fit.get("preempted") or any(r.preemptions > 0 for r in after.rows):
+        return None
+    try:
+        fit = pm.StepTime(
+            float(step_fit["a"]), float(step_fit["k"]), float(step_fit["c"]), str(step_fit["x"]), 0, None
+        )
+        before = float(step_fit["speed"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    now = fit.speed_of(after.rows, after.config.kv_cache_tokens)
+    return now / before if now is not None and before > 0 else None
+
+
+def speed_note(steps: float | None) -> str | None:
+    """One sentence where the server's speed changed with the change (:func:`steps_against`
+    beyond ``pm.SAME_SPEED``): what was measured after it is the knob and the server's speed
+    together. None where the server kept its speed or it is unknown."""
+    if steps is None or abs(steps - 1) <= pm.SAME_SPEED:
+        return None
+    how = f"{steps - 1:.0%} longer" if steps > 1 else f"{1 - steps:.0%} less time"
+    return (
+        f"The server's steps took {how} than the step time fitted before the change gives for "
+        "their work (decodes, KV read, prefill): its speed changed with the restart, or that fit "
+        "does not carry to the new batch; either way what was measured after it is not the knob's "
+        "alone: measure again before acting on this verdict."
+    )
 
 
 def prediction_error(
@@ -626,12 +671,18 @@ def prediction_error(
     unknown or zero)."""
     try:
         values = Values(Context(obs.window, engine, obs.seconds, dict(targets))).all()
-        measured: Mapping[str, float | None] = model_of(obs, engine, values).measured
+        after = model_of(obs, engine, values)
     except pm.InsufficientData as e:
         return {**prediction, "measured_after": None, "error": None, "why": str(e)}
+    measured: Mapping[str, float | None] = after.measured
     pred = prediction.get("predicted") or {}
     err: dict[str, float | None] = {}
     for k in pm.METRICS:
         p, m = pred.get(k), measured.get(k)
         err[k] = None if p is None or m is None or m == 0 else p / m - 1
-    return {**prediction, "measured_after": {k: measured.get(k) for k in pm.METRICS}, "error": err}
+    return {
+        **prediction,
+        "measured_after": {k: measured.get(k) for k in pm.METRICS},
+        "error": err,
+        "steps": steps_against(prediction.get("step_fit"), after),
+    }

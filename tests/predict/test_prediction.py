@@ -16,12 +16,15 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.core.config import DEFAULT_TARGETS, Config
+from advisor.core.model import EngineInfo
 from advisor.derive.signals import CATALOG, Context, Signal, Values
 from advisor.derive.window import Window
 from advisor.diagnose.ruleset import load_rules
+from advisor.drive import inputs
 from advisor.drive import predict as predict_cmd
+from advisor.outputs import prediction as prediction_out
 from advisor.predict import perfmodel as pm
-from advisor.predict import simulated
+from advisor.predict import scoring, simulated
 from advisor.verify.ledger import ExperimentRecord, Ledger
 from tests.paths import REPO
 
@@ -246,6 +249,35 @@ def test_runs_of_one_configuration_step_alike_and_two_after_runs_did_not(predict
     assert steps("kv-seqs-bind.before", "kv-seqs-bind.after") > 1.15
     assert steps("follow-misconf-r2.before", "follow-misconf-r2.after") < 0.85
     assert steps("follow-misconf.before", "follow-misconf-r2.before") > 1.4
+
+
+def _observed(run: str) -> tuple[scoring.Observed, EngineInfo]:
+    adv, _ = inputs.from_session(RUNS / run, Config(), load_rules(), simulate=False)
+    return scoring.Observed.of(adv.intake, adv.window, None), adv.engine
+
+
+def test_a_judged_change_says_when_the_server_stepped_at_another_speed() -> None:
+    """An experiment's prediction keeps the step time fitted before the change; once judged, the
+    after-window's steps are priced by it. follow-misconf.before and follow-misconf-r2.before
+    (one configuration and load, a day apart, no preemption) read as a before and an after:
+    1.5x slower, said in the history line; a window against itself: 1.0, nothing said. A
+    window that preempted reads nothing (recomputed prompts are work the counters hide)."""
+    targets = dict(DEFAULT_TARGETS)
+    before, eng = _observed("follow-misconf.before")
+    pred = scoring.predict_change(before, eng, targets, "max_num_seqs", 24)
+    assert pred is not None and pred["step_fit"]["preempted"] is False
+    assert pred["step_fit"]["speed"] == pytest.approx(1.0, abs=1e-6)  # least squares: its own
+    slow, slow_eng = _observed("follow-misconf-r2.before")
+    judged = scoring.prediction_error(pred, slow, slow_eng, targets)
+    assert 1.4 < judged["steps"] < 1.7
+    line = prediction_out.prediction_line(judged)
+    assert f"took {judged['steps'] - 1:.0%} longer than the step time fitted before" in line
+    same = scoring.prediction_error(pred, before, eng, targets)
+    assert same["steps"] == pytest.approx(1.0, abs=1e-6)
+    assert scoring.speed_note(same["steps"]) is None
+    assert "steps took" not in prediction_out.prediction_line(same)
+    preempting, p_eng = _observed("follow-misconf.after")  # 13 preemptions
+    assert scoring.prediction_error(pred, preempting, p_eng, targets)["steps"] is None
 
 
 def test_simulator_table_counts_a_goodput_of_none_on_both_sides_as_a_hit() -> None:
