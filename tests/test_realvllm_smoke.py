@@ -90,18 +90,20 @@ def test_real_server_metrics_load_and_recorded_session(
     bench = lr.result()
     assert bench["completed"] == PROMPTS and bench["total_output_tokens"] == PROMPTS * 256
 
-    # the recording loads back: scrapes on a 2 s grid over 10 s (6 slots; on a busy 2-core
-    # machine a scrape slower than 2 s skips the next slot rather than firing late, so 5 or 6;
+    # the recording loads back: scrapes on a 2 s grid over 10 s (6 slots; a scrape slower than
+    # 2 s skips the next slot rather than firing late: the loaded server's page took longer than
+    # that twice in one make test on a busy 2-core machine, 4 scrapes, so at least half the slots;
     # a late one is followed by the next slot on time, so one gap may be short: a CI run saw
     # 2.54 s then 1.46 s, but never under half an interval), stamped with the times they were
     # taken (how late a stalled machine takes the last one is not bounded: a run with three
     # test workers on two cores took it 2 s late), running seen, stats lines in the log
-    assert res.errors == [] and res.scrapes in (5, 6)
+    assert res.errors == [] and 3 <= res.scrapes <= 6, res
     s = Session.load(tmp_path / "session")
     assert len(s.scrapes) == res.scrapes
     gaps = [b[0] - a[0] for a, b in zip(s.scrapes, s.scrapes[1:], strict=False)]
     assert all(g > 1.0 for g in gaps), gaps
-    assert t0 <= s.scrapes[0][0] and s.scrapes[-1][0] <= t1 and s.scrapes[-1][0] - s.scrapes[0][0] > 7.5
+    # and the recorder kept at it to the end: its last scrape in one of the last two slots
+    assert t0 <= s.scrapes[0][0] and s.scrapes[-1][0] <= t1 and s.scrapes[-1][0] - s.scrapes[0][0] > 5.5
     running = [realvllm.metric_value(page, "vllm:num_requests_running") for _, page in s.iter_scrapes()]
     assert max(r or 0 for r in running) > 0
     tokens = [
