@@ -431,9 +431,14 @@ class PageSources:
     refresh_s: float | None = None
 
 
-def landing_page(st: ExportState, window: Charts | None = None, refresh_s: float | None = None) -> str:
+def landing_page(
+    st: ExportState,
+    window: Charts | None = None,
+    refresh_s: float | None = None,
+    charts_expected: bool = False,
+) -> str:
     """The sidecar's ``/``: the whole diagnosis beside the charts of the window (outputs/page.py)."""
-    return page.server_page(st, window, refresh_s=refresh_s)
+    return page.server_page(st, window, refresh_s=refresh_s, charts_expected=charts_expected)
 
 
 def charts_or_none(get: Callable[[], Charts | None] | None) -> Charts | None:
@@ -502,7 +507,15 @@ def make_handler(
                     self._send(200, jsonout.dumps(body).encode(), "application/json")
                 elif path in ("/", "/index.html"):
                     st = state()
-                    self._html(200, landing_page(st, charts_or_none(src.charts), src.refresh_s))
+                    self._html(
+                        200,
+                        landing_page(
+                            st,
+                            charts_or_none(src.charts),
+                            src.refresh_s,
+                            charts_expected=src.charts is not None,
+                        ),
+                    )
                 elif path == "/history":
                     h = (
                         src.history()

@@ -237,7 +237,12 @@ def make_handler(
                 chart = src.charts
                 get = (lambda: chart(m.server.instance)) if chart is not None else None
                 body = page.server_page(
-                    m.state, charts_or_none(get), refresh_s=src.refresh_s, links=links, title=title
+                    m.state,
+                    charts_or_none(get),
+                    refresh_s=src.refresh_s,
+                    links=links,
+                    title=title,
+                    charts_expected=get is not None,
                 )
             else:
                 h = src.history(m.server.instance) if src.history is not None else None

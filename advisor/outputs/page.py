@@ -144,6 +144,12 @@ def badge(status: str) -> str:
 
 
 # ------------------------------------------------------------------ one server
+CHARTS_LATE = (
+    "The window's charts are not on this page: the daemon's cycle held the window for longer than "
+    "a page waits (a busy machine), or drawing them failed (the log says). The next refresh tries again."
+)
+
+
 def server_page(
     st: ExportState,
     window: Charts | None,
@@ -151,8 +157,10 @@ def server_page(
     refresh_s: float | None = None,
     links: Links = Links(),
     title: str = "vllm-advisor",
+    charts_expected: bool = False,
 ) -> str:
-    """The whole diagnosis of one server with the charts of its window."""
+    """The whole diagnosis of one server with the charts of its window (``charts_expected``: the
+    page has a source of charts, so none coming is said, not left blank)."""
     d = st.diagnosis
     parts = [_banner(st)]
     if d is None:
@@ -163,6 +171,8 @@ def server_page(
         parts.append(_headline(v))
     if window is not None:
         parts.append(_charts(window, st))
+    elif charts_expected:
+        parts.append(f'<p class="status-line" id="charts-late">{e(CHARTS_LATE)}</p>')
     if v is not None:
         parts.append(_details(v))
     nav = [("this page", links.home), ("history", links.history), ("diagnosis JSON", links.diagnosis)]

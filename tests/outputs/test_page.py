@@ -351,3 +351,8 @@ def test_a_chart_that_cannot_be_drawn_leaves_the_page_without_it() -> None:
 
     assert exporter.charts_or_none(broken) is None and calls == [1]
     assert exporter.charts_or_none(None) is None
+    # a page whose charts were asked for and did not come says so; one with no source of charts
+    # (nothing to draw from) has no such line
+    st = ExportState(None, True, RULES)
+    assert 'id="charts-late"' in page.server_page(st, None, charts_expected=True)
+    assert 'id="charts-late"' not in page.server_page(st, None)
