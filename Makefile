@@ -48,7 +48,7 @@ typecheck: $(STAMP)
 ## environment says not to (PYTHONDONTWRITEBYTECODE): the suite starts ~160 Python processes,
 ## each compiling the package again without it. Two cores, 2026-12-05: 681-701 s of pytest with
 ## two workers, 664 s with three, 583 s with three, the bytecode kept and the promtool twins'
-## alerts evaluated every 15 s (tests/outputs/test_promtool.py), 515-566 s with less CPU spent
+## alerts evaluated every 15 s (tests/outputs/test_promtool.py), 515-614 s with less CPU spent
 ## (four workers: 608 s; the cores are ~95% busy with three). The real-vLLM tests are
 ## two groups, one server of each at a time, each on a core of its own (tests/conftest.py)
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))

@@ -211,9 +211,9 @@ def shares(pairs: list[Pair]) -> dict[str, dict[str, tuple[int, int]]]:
     """Per model and metric: (pairs within the goal, pairs judged); and the simulator's over the
     pairs whose after-run kept the base run's speed (:attr:`Pair.kept_speed`)."""
     out: dict[str, dict[str, tuple[int, int]]] = {}
-    for model, among in ((m, pairs) for m in MODELS):
+    for model in MODELS:
         for label in LABELS:
-            hits = [h for h in (p.hit(label, model) for p in among) if h is not None]
+            hits = [h for h in (p.hit(label, model) for p in pairs) if h is not None]
             out.setdefault(model, {})[label] = (sum(hits), len(hits))
     kept = [p for p in pairs if p.kept_speed]
     for label in LABELS:
