@@ -69,10 +69,6 @@ MODELS = ("closed form", "simulator")
 TARGETS = dict(DEFAULT_TARGETS)
 NEGLIGIBLE = 0.05  # goodput under 5% of the throughput: "none" (a ratio of two near-zeros means nothing)
 DEFAULT_REQUESTS: int | None = None  # every request the base run completed
-# an after-run whose steps took within this of what the base run's step fit gives their own work
-# "stepped as the base did"; beyond it the server changed speed (or the fit does not carry to
-# that work), which no model fitted to the base alone can answer for
-SAME_SPEED = pm.SAME_SPEED
 
 
 @dataclass
@@ -96,7 +92,7 @@ class Pair:
 
     @property
     def kept_speed(self) -> bool:
-        return self.steps is not None and abs(self.steps - 1) <= SAME_SPEED
+        return self.steps is not None and abs(self.steps - 1) <= pm.SAME_SPEED
 
     @property
     def name(self) -> str:
@@ -204,7 +200,7 @@ def evaluate(requests: int | None = DEFAULT_REQUESTS, seed: int = 0) -> list[Pai
     return out
 
 
-KEPT = f"simulator, the pairs whose after-run stepped as its base did (Steps within {SAME_SPEED:.0%})"
+KEPT = f"simulator, the pairs whose after-run stepped as its base did (Steps within {pm.SAME_SPEED:.0%})"
 
 
 def shares(pairs: list[Pair]) -> dict[str, dict[str, tuple[int, int]]]:
@@ -279,7 +275,7 @@ def render_block(pairs: list[Pair]) -> str:
         "Steps: the after-run's measured step time over what the base run's step fit gives for the "
         "after-run's own work (its intervals' decodes, KV read and prefill), relative to the same "
         "for the base run's own steps, **bold** when off by "
-        f"more than {SAME_SPEED:.0%}: the server stepped faster or slower than the base run says such "
+        f"more than {pm.SAME_SPEED:.0%}: the server stepped faster or slower than the base run says such "
         "work takes, which no model fitted to the base alone can predict (the A/A runs of one "
         "configuration on three leases agree within 5%). "
         "Within the goal, over the pairs with a prediction and a measurement:",

@@ -328,11 +328,9 @@ class Advisor:
             after = scoring.Observed.between(self.intake, self.window, exp.after_start, now)
             judged = scoring.prediction_error(exp.prediction, after, self.engine, self.cfg.targets)
             note = scoring.speed_note(judged.get("steps"))
-            reasons = list(exp.reasons)
-            if note:  # before the revert's "Restore the previous value" line, which ends them
-                at = len(reasons) - (1 if reasons and reasons[-1].startswith("Restore the previous") else 0)
-                reasons.insert(at, note)
-            exp = dc_replace(exp, prediction=judged, reasons=tuple(reasons))
+            exp = dc_replace(exp, prediction=judged)
+            if note:
+                exp = lx.with_reason(exp, note)
         self.experiment = exp
         if exp.state == "done":
             self.finished_experiments.append(exp)

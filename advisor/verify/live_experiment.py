@@ -267,6 +267,15 @@ def advance(
     return judge(exp, window, now, targets)
 
 
+def with_reason(exp: LiveExperiment, reason: str) -> LiveExperiment:
+    """``reason`` added to a judged experiment's reasons, before a revert's closing "Restore the
+    previous value" line (which stays last)."""
+    reasons = list(exp.reasons)
+    at = len(reasons) - (1 if reasons and reasons[-1].startswith(verdict.RESTORE) else 0)
+    reasons.insert(at, reason)
+    return replace(exp, reasons=tuple(reasons))
+
+
 def judge(
     exp: LiveExperiment, window: Window, now: float, targets: Mapping[str, float] | None = None
 ) -> LiveExperiment:
@@ -328,8 +337,8 @@ def judge(
     if outcome == "revert":
         c = exp.changes[0]
         flag = knobs.KNOBS[c.knob].flag if c.knob in knobs.KNOBS else c.knob
-        reasons = [r for r in reasons if not r.startswith("Restore the previous value")]
-        reasons.append(f"Restore the previous value: {flag} {knobs.format_value(c.old)}.")
+        reasons = [r for r in reasons if not r.startswith(verdict.RESTORE)]
+        reasons.append(f"{verdict.RESTORE}: {flag} {knobs.format_value(c.old)}.")
     return replace(
         exp,
         state="done",

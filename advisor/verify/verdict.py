@@ -25,6 +25,8 @@ from advisor.verify.samples import (
 # Verdict
 # --------------------------------------------------------------------------------------------
 
+RESTORE = "Restore the previous value"  # how a revert's last reason begins
+
 
 def parse_targets(target: str | Sequence[str] | None) -> tuple[str, ...]:
     """``"itl_p95"`` / ``"itl_p95,tpot_p95"`` / a list -> validated metric names; () for None."""
@@ -118,7 +120,7 @@ def judge(
             reasons += [
                 f"Guard got worse by more than {tol * 100:.0f}%: {d.describe(conf)}." for d in breaches
             ]
-            reasons.append("Restore the previous value.")
+            reasons.append(f"{RESTORE}.")
             return "revert", reasons
         if breaches:
             reasons += [f"Target improved: {d.describe(conf)}." for d in improved]

@@ -15,6 +15,7 @@ from advisor.diagnose.advise import Diagnosis
 from advisor.diagnose.ruleset import load_rules
 from advisor.drive.runner import Advisor, ReplayClock, base_from_session_engine
 from advisor.sources.session import Session
+from advisor.verify import live_experiment as lx
 from tests.paths import FIXTURES
 
 SESSIONS = FIXTURES / "sessions"
@@ -138,3 +139,16 @@ def test_the_prediction_made_at_the_change_is_set_against_the_after_window() -> 
     # the batch the cap allows is what ran (within the noise of a 2-core machine's replay)
     assert abs(err["running"]) < 0.35
     assert adv.finished_experiments[-1].prediction == pred
+
+
+def test_a_reason_added_after_the_verdict_keeps_the_revert_line_last() -> None:
+    """``with_reason`` (the daemon's speed note, added once the prediction is checked): before a
+    revert's closing "Restore the previous value" line, else at the end."""
+
+    change = (lx.Change("max_num_seqs", 6, 4, "cmdline"),)
+    reverted = lx.LiveExperiment(
+        change, (0.0, 1.0), 2.0, reasons=("Worse.", "Restore the previous value: x.")
+    )
+    assert lx.with_reason(reverted, "Note.").reasons == ("Worse.", "Note.", "Restore the previous value: x.")
+    kept = lx.LiveExperiment(change, (0.0, 1.0), 2.0, reasons=("Better.",))
+    assert lx.with_reason(kept, "Note.").reasons == ("Better.", "Note.")
