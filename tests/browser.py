@@ -16,16 +16,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, sync_playwright
 
 from tests.paths import REPO
 from tests.promstack import free_port
+
+T = TypeVar("T")
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = (
@@ -95,6 +98,23 @@ def open_page(ctx: Any, url: str) -> Loaded:
     page.on("dialog", dialog)
     page.goto(url, wait_until="load")
     return seen
+
+
+def read_when(page: Page, read: Callable[[Page], T | None], timeout_s: float) -> T | None:
+    """``read(page)`` again every half second until it gives something (not None) or ``timeout_s``
+    passes; None then. A page with ``<meta http-equiv="refresh">`` reloads itself every interval,
+    and a read that meets that navigation fails ("execution context was destroyed", a reload
+    ERR_ABORTED): such a read is simply taken again on the page that came. A test never reloads
+    a self-refreshing page itself, which races the page's own refresh."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            got = read(page)
+        except PlaywrightError:
+            got = None
+        if got is not None or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
 
 
 def screenshot(page: Page, name: str, folder: Path = ARTIFACTS, height: int | None = None) -> Path:
