@@ -267,11 +267,14 @@ def diagnose(
     last_change: float | None = None,
     observed: scoring.Observed | None = None,
     recent: simulated.Recent | None = None,
+    standing: str | None = None,
 ) -> Diagnosis:
     """Signals over the recent window -> findings -> exactly one recommendation (or why not).
     ``observed``: the model's facts over the window (the runner's intake); None: taken from the
     window's pages once. ``recent``: the daemon's last decision's simulations, reused while the
-    rules' states and the knobs stay the same (None: simulated afresh)."""
+    rules' states and the knobs stay the same (None: simulated afresh). ``standing``: the rule
+    the last decision advised (None: it gave no advice): its change is withdrawn only where the
+    model is sure it breaks a target (hysteresis, ``scoring._breaks``)."""
     now = window.now() if now is None else now
     values = Values(Context(window, engine, cfg.window_s, cfg.targets)).all()
     findings = evaluator.evaluate(values, now)
@@ -319,13 +322,13 @@ def diagnose(
     if model is not None:
         key = (model.config, tuple(sorted(cfg.targets.items())))
         scorer = (recent or simulated.Recent()).scorer(model, cfg.targets, now, key)
-    firing = arbitration.score(cands, model, values, engine, cfg, scorer=scorer)
+    firing = arbitration.score(cands, model, values, engine, cfg, scorer=scorer, standing=standing)
     held: list[arbitration.Scored] = []
     # a breach no firing rule answers (none fires, or only a standing configuration finding such
     # as eager mode on a GPU): the changes the rules' other conditions held back are weighed too
     if breached and not arbitration.answers_breach(cands):
         hb, why = arbitration.held_back(findings, values, engine, cfg)
-        held = arbitration.score(hb, model, values, engine, cfg, why, scorer)
+        held = arbitration.score(hb, model, values, engine, cfg, why, scorer, standing)
     decision = arbitration.decide(firing, held, cfg)
     if decision.inconclusive is not None:
         return without_advice("inconclusive", decision.inconclusive)

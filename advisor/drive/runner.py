@@ -85,6 +85,7 @@ class Advisor:
         self.window = Window(max_age_s=cfg.retention_s, clock=clock)
         self.intake = Intake()  # the model's facts, page by page, over the window's span
         self.recent = simulated.Recent()  # the last decision's simulations (at most every 15 s)
+        self.standing: str | None = None  # the rule the last decision advised (hysteresis)
         # decisions before this time are scored by the closed form (a replay's, but its last)
         self.simulate_from = -math.inf
         self.evaluator = Evaluator(list(rules), dict(cfg.targets))
@@ -168,6 +169,7 @@ class Advisor:
         self.window = Window(max_age_s=self.cfg.retention_s, clock=self.clock)
         self.intake = Intake()
         self.recent = simulated.Recent()
+        self.standing = None
         self.evaluator.reset()
         self._seen_restarts.clear()
         self.changes = [dc_replace(c, t=c.t + step_s) for c in self.changes]
@@ -345,7 +347,9 @@ class Advisor:
         last_change = now if observing else (self.last_change_t if exp is None else None)
         obs = scoring.Observed.of(self.intake, self.window, self.cfg.window_s)
         recent = self.recent if now >= self.simulate_from else simulated.Recent.off(REPLAYED)
-        d = diagnose(self.window, self.engine, self.evaluator, self.cfg, now, last_change, obs, recent)
+        d = diagnose(
+            self.window, self.engine, self.evaluator, self.cfg, now, last_change, obs, recent, self.standing
+        )
         plugin = self.plugin_context()
         if plugin:
             d = dc_replace(d, context={**d.context, **plugin})
@@ -359,13 +363,15 @@ class Advisor:
                 "no new advice until it is judged",
             )
         if not self.up and self.stats.last_error:
-            return dc_replace(
+            d = dc_replace(
                 d,
                 status="insufficient-data",
                 reason=f"vLLM cannot be read: {self.stats.last_error}",
                 recommendation=None,
                 gate="vllm-down",
             )
+        rec = d.recommendation
+        self.standing = rec.rule if d.status == "advice" and rec is not None else None
         return d
 
     def plugin_context(self) -> dict[str, Any]:

@@ -88,9 +88,9 @@ def goodput(metrics: Mapping[str, float | None], targets: Mapping[str, float]) -
 WORSE = 0.10  # a latency already past its target may not get worse by more (compare's guard tolerance)
 
 
-def breaks_target(p: pm.Prediction, targets: Mapping[str, float]) -> str | None:
+def breaks_target(p: pm.Prediction, targets: Mapping[str, float], standing: bool = False) -> str | None:
     """Which target the change is predicted to push past (one that holds now), or to push
-    further past by more than 10% (one already broken), or None."""
+    further past by more than 10% (one already broken), or None. ``standing``: see :func:`_breaks`."""
     checks = (
         ("itl_seconds_p95", "itl_p95_seconds", "ITL p95"),
         ("tpot_seconds_p95", "itl_p95_seconds", "TPOT p95"),
@@ -99,24 +99,39 @@ def breaks_target(p: pm.Prediction, targets: Mapping[str, float]) -> str | None:
     return _breaks(
         [(label, p.predicted.get(m), p.measured.get(m), targets.get(t)) for m, t, label in checks],
         p.confidence,
+        standing=standing,
     )
 
 
 def _breaks(
-    checks: Sequence[tuple[str, float | None, float | None, float | None]], confidence: float, what: str = ""
+    checks: Sequence[tuple[str, float | None, float | None, float | None]],
+    confidence: float,
+    what: str = "",
+    standing: bool = False,
 ) -> str | None:
     """The first of (label, after, now, target) that the change pushes past its target (or, broken
-    already, further past by more than ``WORSE``)."""
+    already, further past by more than ``WORSE``). A new change must keep a target it meets
+    within the prediction's error band (:func:`band`); a ``standing`` one (the advice the last
+    decision gave) is withdrawn only where the prediction is past the line by more than that
+    band: the two edges of the band are the hysteresis that keeps a prediction sitting at a
+    target from giving and withdrawing the advice cycle after cycle."""
+    b = band(confidence)
     for label, after, now, t in checks:
         if t is None or after is None:
             continue
         if now is not None and now > t:  # broken already: may not get worse by more than WORSE
-            if after > now * (1 + WORSE):
+            if after > now * (1 + WORSE) * (1 + b if standing else 1):
                 return f"{label} {what}predicted {fmt(after, 's')}, {fmt(now, 's')} now, against its {fmt(t, 's')} target"
-        elif after * (1 + band(confidence)) > t and (now is None or after > now):
+        elif not within(after, t, b, standing) and (now is None or after > now):
             # met now: a change that raises it must keep it met within the prediction's error
             return f"{label} {what}predicted {fmt(after, 's')} against its {fmt(t, 's')} target"
     return None
+
+
+def within(value: float, target: float, b: float, standing: bool = False) -> bool:
+    """A predicted latency meets its target: with the error band ``b`` to spare (a new change),
+    or not past it by more than the band (the standing advice: see :func:`_breaks`)."""
+    return value <= target * (1 + b) if standing else value * (1 + b) <= target
 
 
 def sim_checks(
@@ -131,27 +146,33 @@ def sim_checks(
 
 
 def sim_breaks(
-    now: simulated.Outcome, after: simulated.Outcome, targets: Mapping[str, float], confidence: float
+    now: simulated.Outcome,
+    after: simulated.Outcome,
+    targets: Mapping[str, float],
+    confidence: float,
+    standing: bool = False,
 ) -> str | None:
     """:func:`breaks_target` on the simulated p95s (today's simulated against the change's)."""
-    return _breaks(sim_checks(now, after, targets), confidence, "simulated, ")
+    return _breaks(sim_checks(now, after, targets), confidence, "simulated, ", standing)
 
 
-def targets_met(p: pm.Prediction, targets: Mapping[str, float]) -> int:
-    """How many of the TTFT p95 and ITL p95 targets the predicted state meets."""
+def targets_met(p: pm.Prediction, targets: Mapping[str, float], standing: bool = False) -> int:
+    """How many of the TTFT p95 and ITL p95 targets the predicted state meets (:func:`within`)."""
     met = 0
     for metric, name in (("ttft_seconds_p95", "ttft_p95_seconds"), ("itl_seconds_p95", "itl_p95_seconds")):
         v, t = p.predicted.get(metric), targets.get(name)
-        met += v is not None and t is not None and v * (1 + band(p.confidence)) <= t
+        met += v is not None and t is not None and within(v, t, band(p.confidence), standing)
     return met
 
 
-def sim_targets_met(after: simulated.Outcome, targets: Mapping[str, float], confidence: float) -> int:
+def sim_targets_met(
+    after: simulated.Outcome, targets: Mapping[str, float], confidence: float, standing: bool = False
+) -> int:
     """How many of the TTFT p95 and ITL p95 targets the simulated p95s meet (TPOT for ITL)."""
     met = 0
     for v, name in ((after.ttft_p95, "ttft_p95_seconds"), (after.tpot_p95, "itl_p95_seconds")):
         t = targets.get(name)
-        met += v is not None and t is not None and v * (1 + band(confidence)) <= t
+        met += v is not None and t is not None and within(v, t, band(confidence), standing)
     return met
 
 
@@ -191,6 +212,8 @@ class Judged:
     excluded: str | None
     met: int = 0
     outcome: simulated.Outcome | None = None
+    # the standing advice: the target a new change would be excluded for, within the error band
+    kept_within_band: str | None = None
 
 
 @dataclass(frozen=True)
@@ -257,10 +280,12 @@ def judge(
     values: Mapping[str, float | None],
     targets: Mapping[str, float],
     sim: simulated.Scorer | None = None,
+    standing: bool = False,
 ) -> list[Judged]:
     """Each candidate value predicted (the closed form) and, with ``sim`` (a scorer that can
     decide), simulated on the decision's requests: goodput counted per request, the targets
-    judged on the simulated p95s. Without it, goodput from the closed form's two quantiles."""
+    judged on the simulated p95s. Without it, goodput from the closed form's two quantiles.
+    ``standing``: the knob is the advice the last decision gave (:func:`_breaks`)."""
     out: list[Judged] = []
     for v in values_in:
         p: pm.Prediction | None
@@ -274,7 +299,9 @@ def judge(
         if sim is None:
             assert p is not None
             g = goodput(p.predicted, targets)
-            out.append(Judged(v, p, g, breaks_target(p, targets), targets_met(p, targets)))
+            why = breaks_target(p, targets, standing)
+            near = breaks_target(p, targets) if standing and why is None else None
+            out.append(Judged(v, p, g, why, targets_met(p, targets, standing), kept_within_band=near))
             continue
         try:
             o = sim.at(knob, float(v))
@@ -282,9 +309,10 @@ def judge(
             out.append(Judged(v, p, None, f"cannot be simulated: {e}"))
             continue
         conf = p.confidence if p is not None else SIM_CONFIDENCE
-        why = sim_breaks(sim.now(), o, targets, conf)
-        met = sim_targets_met(o, targets, conf)
-        out.append(Judged(v, p, o.goodput_tokens_per_second, why, met, o))
+        why = sim_breaks(sim.now(), o, targets, conf, standing)
+        near = sim_breaks(sim.now(), o, targets, conf) if standing and why is None else None
+        met = sim_targets_met(o, targets, conf, standing)
+        out.append(Judged(v, p, o.goodput_tokens_per_second, why, met, o, near))
     return out
 
 
@@ -446,11 +474,13 @@ def refine_with(
     proposed: Any,
     limits: knob_steps.Limits,
     scorer: simulated.Scorer | None = None,
+    standing: bool = False,
 ) -> Refined | None:
     """Choose the value of the advised knob by goodput: simulated per request where ``scorer``
     can decide (:meth:`simulated.Scorer.why_not`; one scorer per decision, so every candidate
     of every knob replays the same requests), else the closed form's. None when the model cannot
-    say (the rule's own step stands)."""
+    say (the rule's own step stands). ``standing``: this change is the advice the last decision
+    gave, withdrawn only where a target is predicted broken beyond the error band (:func:`_breaks`)."""
     if knob not in pm.KNOBS or direction not in STEPS or current is None:
         return None
     sim, sim_why = deciding(scorer)
@@ -538,6 +568,12 @@ def refine_with(
             )
     judged = judge(model, knob, cands, values, targets, sim)
     choice = choose(model, knob, cands, values, targets, prefer=proposed, sim=sim, judged=judged)
+    if choice is None and standing:
+        # the standing advice: kept (not withdrawn) where a value is within the error band past
+        # its targets; the value is chosen as for a new advice wherever one passes as new does
+        # (each value is simulated once per decision: judging again costs no simulation)
+        judged = judge(model, knob, cands, values, targets, sim, standing=True)
+        choice = choose(model, knob, cands, values, targets, prefer=proposed, sim=sim, judged=judged)
     if choice is None:
         if not any(j.goodput is not None for j in judged):
             return None  # the model cannot predict this knob here (an input is unknown): the rule's step
@@ -547,6 +583,12 @@ def refine_with(
             withdrawn=f"{by} predicts every value of {knob} breaks a target ({why})",
             decided_by=SIMULATOR if sim is not None else CLOSED_FORM,
             decided_why=sim_why,
+        )
+    near = next((j.kept_within_band for j in judged if j.value == choice.value), None)
+    if near is not None:
+        notes.append(
+            f"the advice stands from the last decision: {near}, within the model's error band, "
+            "so it is not withdrawn (a new advice would need the band to spare)"
         )
     cp = choice.prediction  # None: a knob only the simulator prices
     if cp is not None:
