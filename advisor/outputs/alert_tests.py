@@ -94,6 +94,23 @@ def _seconds(duration: str) -> int:
     return int(parse_duration(duration))
 
 
+SERIES_S = 15  # the input series' step: a scrape every 15 s
+
+
+def _fires(hold: int, every: int, holds_from: int = 0) -> int:
+    """When promtool, evaluating every ``every`` seconds, first shows an alert firing whose
+    condition holds from ``holds_from`` seconds on (a rate: from its second sample) and whose
+    ``for:`` is ``hold`` seconds: pending at the first evaluation that sees the condition,
+    firing at the first evaluation ``hold`` after that. One evaluation earlier it is not."""
+    pending = -(-holds_from // every) * every
+    return pending + -(-hold // every) * every
+
+
+def _samples(fire: int, holds_from: int = 0) -> int:
+    """How many steps of an input series reach past the check at ``fire`` (with room)."""
+    return (fire - holds_from) // SERIES_S + 4
+
+
 def selector_labels(matchers: str) -> dict[str, str]:
     """Labels a series needs to match ``matchers`` (for unit tests): ``=`` values, and a regex's
     first plain alternative. AlertConfigError for a matcher no plain value can satisfy."""
@@ -133,7 +150,7 @@ def _grouped(labels: Mapping[str, str], by: Sequence[str] = GROUP_LABELS) -> dic
 
 
 def _symptom_tests(
-    rules: Sequence[Rule], alerts: Mapping[str, Any], cfg: AlertConfig
+    rules: Sequence[Rule], alerts: Mapping[str, Any], cfg: AlertConfig, every: int
 ) -> list[dict[str, Any]]:
     # the recording rules' series: grouped by (instance, job, model_name)
     vllm = _grouped({**selector_labels(cfg.vllm_selector), "model_name": "tiny-llama"})
@@ -142,8 +159,8 @@ def _symptom_tests(
         a = alerts.get(names.symptom_alert_name(rule.id))
         if a is None:
             continue
-        hold = _seconds(a["for"])
-        n = hold // 15 + 4
+        fire = _fires(_seconds(a["for"]), every)
+        n = _samples(fire)
         series = []
         advisor = _grouped(selector_labels(cfg.advisor_selector))
         if all(from_advisor(c.signal) for c in rule.when):  # the alert stands on the server's series
@@ -170,18 +187,18 @@ def _symptom_tests(
             {
                 "name": f"{a['alert']} fires after {a['for']} while every condition of {rule.id} holds; "
                 f"not on a server where {rule.when[0].signal} does not",
-                "interval": "15s",
+                "interval": f"{SERIES_S}s",
                 "input_series": series,
                 "alert_rule_test": [
-                    {"eval_time": f"{hold - 15}s", "alertname": a["alert"], "exp_alerts": []},
-                    {"eval_time": f"{hold}s", "alertname": a["alert"], "exp_alerts": [exp]},
+                    {"eval_time": f"{fire - every}s", "alertname": a["alert"], "exp_alerts": []},
+                    {"eval_time": f"{fire}s", "alertname": a["alert"], "exp_alerts": [exp]},
                 ],
             }
         )
     return tests
 
 
-def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, Any]]:
+def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig, every: int) -> list[dict[str, Any]]:
     raw = {**selector_labels(cfg.vllm_selector), "model_name": "tiny-llama"}  # vLLM's own series
     vllm = _grouped(raw)
     tests = []
@@ -197,14 +214,14 @@ def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, An
         ("VllmTtftP95High", "ttft_seconds_p95", cfg.ttft_p95_seconds),
         ("VllmItlP95High", "itl_seconds_p95", cfg.itl_p95_seconds),
     ):
-        hold = _seconds(alerts[name]["for"])
-        n = hold // 15 + 4
+        fire = _fires(_seconds(alerts[name]["for"]), every)
+        n = _samples(fire)
         over = {"instance": "gpu-node-1", **vllm}
         under = {"instance": "gpu-node-2", **vllm}
         tests.append(
             {
                 "name": f"{name} fires after {alerts[name]['for']} over the {target:g}s target, not under it",
-                "interval": "15s",
+                "interval": f"{SERIES_S}s",
                 "input_series": [
                     {
                         "series": _series(recording_for(signal), {**over, "signal": signal}),
@@ -216,14 +233,15 @@ def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, An
                     },
                 ],
                 "alert_rule_test": [
-                    {"eval_time": f"{hold - 15}s", "alertname": name, "exp_alerts": []},
-                    {"eval_time": f"{hold}s", "alertname": name, "exp_alerts": [expect(name, over)]},
+                    {"eval_time": f"{fire - every}s", "alertname": name, "exp_alerts": []},
+                    {"eval_time": f"{fire}s", "alertname": name, "exp_alerts": [expect(name, over)]},
                 ],
             }
         )
     name = "VllmRequestErrorRatioHigh"
-    hold = _seconds(alerts[name]["for"])
-    n = hold // 15 + 4
+    # a rate needs two samples: the condition holds from the second one on
+    fire = _fires(_seconds(alerts[name]["for"]), every, holds_from=SERIES_S)
+    n = _samples(fire, SERIES_S)
     bad = {"instance": "gpu-node-1", **raw}
     http_bad = {"instance": "gpu-node-2", **selector_labels(cfg.vllm_selector)}
     ok = {"instance": "gpu-node-3", **raw}
@@ -234,7 +252,7 @@ def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, An
         {
             "name": f"{name} fires after {alerts[name]['for']} of failing requests (finished reason or HTTP 5xx), "
             "not for a server under the ratio",
-            "interval": "15s",
+            "interval": f"{SERIES_S}s",
             "input_series": [
                 {
                     "series": _series(rs, {**bad, "finished_reason": "error"}),
@@ -259,10 +277,9 @@ def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, An
                 },
             ],
             "alert_rule_test": [
-                # a rate needs two samples: the condition holds from the second one (15s) on
-                {"eval_time": f"{hold}s", "alertname": name, "exp_alerts": []},
+                {"eval_time": f"{fire - every}s", "alertname": name, "exp_alerts": []},
                 {
-                    "eval_time": f"{hold + 15}s",
+                    "eval_time": f"{fire}s",
                     "alertname": name,
                     "exp_alerts": [
                         expect(name, _grouped(bad)),
@@ -273,17 +290,20 @@ def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, An
         }
     )
     name = "VllmServerDown"
-    hold = _seconds(alerts[name]["for"])
+    # up is 1, then 0 from the second sample on
+    fire = _fires(_seconds(alerts[name]["for"]), every, holds_from=SERIES_S)
     target_labels = {"instance": "gpu-node-1", **selector_labels(cfg.vllm_selector)}
     tests.append(
         {
             "name": f"{name} fires after {alerts[name]['for']} of failed scrapes of vLLM (up == 0), not before",
-            "interval": "15s",
-            "input_series": [{"series": _series("up", target_labels), "values": f"1 0x{hold // 15 + 4}"}],
+            "interval": f"{SERIES_S}s",
+            "input_series": [
+                {"series": _series("up", target_labels), "values": f"1 0x{_samples(fire, SERIES_S)}"}
+            ],
             "alert_rule_test": [
-                {"eval_time": f"{hold}s", "alertname": name, "exp_alerts": []},
+                {"eval_time": f"{fire - every}s", "alertname": name, "exp_alerts": []},
                 {
-                    "eval_time": f"{hold + 15}s",
+                    "eval_time": f"{fire}s",
                     "alertname": name,
                     "exp_alerts": [expect(name, target_labels)],
                 },
@@ -294,17 +314,24 @@ def _slo_tests(alerts: Mapping[str, Any], cfg: AlertConfig) -> list[dict[str, An
 
 
 def promtool_tests(
-    rules: Sequence[Rule], rule_file: str = "../vllm-advisor.rules.yaml", cfg: AlertConfig | None = None
+    rules: Sequence[Rule],
+    rule_file: str = "../vllm-advisor.rules.yaml",
+    cfg: AlertConfig | None = None,
+    evaluation_interval: str = EVALUATION_INTERVAL,
 ) -> dict[str, Any]:
     """promtool unit tests: for every alert, both sides of ``for:`` and the exact labels and
     annotations; for rule alerts also that another rule's recommendation leaves it quiet; for
-    symptom alerts that a server missing one condition stays quiet."""
+    symptom alerts that a server missing one condition stays quiet. Each alert is checked at
+    the last evaluation before it fires and at the one it fires at, for rules evaluated every
+    ``evaluation_interval`` (the deploy examples' 15 s by default; Prometheus's own default is 1m)."""
     cfg = cfg or AlertConfig()
+    every = _seconds(evaluation_interval)
     groups = rule_groups(rules, cfg)
     alerts = {a["alert"]: a for a in groups["groups"][0]["rules"]}
     target = {"instance": "gpu-node-1", **selector_labels(cfg.advisor_selector)}
     tests: list[dict[str, Any]] = []
-    hold = _seconds(ALERT_FOR)
+    fire = _fires(_seconds(ALERT_FOR), every)
+    steps = max(20, _samples(fire))
     ordered = sorted(rules, key=lambda r: r.id)
     for i, rule in enumerate(ordered):
         labels = {**target, **example_labels(rule)}
@@ -316,18 +343,18 @@ def promtool_tests(
             {
                 "name": f"{rule.alert} fires after {ALERT_FOR} while {rule.id} is the recommendation, "
                 f"naming {labels['knob']} {labels['direction']} in its description",
-                "interval": "15s",
+                "interval": f"{SERIES_S}s",
                 "input_series": [
-                    {"series": _series(RECOMMENDATION_SERIES, labels), "values": "1x20"},
+                    {"series": _series(RECOMMENDATION_SERIES, labels), "values": f"1x{steps}"},
                     {
                         "series": _series(RECOMMENDATION_SERIES, {**other_labels, "instance": "gpu-node-2"}),
-                        "values": "1x20",
+                        "values": f"1x{steps}",
                     },
                 ],
                 "alert_rule_test": [
-                    {"eval_time": f"{hold - 15}s", "alertname": rule.alert, "exp_alerts": []},
+                    {"eval_time": f"{fire - every}s", "alertname": rule.alert, "exp_alerts": []},
                     {
-                        "eval_time": f"{hold}s",
+                        "eval_time": f"{fire}s",
                         "alertname": rule.alert,
                         "exp_alerts": [
                             {
@@ -340,16 +367,19 @@ def promtool_tests(
             }
         )
     down = _seconds(DOWN_FOR)
+    fire_down = _fires(down, every, holds_from=SERIES_S)  # up is 1, then 0 from the second sample on
+    fire_absent = _fires(down, every)  # absent from the start
+    steps = max(20, _samples(fire_down, SERIES_S))
     adv = alerts["VllmAdvisorDown"]["annotations"]
     tests.append(
         {
             "name": f"VllmAdvisorDown fires after {DOWN_FOR} when the advisor target is down, not before",
-            "interval": "15s",
-            "input_series": [{"series": _series("up", target), "values": "1 0x20"}],
+            "interval": f"{SERIES_S}s",
+            "input_series": [{"series": _series("up", target), "values": f"1 0x{steps}"}],
             "alert_rule_test": [
-                {"eval_time": f"{down}s", "alertname": "VllmAdvisorDown", "exp_alerts": []},
+                {"eval_time": f"{fire_down - every}s", "alertname": "VllmAdvisorDown", "exp_alerts": []},
                 {
-                    "eval_time": f"{down + 15}s",
+                    "eval_time": f"{fire_down}s",
                     "alertname": "VllmAdvisorDown",
                     "exp_alerts": [
                         {
@@ -369,14 +399,14 @@ def promtool_tests(
     tests.append(
         {
             "name": f"VllmAdvisorDown fires after {DOWN_FOR} when no advisor is scraped at all",
-            "interval": "15s",
+            "interval": f"{SERIES_S}s",
             "input_series": [
-                {"series": _series("up", {"instance": "gpu-node-1", "job": VLLM_JOB}), "values": "1x20"}
+                {"series": _series("up", {"instance": "gpu-node-1", "job": VLLM_JOB}), "values": f"1x{steps}"}
             ],
             "alert_rule_test": [
-                {"eval_time": f"{down - 15}s", "alertname": "VllmAdvisorDown", "exp_alerts": []},
+                {"eval_time": f"{fire_absent - every}s", "alertname": "VllmAdvisorDown", "exp_alerts": []},
                 {
-                    "eval_time": f"{down}s",
+                    "eval_time": f"{fire_absent}s",
                     "alertname": "VllmAdvisorDown",
                     "exp_alerts": [
                         {
@@ -392,12 +422,16 @@ def promtool_tests(
     tests.append(
         {
             "name": f"VllmAdvisorServerUnreadable fires after {DOWN_FOR} of failed vLLM scrapes, not before",
-            "interval": "15s",
-            "input_series": [{"series": _series(ADVISOR_UP_SERIES, target), "values": "1 0x20"}],
+            "interval": f"{SERIES_S}s",
+            "input_series": [{"series": _series(ADVISOR_UP_SERIES, target), "values": f"1 0x{steps}"}],
             "alert_rule_test": [
-                {"eval_time": f"{down}s", "alertname": "VllmAdvisorServerUnreadable", "exp_alerts": []},
                 {
-                    "eval_time": f"{down + 15}s",
+                    "eval_time": f"{fire_down - every}s",
+                    "alertname": "VllmAdvisorServerUnreadable",
+                    "exp_alerts": [],
+                },
+                {
+                    "eval_time": f"{fire_down}s",
                     "alertname": "VllmAdvisorServerUnreadable",
                     "exp_alerts": [
                         {
@@ -409,24 +443,24 @@ def promtool_tests(
             ],
         }
     )
-    tests += _symptom_tests(rules, alerts, cfg)
-    tests += _slo_tests(alerts, cfg)
+    tests += _symptom_tests(rules, alerts, cfg, every)
+    tests += _slo_tests(alerts, cfg, every)
     vllm_target = {"instance": "gpu-node-1", **selector_labels(cfg.vllm_selector)}
     tests.append(
         {
             "name": "No alert fires while the advisor is up, reads vLLM and recommends nothing",
-            "interval": "15s",
+            "interval": f"{SERIES_S}s",
             "input_series": [
-                {"series": _series("up", target), "values": "1x20"},
-                {"series": _series("up", vllm_target), "values": "1x20"},
-                {"series": _series(ADVISOR_UP_SERIES, target), "values": "1x20"},
+                {"series": _series("up", target), "values": f"1x{steps}"},
+                {"series": _series("up", vllm_target), "values": f"1x{steps}"},
+                {"series": _series(ADVISOR_UP_SERIES, target), "values": f"1x{steps}"},
             ],
             "alert_rule_test": [
                 {"eval_time": "5m", "alertname": name, "exp_alerts": []} for name in sorted(alerts)
             ],
         }
     )
-    return {"rule_files": [rule_file], "evaluation_interval": EVALUATION_INTERVAL, "tests": tests}
+    return {"rule_files": [rule_file], "evaluation_interval": evaluation_interval, "tests": tests}
 
 
 def render_promtool_tests(rules: Sequence[Rule], cfg: AlertConfig | None = None) -> str:

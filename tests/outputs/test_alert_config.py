@@ -96,6 +96,12 @@ def _promtool() -> str:
 
 @pytest.mark.prometheus
 def test_generate_with_a_site_config_passes_its_own_promtool_tests(tmp_path: Path) -> None:
+    """A site's selectors, targets and URLs through `generate --config`: the generated rules
+    carry them, `generate --check` holds with the config and not without it, and the unit
+    tests generated for that config pass promtool, evaluated every minute (Prometheus's own
+    default) rather than the deploy examples' 15 s: the default run (tests/outputs/
+    test_promtool.py) checks every alert's timing at 15 s, this one that the checks follow the
+    evaluation interval, in a quarter of promtool's time."""
     cfg = tmp_path / "site.yaml"
     cfg.write_text(
         yaml.safe_dump(
@@ -117,8 +123,12 @@ def test_generate_with_a_site_config_passes_its_own_promtool_tests(tmp_path: Pat
     assert "https://wiki.corp/vllm/RUNBOOK.md#" in rules_text and "example.com" not in rules_text
     assert 'up{job="inference", namespace=~"prod|staging"} == 0' in rules_text
     assert "instance_model:vllm_ttft_seconds:p95_5m) > 1.5" in rules_text
+    site = alert_config.load_alert_config(str(cfg))
+    every_minute = Path(gen.PROMTOOL_TESTS_FILE).with_name("every-minute.test.yaml")
+    spec = alert_tests.promtool_tests(load_rules(), cfg=site, evaluation_interval="1m")
+    (out / every_minute).write_text(alerts.dump_yaml(spec))
     r = subprocess.run(
-        [_promtool(), "test", "rules", gen.PROMTOOL_TESTS_FILE],
+        [_promtool(), "test", "rules", str(every_minute)],
         cwd=out,
         capture_output=True,
         text=True,
