@@ -193,6 +193,61 @@ def fit_step_time(sums: Sums, rows: int, kv_tokens: float | None) -> StepTime | 
     return None
 
 
+def _k_unsure(fit: StepTime, sums: Sums, x: Mapping[str, float]) -> bool:
+    """The per-KV-token cost is not determined by the intervals: dropped (not positive), or
+    within two standard errors of 0 (ordinary least squares over the intervals: the batch, and
+    with it the KV read, barely varied while the fixed part and the prefill took the rest)."""
+    if fit.k <= 0:
+        return True
+    u = sums["u"]
+    if u <= 3:
+        return True
+    a, k, c = fit.a, fit.k, fit.c
+    sse = (
+        sums["utt"]
+        - 2 * (a * sums["ut"] + k * x["uxt"] + c * sums["upt"])
+        + a * a * u
+        + k * k * x["uxx"]
+        + c * c * sums["upp"]
+        + 2 * (a * k * x["ux"] + a * c * sums["up"] + k * c * x["uxp"])
+    )
+    xtx = [[u, x["ux"], sums["up"]], [x["ux"], x["uxx"], x["uxp"]], [sums["up"], x["uxp"], sums["upp"]]]
+    col = _solve(xtx, [0.0, 1.0, 0.0])
+    if col is None or col[1] <= 0:
+        return True
+    se = math.sqrt(max(sse, 0.0) / (u - 3) * col[1])
+    return k < 2 * se
+
+
+def _kv_at_bandwidth(
+    fit: StepTime,
+    sums: Sums,
+    kv_tokens: float | None,
+    weights_bytes: float | None,
+    kv_token_bytes: float | None,
+) -> StepTime:
+    """On a GPU, a decode step reads the weights and the KV cache at the memory's bandwidth: where
+    the intervals do not determine the per-KV-token cost (:func:`_k_unsure`), the fitted mean
+    decode step (the fixed part plus the KV part at the mean KV read x: what the intervals do
+    determine) is split between the two as their bytes are, ``k = m * kv_token_bytes /
+    (weights_bytes + kv_token_bytes * x)``, and the prefill cost is kept."""
+    if not fit.basis.startswith("least squares") or not kv_tokens or not weights_bytes or not kv_token_bytes:
+        return fit
+    x = _x_sums(sums, kv_tokens)
+    if sums["w"] <= 0 or not _k_unsure(fit, sums, x):
+        return fit
+    mean_x = x["wx"] / sums["w"]
+    m = fit.a + fit.k * mean_x
+    k = m * kv_token_bytes / (weights_bytes + kv_token_bytes * mean_x)
+    a = m - k * mean_x
+    if not (k > 0 and a >= 0):
+        return fit
+    return StepTime(
+        a, k, fit.c, "kv", fit.n, _r2(sums, x, [a, k, fit.c]),
+        f"{fit.basis}; KV read at the weights' bandwidth (the batch did not vary enough to price it)",
+    )  # fmt: skip
+
+
 LOW_R2 = 0.5  # a least-squares fit explaining less of the intervals' step times than this is ill-conditioned
 ITL_SEEN = 0.5  # share of the chunk steps' ITL samples that must lie above a bound for the bound to pass
 
@@ -475,6 +530,10 @@ def build(
             cfg,
             _num(values.get("prompt_tokens_mean")),
         )
+    gpu = str(engine.get("device") or "").lower() not in ("cpu", "")
+    if fit is not None and gpu and cfg.kv_cache_bytes and kv_tokens_e:
+        weights = _gib(engine.get("model_weights_gib"))
+        fit = _kv_at_bandwidth(fit, facts.busy, kv_tokens_e, weights, cfg.kv_cache_bytes / kv_tokens_e)
     if fit is None:
         missing.append("a step-time fit (too few busy intervals)")
     elif fit.k == 0 and fit.c > 0 and str(engine.get("device") or "").lower() == "cpu":

@@ -251,6 +251,34 @@ def test_runs_of_one_configuration_step_alike_and_two_after_runs_did_not(predict
     assert steps("follow-misconf.before", "follow-misconf-r2.before") > 1.4
 
 
+@FITS
+def test_a_kv_cost_the_batch_did_not_determine_is_priced_at_the_weights_bandwidth(predictions: Any) -> None:
+    """On a GPU a decode step reads the weights and the KV cache at one bandwidth. Where the
+    busy intervals do not determine the per-KV-token cost (queue-headroom.before: the cap of 16
+    bound the whole run, the KV read varied by 4% and least squares priced it below zero, so it
+    was dropped; kv-capacity.before: positive but within two standard errors of 0), the fitted
+    mean decode step is split between the weights and the KV read as their bytes are (13.49 GiB
+    of weights, 128 KiB a token): 43-44 ns a token, within a factor 2 of what the H200's 4.8 TB/s
+    reads 128 KiB in (27 ns; the fixed part's other costs make it an upper bound). Each after-run
+    at a larger batch then steps as that fit says (Steps 1.07 and 1.05 before; now within 2%). A
+    run whose batch varied (kv-seqs-bind.before) keeps its least-squares cost."""
+    physics = 131072 / 4.8e12  # seconds to read one KV token's bytes at the H200's bandwidth
+    for base, after in (
+        ("queue-headroom.before", "queue-headroom.after"),
+        ("kv-capacity.before", "kv-capacity.after"),
+    ):
+        m0, _, rows0 = predictions.fitted(base)
+        m1, _, rows1 = predictions.fitted(after)
+        f = m0.fit
+        assert f is not None and "weights' bandwidth" in f.basis and f.feature == "kv", (base, f)
+        assert physics / 2 <= f.k <= 2 * physics, (base, f.k)
+        own = f.speed_of(rows0, m0.config.kv_cache_tokens)
+        other = f.speed_of(rows1, m1.config.kv_cache_tokens)
+        assert own and other and abs(other / own - 1) <= 0.02, (base, own, other)
+    well = predictions.fitted("kv-seqs-bind.before")[0].fit
+    assert well is not None and well.basis == "least squares" and well.feature == "kv"
+
+
 def _observed(run: str) -> tuple[scoring.Observed, EngineInfo]:
     adv, _ = inputs.from_session(RUNS / run, Config(), load_rules(), simulate=False)
     return scoring.Observed.of(adv.intake, adv.window, None), adv.engine
