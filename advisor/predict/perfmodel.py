@@ -202,21 +202,13 @@ def _k_unsure(fit: StepTime, sums: Sums, x: Mapping[str, float]) -> bool:
     u = sums["u"]
     if u <= 3:
         return True
-    a, k, c = fit.a, fit.k, fit.c
-    sse = (
-        sums["utt"]
-        - 2 * (a * sums["ut"] + k * x["uxt"] + c * sums["upt"])
-        + a * a * u
-        + k * k * x["uxx"]
-        + c * c * sums["upp"]
-        + 2 * (a * k * x["ux"] + a * c * sums["up"] + k * c * x["uxp"])
-    )
+    sse = _sse(sums, x, (fit.a, fit.k, fit.c))
     xtx = [[u, x["ux"], sums["up"]], [x["ux"], x["uxx"], x["uxp"]], [sums["up"], x["uxp"], sums["upp"]]]
     col = _solve(xtx, [0.0, 1.0, 0.0])
     if col is None or col[1] <= 0:
         return True
     se = math.sqrt(max(sse, 0.0) / (u - 3) * col[1])
-    return k < 2 * se
+    return fit.k < 2 * se
 
 
 def _kv_at_bandwidth(
@@ -317,11 +309,18 @@ def _r2(s: Sums, x: Mapping[str, float], coef: Sequence[float]) -> float | None:
     u = s["u"]
     if u <= 0:
         return None
-    a, k, c = coef
     tot = s["utt"] - s["ut"] ** 2 / u
     if tot <= 0:
         return None
-    res = (
+    return 1.0 - max(_sse(s, x, coef), 0.0) / tot
+
+
+def _sse(s: Sums, x: Mapping[str, float], coef: Sequence[float]) -> float:
+    """The sum of squared residuals of ``T = a + k x + c p`` over the intervals (unweighted),
+    from their sums."""
+    a, k, c = coef
+    u = s["u"]
+    return (
         s["utt"]
         - 2 * (a * s["ut"] + k * x["uxt"] + c * s["upt"])
         + a * a * u
@@ -329,7 +328,6 @@ def _r2(s: Sums, x: Mapping[str, float], coef: Sequence[float]) -> float | None:
         + c * c * s["upp"]
         + 2 * (a * k * x["ux"] + a * c * s["up"] + k * c * x["uxp"])
     )
-    return 1.0 - max(res, 0.0) / tot
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
