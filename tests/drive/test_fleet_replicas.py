@@ -228,9 +228,16 @@ def _record(ticks: list[dict[str, Any]], tick: dict[str, Any]) -> None:
 
 
 def _shown(ticks: list[dict[str, Any]]) -> str:
-    """Every tick, one line each (a failed check prints them whole: a list was cut by pytest)."""
-    rows = [(round(x["t"]), x["clients"], x["up"], x["desired"], x["needed"], x["basis"]) for x in ticks]
-    return "(t, clients, up, desired, needed, basis)\n" + "\n".join(map(str, rows))
+    """Every tick, one line each (a failed check prints them whole: a list was cut by pytest),
+    with the sizing's reason wherever the count needed changed (why the model asked for it)."""
+    lines, last = [], None
+    for x in ticks:
+        row = str((round(x["t"]), x["clients"], x["up"], x["desired"], x["needed"], x["basis"]))
+        if x["needed"] is not None and x["needed"] != last and x["sizing"] is not None:
+            row += f"  <- {x['sizing'].reason}"
+            last = x["needed"]
+        lines.append(row)
+    return "(t, clients, up, desired, needed, basis)\n" + "\n".join(lines)
 
 
 def _check(ticks: list[dict[str, Any]], failed: list[float]) -> None:
