@@ -75,12 +75,12 @@ def run(path: Path, hysteresis: bool) -> Run:
 
 
 def sessions(pattern: str) -> list[Path]:
-    found: list[Path] = []
-    for d in DIRS:
-        for p in sorted(d.glob(pattern)):
-            if (p / "meta.json").exists() and not (d.name == "runs" and not p.name.endswith(".before")):
-                found.append(p)
-    return found
+    fixtures, runs = DIRS
+    found = [
+        *sorted(fixtures.glob(pattern)),
+        *(p for p in sorted(runs.glob(pattern)) if p.name.endswith(".before")),
+    ]
+    return [p for p in found if (p / "meta.json").exists()]
 
 
 def main(argv: list[str] | None = None) -> int:

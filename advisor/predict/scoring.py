@@ -212,8 +212,6 @@ class Judged:
     excluded: str | None
     met: int = 0
     outcome: simulated.Outcome | None = None
-    # the standing advice: the target a new change would be excluded for, within the error band
-    kept_within_band: str | None = None
 
 
 @dataclass(frozen=True)
@@ -299,9 +297,9 @@ def judge(
         if sim is None:
             assert p is not None
             g = goodput(p.predicted, targets)
-            why = breaks_target(p, targets, standing)
-            near = breaks_target(p, targets) if standing and why is None else None
-            out.append(Judged(v, p, g, why, targets_met(p, targets, standing), kept_within_band=near))
+            out.append(
+                Judged(v, p, g, breaks_target(p, targets, standing), targets_met(p, targets, standing))
+            )
             continue
         try:
             o = sim.at(knob, float(v))
@@ -310,9 +308,8 @@ def judge(
             continue
         conf = p.confidence if p is not None else SIM_CONFIDENCE
         why = sim_breaks(sim.now(), o, targets, conf, standing)
-        near = sim_breaks(sim.now(), o, targets, conf) if standing and why is None else None
         met = sim_targets_met(o, targets, conf, standing)
-        out.append(Judged(v, p, o.goodput_tokens_per_second, why, met, o, near))
+        out.append(Judged(v, p, o.goodput_tokens_per_second, why, met, o))
     return out
 
 
@@ -568,12 +565,15 @@ def refine_with(
             )
     judged = judge(model, knob, cands, values, targets, sim)
     choice = choose(model, knob, cands, values, targets, prefer=proposed, sim=sim, judged=judged)
+    kept: str | None = None  # why a new advice of the value chosen would have been excluded
     if choice is None and standing:
         # the standing advice: kept (not withdrawn) where a value is within the error band past
         # its targets; the value is chosen as for a new advice wherever one passes as new does
         # (each value is simulated once per decision: judging again costs no simulation)
+        fresh = {j.value: j.excluded for j in judged}
         judged = judge(model, knob, cands, values, targets, sim, standing=True)
         choice = choose(model, knob, cands, values, targets, prefer=proposed, sim=sim, judged=judged)
+        kept = fresh.get(choice.value) if choice is not None else None
     if choice is None:
         if not any(j.goodput is not None for j in judged):
             return None  # the model cannot predict this knob here (an input is unknown): the rule's step
@@ -584,10 +584,9 @@ def refine_with(
             decided_by=SIMULATOR if sim is not None else CLOSED_FORM,
             decided_why=sim_why,
         )
-    near = next((j.kept_within_band for j in judged if j.value == choice.value), None)
-    if near is not None:
+    if kept is not None:
         notes.append(
-            f"the advice stands from the last decision: {near}, within the model's error band, "
+            f"the advice stands from the last decision: {kept}, within the model's error band, "
             "so it is not withdrawn (a new advice would need the band to spare)"
         )
     cp = choice.prediction  # None: a knob only the simulator prices

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +24,16 @@ from advisor.outputs import prediction as prediction_out
 from advisor.predict import perfmodel as pm
 from advisor.predict import scoring, simulated
 from advisor.verify.ledger import ExperimentRecord, Ledger
-from tests.paths import REPO
+from tests.paths import REPO, validation_module
 
 RUNS = REPO / "validation" / "runs"
 R2_AFTER = str(RUNS / "kv-seqs-bind-r2.after")
 
 
 def _load(name: str) -> Any:
-    """A module of validation/ by its own name, as its scripts import each other (``import
-    predictions``): one copy per process, so the fitted models they cache are shared."""
-    if str(REPO / "validation") not in sys.path:
-        sys.path.insert(0, str(REPO / "validation"))
-    return importlib.import_module(name)
+    """A module of validation/ (``tests.paths.validation_module``): the fitted models its
+    scripts cache are shared within the process."""
+    return validation_module(name)
 
 
 # the tests that fit every committed pair's base run share one worker, and with it the fits

