@@ -116,8 +116,8 @@ def test_explain_text_puts_the_change_first() -> None:
     # the Predicted table in markdown as in text (issue 33: markdown dropped it), its rows the same
     for out in (res.output, md.output):
         assert "Predicted (same load" in out and "measured (steady load)" in out
-    assert "| preemptions/s | 3.49/s | 4.25/s | +22% |" in md.output
-    assert re.search(r"preemptions/s\s+3\.49/s\s+4\.25/s\s+\+22%", res.output)
+    assert "| preemptions/s | 3.49/s | 4.27/s | +22% |" in md.output
+    assert re.search(r"preemptions/s\s+3\.49/s\s+4\.27/s\s+\+22%", res.output)
 
 
 def test_explain_exit_code_for_scripts() -> None:

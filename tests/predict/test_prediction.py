@@ -206,7 +206,8 @@ def test_the_recorded_ill_conditioned_run_prices_prefill_as_its_well_conditioned
     assert "ITL histogram" in model.fit.basis
     assert 10e-6 < model.fit.c < 25e-6, model.fit
     twin, _ = predict_cmd.from_source(Config(), load_rules(), session_dir=str(RUNS / "kv-seqs-bind.before"))
-    assert twin.fit is not None and twin.fit.basis == "least squares"  # R^2 0.98: left as fitted
+    # R^2 0.98: its prefill cost left as fitted (its KV read priced by the bytes, as on every GPU)
+    assert twin.fit is not None and twin.fit.basis.startswith("least squares") and "ITL" not in twin.fit.basis
 
 
 @FITS
@@ -248,31 +249,35 @@ def test_runs_of_one_configuration_step_alike_and_two_after_runs_did_not(predict
 
 
 @FITS
-def test_a_kv_cost_the_batch_did_not_determine_is_priced_at_the_weights_bandwidth(predictions: Any) -> None:
-    """On a GPU a decode step reads the weights and the KV cache at one bandwidth. Where the
-    busy intervals do not determine the per-KV-token cost (queue-headroom.before: the cap of 16
-    bound the whole run, the KV read varied by 4% and least squares priced it below zero, so it
-    was dropped; kv-capacity.before: positive but within two standard errors of 0), the fitted
-    mean decode step is split between the weights and the KV read as their bytes are (13.49 GiB
-    of weights, 128 KiB a token): 43-44 ns a token, within a factor 2 of what the H200's 4.8 TB/s
-    reads 128 KiB in (27 ns; the fixed part's other costs make it an upper bound). Each after-run
-    at a larger batch then steps as that fit says (Steps 1.07 and 1.05 before; now within 2%). A
-    run whose batch varied (kv-seqs-bind.before) keeps its least-squares cost."""
+def test_the_kv_read_on_a_gpu_is_priced_at_the_weights_bandwidth(predictions: Any) -> None:
+    """On a GPU a decode step reads the weights and the KV cache at one bandwidth: the fitted mean
+    decode step is split between the weights and the KV read as their bytes are (13.49 GiB of
+    weights, 128 KiB a token), 39-44 ns a token on every H200 base run, within a factor 2 of what
+    the H200's 4.8 TB/s reads 128 KiB in (27 ns; the fixed part's other costs make it an upper
+    bound). Least squares over the runs' intervals, whose batch the cap or the cache pinned, gave
+    anything from below zero (queue-headroom.before, dropped) to 24-31 ns (kv-seqs-bind.before,
+    kv-seqs-bind-r2.after) and 131 ns (follow-misconf.before) for the same model on the same
+    device. Priced by the bytes, each after-run at another batch steps as its base run's fit says
+    within 5% (Steps 1.07, 1.05, 1.05 and 0.92 with the least-squares slopes; kv-seqs-bind.after,
+    whose server slowed at a smaller batch, is the known exception: docs/prediction.md)."""
     physics = 131072 / 4.8e12  # seconds to read one KV token's bytes at the H200's bandwidth
+    ks = []
     for base, after in (
         ("queue-headroom.before", "queue-headroom.after"),
         ("kv-capacity.before", "kv-capacity.after"),
+        ("kv-seqs-bind-r2.after", "kv-seqs-bind-r2.kv-cache-memory-bytes-12884901888_max-num-seqs-72"),
+        ("follow-misconf.before", "follow-misconf.after"),
     ):
         m0, _, rows0 = predictions.fitted(base)
         m1, _, rows1 = predictions.fitted(after)
         f = m0.fit
         assert f is not None and "weights' bandwidth" in f.basis and f.feature == "kv", (base, f)
         assert physics / 2 <= f.k <= 2 * physics, (base, f.k)
+        ks.append(f.k)
         own = f.speed_of(rows0, m0.config.kv_cache_tokens)
         other = f.speed_of(rows1, m1.config.kv_cache_tokens)
-        assert own and other and abs(other / own - 1) <= 0.02, (base, own, other)
-    well = predictions.fitted("kv-seqs-bind.before")[0].fit
-    assert well is not None and well.basis == "least squares" and well.feature == "kv"
+        assert own and other and abs(other / own - 1) <= 0.05, (base, own, other)
+    assert max(ks) / min(ks) < 1.15, ks  # one model on one device: one price
 
 
 def _observed(run: str) -> tuple[scoring.Observed, EngineInfo]:

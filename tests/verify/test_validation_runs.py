@@ -108,10 +108,11 @@ def compare(
         # round 2 of kv-seqs-bind, the advice followed step by step: more KV (preemptions 76 -> 0),
         # then the cap, which binds with the cache 71% full (+15% throughput), then more KV again
         (f"{R2}.before", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
-        # the cap by the simulator: up to what the 12 GiB cache holds (~77); 63 and 72 measured
-        # +6% and +15% throughput (72 preempting). 96 (not run) until the simulated TTFT carried
-        # the front end's share (2026-12-05): simulated goodput 1,142 tok/s at 77, 1,116 at 96
-        (f"{R2}.after", "queue-seqs-cap-binds", "max_num_seqs", 48, 77),
+        # the cap by the simulator: 63 and 72 measured +6% and +15% throughput (72 preempting,
+        # the best goodput measured: 713 tok/s against 574). 96 (not run) until the simulated
+        # TTFT carried the front end's share (2026-12-05), then 77 (what the 12 GiB cache holds)
+        # until the KV read was priced by its bytes on every GPU run (2026-12-06)
+        (f"{R2}.after", "queue-seqs-cap-binds", "max_num_seqs", 48, 72),
         (KV12_72, "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 12 * GiB, 18 * GiB),
         # the same configuration as kv-seqs-bind.before on another lease: the same advice
         ("kv-seqs-bind-aa.1", "kv-preemption-seqs-bind", "kv_cache_memory_bytes", 8 * GiB, 12 * GiB),
