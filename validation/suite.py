@@ -274,6 +274,22 @@ SCENARIOS_H200 += [
     ),
 ]
 
+# follow-misconf on an NVIDIA H100 (80 GB, 3.35 TB/s), a device no committed run was on: the
+# advisor of 2026-12-06 (the KV read priced by its bytes) judged on a server it has never seen.
+# Its live advice followed, beside the H200's live advice (cap 26) and vLLM's usual knobs.
+SCENARIOS_H200 += [
+    Scenario(
+        "follow-misconf-h100",
+        "follow-misconf on an H100 (cap 12, a 1024-token budget, 4 GiB of KV, 4.5 req/s of Poisson "
+        "arrivals): the advice followed up to two restarts, beside cap 26 and vLLM's usual knobs.",
+        {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
+        Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 26}, {"max-num-seqs": 256, "max-num-batched-tokens": 8192}),
+        follow=2,
+    ),
+]
+
 # The plumbing test on a CPU box: the tiny model, a KV cache of 24 MiB (8 requests of 384 tokens).
 SCENARIOS_CPU = [
     Scenario(
