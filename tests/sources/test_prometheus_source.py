@@ -203,9 +203,9 @@ def _last_scraped(prom_url: str, instance: str, end: float, window_s: float) -> 
     make test run of 2026-12-06). The two paths then compare the same window ending at most
     ``LAST_SCRAPE_SLACK_S`` apart."""
     series = query(prom_url, f'up{{instance="{instance}"}}[{window_s + 30:g}s]')
-    good = [float(ts) for s in series for ts, v in s["values"] if float(v) == 1 and float(ts) <= end + 0.5]
+    good = [float(ts) for s in series for ts, v in s["values"] if float(v) == 1 and float(ts) <= end]
     assert good and max(good) >= end - LAST_SCRAPE_SLACK_S, (instance, end, series)
-    return min(max(good), end)
+    return max(good)
 
 
 @pytest.mark.prometheus
