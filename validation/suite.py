@@ -196,6 +196,10 @@ SCENARIOS_H200 = [
     ),
 ]
 
+# The misconfigured start of follow mode and its load (every follow-misconf round runs them)
+MISCONF = {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB}
+MISCONF_LOAD = Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110)
+
 # Follow mode (issue 30): a misconfigured start, the advice followed step after step (the
 # daemon's advice at the end of each run is the next run's change), against vLLM's usual
 # scheduling knobs with the same KV size, under one open load. Convergence: how close to the
@@ -206,8 +210,8 @@ SCENARIOS_H200 += [
         "A misconfigured start: cap 12 and a 1024-token budget with 4 GiB of KV (~21 chat "
         "requests) under 4.5 req/s of Poisson arrivals (the cap serves ~3.6); the advice is "
         "followed up to three restarts.",
-        {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
-        Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110),
+        MISCONF,
+        MISCONF_LOAD,
         "queue-seqs-cap-binds",
         alternatives=({"max-num-seqs": 256, "max-num-batched-tokens": 8192},),
         follow=3,
@@ -267,8 +271,8 @@ SCENARIOS_H200 += [
         "follow-misconf-r2",
         "follow-misconf again (cap 12, a 1024-token budget, 4 GiB of KV, 4.5 req/s of Poisson "
         "arrivals) with the advice of the simulator-scored advisor followed up to three restarts.",
-        {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
-        Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110),
+        MISCONF,
+        MISCONF_LOAD,
         "queue-seqs-cap-binds",
         follow=3,
     ),
@@ -282,8 +286,8 @@ SCENARIOS_H200 += [
         "follow-misconf-r3",
         "follow-misconf again (cap 12, a 1024-token budget, 4 GiB of KV, 4.5 req/s of Poisson "
         "arrivals): the advice followed up to two restarts, beside cap 26 and vLLM's usual knobs.",
-        {"max-num-seqs": 12, "max-num-batched-tokens": 1024, "kv-cache-memory-bytes": 4 * GiB},
-        Load(**CHAT, num_prompts=360, concurrency=None, rate=4.5, est_s=110),
+        MISCONF,
+        MISCONF_LOAD,
         "queue-seqs-cap-binds",
         alternatives=({"max-num-seqs": 26}, {"max-num-seqs": 256, "max-num-batched-tokens": 8192}),
         follow=2,
