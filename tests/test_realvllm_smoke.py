@@ -29,7 +29,7 @@ FAMILIES = (
 )
 
 
-PROMPTS = 16
+PROMPTS = 48
 
 
 def _wait_running(server: realvllm.VllmServer, load: realvllm.LoadHandle, timeout_s: float) -> None:
@@ -55,10 +55,12 @@ def test_real_server_metrics_load_and_recorded_session(
         assert realvllm.metric_value(before, fam) is not None, f"{fam} missing from /metrics"
     assert 'model_name="tiny-llama"' in before
 
-    # a small load that runs long enough to be seen running: 16 x 256 tokens at concurrency 4.
-    # (8 x 256 ran in ~2 s on an idle 2-core machine, between two polls of the wait below:
-    # "finished before any request was seen running"; at concurrency 8 the busy server answered
-    # /metrics so slowly that the 10 s recording took 2 pages; it may outlast the load)
+    # a small load that runs long enough to be seen running, and on into the recording: 48 x 256
+    # tokens at concurrency 4. (8 x 256 ran in ~2 s on an idle 2-core machine, between two polls
+    # of the wait below: "finished before any request was seen running"; 16 x 256 ended before the
+    # recording's first page on the quietest make test run of 2026-12-06, every page showing none
+    # running; at concurrency 8 the busy server answered /metrics so slowly that the 10 s
+    # recording took 2 pages; the recording may outlast the load)
     load = realvllm.start_load(
         server.url,
         input_len=64,
