@@ -344,17 +344,26 @@ def test_identical_configurations_are_within_noise(knob: str, direction: str) ->
         assert {compare(a, b, knob, direction, bare).verdict for a, b in pairs} != {"inconclusive"}
 
 
-def _step_ms_at(run: str, running: int) -> dict[bool, list[float]]:
-    """From the run's own log (the advisor's parser): the mean step time, ms, of each 2 s stats
-    interval with ``running`` requests (that many over the generation tokens per second), keyed by
-    whether 10 or more waited then."""
+def _stats_lines(run: str) -> list[tuple[int, int, float]]:
+    """From the run's own log (the advisor's parser): each stats line's running and waiting
+    requests and its mean step time, ms (the running requests over the generation tokens per
+    second), where it ran any."""
     with gzip.open(RUNS / run / "vllm.log.gz", "rt") as f:
-        events = list(logs.parse_lines(f))
+        fields = [e.fields for e in logs.parse_lines(f) if e.kind == "engine_stats"]
+    return [
+        (got["running"], got.get("waiting", 0), 1000.0 * got["running"] / got["generation_throughput"])
+        for got in fields
+        if got.get("running") and got.get("generation_throughput")
+    ]
+
+
+def _step_ms_at(run: str, running: int) -> dict[bool, list[float]]:
+    """The mean step time, ms, of each stats interval with ``running`` requests, keyed by whether
+    10 or more waited then."""
     out: dict[bool, list[float]] = {True: [], False: []}
-    for e in events:
-        got = e.fields
-        if e.kind == "engine_stats" and got.get("running") == running and got.get("generation_throughput"):
-            out[got.get("waiting", 0) >= 10].append(1000.0 * running / got["generation_throughput"])
+    for n, waiting, ms in _stats_lines(run):
+        if n == running:
+            out[waiting >= 10].append(ms)
     return out
 
 
@@ -377,20 +386,14 @@ def test_a_standing_queue_does_not_slow_the_steps_of_the_follow_runs() -> None:
 
 
 def _step_ms_by_queue(run: str, cap: int) -> dict[bool, float]:
-    """From the run's own log: the median step time, ms (running over the generation tokens per
-    second of each 10 s stats line), of the lines at the cap with requests waiting (True) and of
+    """The median step time, ms, of the stats lines at the cap with requests waiting (True) and of
     those with none waiting and at least two thirds of the cap running (False)."""
-    with gzip.open(RUNS / run / "vllm.log.gz", "rt") as f:
-        events = [e.fields for e in logs.parse_lines(f) if e.kind == "engine_stats"]
     out: dict[bool, list[float]] = {True: [], False: []}
-    for got in events:
-        running, waiting, gen = got.get("running"), got.get("waiting", 0), got.get("generation_throughput")
-        if not running or not gen:
-            continue
+    for running, waiting, ms in _stats_lines(run):
         if running >= cap - 1 and waiting > 0:
-            out[True].append(1000.0 * running / gen)
+            out[True].append(ms)
         elif waiting == 0 and running >= 2 * cap / 3:
-            out[False].append(1000.0 * running / gen)
+            out[False].append(ms)
     assert out[True] and out[False], (run, out)
     return {q: statistics.median(v) for q, v in out.items()}
 
