@@ -114,7 +114,7 @@ class Scenario:
     model: str = "dense8b"  # dense8b: the 8B-shaped Llama; moe30b: the Qwen3-30B-A3B-shaped MoE
     # other changes measured under the same load from the start (flag -> value each): the
     # advised change is then judged against them by measured goodput
-    alternatives: tuple[dict[str, int], ...] = ()
+    alternatives: tuple[dict[str, Any], ...] = ()
     # follow mode: how many advised changes to apply one after another (1: the "after" run; n:
     # each next run takes the advice the daemon gave at the end of the last, up to n restarts)
     follow: int = 1
@@ -215,6 +215,33 @@ SCENARIOS_H200 += [
         "queue-seqs-cap-binds",
         alternatives=({"max-num-seqs": 256, "max-num-batched-tokens": 8192},),
         follow=3,
+    ),
+    # Why follow-misconf-r2/r3's queued runs stepped 1.5-2x slower than their runs without a
+    # queue (docs/validation.md, item 6): the same queued server (r3.after's cap 18) with the
+    # advisor's daemon beside it as always, without it (``_daemon``: the recorder alone), and
+    # with vLLM's asynchronous scheduling off. No advised after-run (follow=0).
+    Scenario(
+        "queue-steps",
+        "follow-misconf's configuration at cap 18 (r3.after: queued throughout, steps ~2x slower "
+        "than without a queue) under its load, with and without the advisor's daemon beside it "
+        "and with asynchronous scheduling off.",
+        {**MISCONF, "max-num-seqs": 18},
+        MISCONF_LOAD,
+        "queue-seqs-cap-binds",
+        alternatives=({"_daemon": False}, {"no-async-scheduling": True}),
+        follow=0,
+    ),
+    # What asynchronous scheduling does to TTFT without a queue: open-kv-knee.after's server
+    # and load with it on (vLLM 0.25's default) and off. No advised after-run (follow=0).
+    Scenario(
+        "async-ttft",
+        "open-kv-knee.after's server (cap 256, 9 GiB of KV) under 8 req/s of Poisson arrivals, "
+        "with vLLM's asynchronous scheduling on (its default) and off.",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 9 * GiB},
+        Load(**CHAT, num_prompts=720, concurrency=None, rate=8.0, est_s=110),
+        None,
+        alternatives=({"no-async-scheduling": True},),
+        follow=0,
     ),
     # Issue 31: eager mode on a GPU under load, and its advised after-run (CUDA graphs on).
     Scenario(
@@ -476,6 +503,8 @@ def serve_argv(run: Run) -> list[str]:
     model = model_dir(scenario(run.scenario).model)
     argv = [*vllm_cmd(), "serve", str(model), *base_serve_args(model, run.port)]
     for flag, value in run.serve.items():
+        if flag.startswith("_"):
+            continue  # the rig's own settings (``_daemon``), not vLLM's
         if value is True:
             argv.append(f"--{flag}")
         elif value is not False:  # "{model}": this scenario's model dir (a draft model's path)
@@ -669,10 +698,11 @@ def bench(run: Run, runs: list[Run]) -> None:
     adv = advisor_cmd()
     notes = json.dumps({"scenario": s.name, "phase": run.phase, "purpose": s.purpose,
                         "load": asdict(s.load), "serve": run.serve})  # fmt: skip
+    daemon = run.serve.get("_daemon", True) is not False
     with open(d / "record.log", "wb") as rec_log, open(d / "advisor.log", "wb") as dae_log:
-        rec, dae = _start_advisor(adv, url, listen, d, notes, rec_log, dae_log)
+        rec, dae = _start_advisor(adv, url, listen, d, notes, rec_log, dae_log, daemon)
     diag_url = f"http://{listen}/api/v1/diagnosis"
-    for _ in range(30):
+    for _ in range(30 if daemon else 0):
         if http_get(f"http://{listen}/healthz") is not None:
             break
         time.sleep(1)
@@ -681,7 +711,7 @@ def bench(run: Run, runs: list[Run]) -> None:
 
     def poll() -> None:
         with open(d / "diagnosis.jsonl", "a") as f:
-            while not stop_poll.wait(5.0):
+            while daemon and not stop_poll.wait(5.0):
                 body = http_get(diag_url)
                 f.write(json.dumps({"t": time.time(), "diagnosis": _loads(body)}) + "\n")
                 f.flush()
@@ -708,14 +738,20 @@ def bench(run: Run, runs: list[Run]) -> None:
     except subprocess.TimeoutExpired:
         rc = 124
     bench_s = time.monotonic() - t
-    final = _loads(http_get(diag_url, timeout=10))
+    final = _loads(http_get(diag_url, timeout=10)) if daemon else None
     (d / "advice.json").write_text(json.dumps(final, indent=1))
     time.sleep(4)  # idle scrapes after the load
     stop_poll.set()
     poller.join(timeout=10)
+    cpu = {"bench_s": round(bench_s, 1), "recorder_cpu_s": cpu_seconds(rec.pid)}
+    cpu["daemon_cpu_s"] = cpu_seconds(dae.pid) if dae is not None else None
+    cpu["server_cpu_s"] = cpu_seconds(run.pid, tree=True) if run.pid else None
+    (d / "cpu.json").write_text(json.dumps(cpu))
+    log(f"CPU seconds beside {run.id}: {json.dumps(cpu)}")
     rec.send_signal(signal.SIGINT)
-    dae.send_signal(signal.SIGTERM)
-    for p in (rec, dae):
+    if dae is not None:
+        dae.send_signal(signal.SIGTERM)
+    for p in (rec, dae) if dae is not None else (rec,):
         try:
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -739,15 +775,45 @@ def bench(run: Run, runs: list[Run]) -> None:
     pack(run)
 
 
+def cpu_seconds(pid: int, tree: bool = False) -> float | None:
+    """User + system CPU seconds a live process has used, its reaped children's included (with
+    ``tree``: and its descendants alive now, e.g. vLLM's engine core under its API server);
+    None when it cannot be read."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
+    for d in Path("/proc").iterdir() if tree else (Path(f"/proc/{pid}"),):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            stats[int(d.name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
+    if pid not in stats:
+        return None
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += stats[p][1]
+        todo += [c for c, (parent, _) in stats.items() if parent == p]
+    return round(total, 2)
+
+
 def _start_advisor(
-    adv: list[str], url: str, listen: str, d: Path, notes: str, rec_log: IO[bytes], dae_log: IO[bytes]
-) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]:
-    """`vllm-advisor record` (the session) and `vllm-advisor run` (the daemon) beside one server."""
+    adv: list[str],
+    url: str,
+    listen: str,
+    d: Path,
+    notes: str,
+    rec_log: IO[bytes],
+    dae_log: IO[bytes],
+    daemon: bool = True,
+) -> tuple[subprocess.Popen[bytes], subprocess.Popen[bytes] | None]:
+    """`vllm-advisor record` (the session) and `vllm-advisor run` (the daemon, unless not
+    ``daemon``) beside one server."""
     rec = subprocess.Popen(
         [*adv, "record", "--url", url, "--log-file", str(d / "server.log"), "--log-from-start",
          "--interval", "2s", "--duration", "30m", "--out", str(d / "session"), "--notes", notes],
         stdout=rec_log, stderr=subprocess.STDOUT, env=advisor_env(),
     )  # fmt: skip
+    if not daemon:
+        return rec, None
     dae = subprocess.Popen(
         [*adv, "run", "--vllm-url", url, "--log-file", str(d / "server.log"), "--listen", listen,
          "--interval", "2s", "--state-dir", str(d / "advisor-state")],
