@@ -8,7 +8,8 @@ becomes ``validation/runs/<run>/``: a replayable session (``metrics/*.prom.gz``,
 ``engine.json``, ``meta.json``) plus ``bench.json.gz`` (vllm bench serve's result without the
 generated texts), ``itls_ms.json.gz`` (per-request inter-token latencies, ms), the daemon's
 diagnosis timeline ``diagnosis.jsonl.gz``, its diagnosis when the load ended (``advice.json``) and
-the exact ``serve_argv.json``. ``validation/results.json`` keeps every run's state from the suite.
+the exact ``serve_argv.json`` (and ``cpu.json``, the CPU seconds of the recorder, the daemon and the
+server's processes over the bench, where the suite wrote it). ``validation/results.json`` keeps every run's state from the suite.
 Then run ``validation/report.py`` to refresh docs/validation.md.
 
 A run already imported under the same id is replaced. ``--as kv-seqs-bind=kv-seqs-bind-r2``
@@ -65,7 +66,7 @@ def import_run(src: Path, dest: Path) -> None:
     timeline = src / "diagnosis.jsonl"
     if timeline.exists():
         _gz_write(dest / "diagnosis.jsonl.gz", _compact_timeline(timeline))
-    for name in ("advice.json", "serve_argv.json"):
+    for name in ("advice.json", "serve_argv.json", "cpu.json"):
         if (src / name).exists():
             shutil.copy(src / name, dest / name)
 

@@ -62,6 +62,8 @@ SCENARIO_ORDER = [
     "follow-misconf",  # follow mode: the advice applied step after step (issue 30)
     "follow-misconf-r2",  # the same, with the simulator-scored advisor (2026-12-04)
     "follow-misconf-r3",  # the same again, with the advisor of 2026-12-06
+    "queue-steps",  # an H100: follow-misconf's queued cap 18 with and without the daemon, async off, cap 27
+    "async-ttft",  # an H100: open-kv-knee.after's server and load with async scheduling on and off
     "eager-graphs",  # --enforce-eager on a GPU (issue 31)
     "spec-draft-low", "capture-trunc",  # what only a GPU shows (issue 31)
 ]  # fmt: skip

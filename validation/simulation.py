@@ -3,13 +3,17 @@
 second table of docs/prediction.md.
 
 usage: .venv/bin/python validation/simulation.py [--check] [--table] [--seeds K] [--requests N]
+       .venv/bin/python validation/simulation.py --own [RUN ...]
 
 Writes the block between the ``<!-- simulator:begin -->`` and ``<!-- simulator:end -->`` markers
 of docs/prediction.md; ``--check`` exits 1 when that block is not what the committed runs give (a
 test runs it); ``--table`` prints the long table instead (every metric of every pair, the loads
 inferred and run, the preemptions); ``--seeds K`` prints the simulator's error on each pair over
 K draws of the requests (how much of a miss is the one draw the measurement is); ``--requests
-N``: at most N simulated requests per candidate (the docs' block is written without a bound).
+N``: at most N simulated requests per candidate (the docs' block is written without a bound);
+``--own`` prints each run simulated on its own fit and its own benchmark's requests (how well
+the simulator reproduces the TTFT it was fitted beside, with and without asynchronous
+scheduling).
 
 For every committed run that changes one knob of another (validation/runs/, the pairs of
 validation/predictions.py), both models are fitted to the base run's recorded session only
@@ -37,8 +41,9 @@ TTFT p50 and p95 within 30% on >= 80%, goodput within 20% on >= 80%.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +58,7 @@ from advisor.core.config import DEFAULT_TARGETS  # noqa: E402
 from advisor.predict import perfmodel as pm  # noqa: E402
 from advisor.predict import scoring, simulated  # noqa: E402
 from advisor.predict import workload as wl  # noqa: E402
+from advisor.predict.simulator import Request  # noqa: E402
 
 DOC = REPO / "docs" / "prediction.md"
 BEGIN, END = "<!-- simulator:begin -->", "<!-- simulator:end -->"
@@ -368,6 +374,61 @@ def render_seeds(runs: list[list[Pair]]) -> str:
     return "\n".join(lines)
 
 
+def reproduce(runs: list[str]) -> str:
+    """Each run simulated on its own step fit and its own benchmark's requests (their start
+    times under open arrivals, their clients under a closed loop, their lengths): how well the
+    simulator reproduces the TTFT it was fitted beside, with vLLM's asynchronous scheduling as
+    the server ran it and, for comparison, without it (synchronous: a request's first step is
+    the one after the step it arrived in). Not a prediction: the check the advice's scorer makes
+    on today's run (``measured_over_simulated_now``), on the recorded runs."""
+    lines = [
+        "run | async | TTFT p50 measured: simulated, sync | TTFT p95 measured: simulated, sync",
+        "---|---|---|---",
+    ]
+    errs: dict[str, list[float]] = {"p50": [], "p95": [], "p50 sync": [], "p95 sync": []}
+    for run in runs:
+        model, _, _ = predictions.fitted(run)
+        b = report.bench(report.RUNS / run)
+        if model.fit is None or not b.get("start_times"):
+            continue
+        rate = b.get("request_rate")
+        closed = rate in (None, "inf", float("inf"))
+        t0 = b["start_times"][0]
+        reqs = [
+            Request(int(i), int(o), None if closed else float(t) - t0)
+            for i, o, t in zip(b["input_lens"], b["output_lens"], b["start_times"], strict=True)
+        ]
+        arr = wl.Arrivals(
+            "closed" if closed else "open",
+            int(b.get("max_concurrency") or len(reqs)) if closed else None,
+            None if closed else float(rate),
+            1.0,
+            "the benchmark's own requests",
+        )
+        got = {}
+        for mode in (model.config.async_scheduling, False):
+            cfg = replace(model.config, async_scheduling=mode)
+            o = simulated.outcome(model, cfg, reqs, arr, TARGETS)
+            got[mode] = (o.ttft[0], o.ttft[1])
+        own, sync = got[model.config.async_scheduling], got[False]
+        cells = []
+        for j, q in enumerate(("p50", "p95")):
+            meas = b[f"{q}_ttft_ms"]
+            sim, syn = own[j] * 1000.0 if own[j] is not None else None, sync[j] * 1000.0 if sync[j] else None
+            cells.append(f"{_fmt(meas)} ms: {_pct(sim, meas)}, {_pct(syn, meas)}")
+            if sim is not None and syn is not None and meas:
+                errs[q].append(abs(sim / meas - 1))
+                errs[f"{q} sync"].append(abs(syn / meas - 1))
+        lines.append(f"{run} | {'on' if model.config.async_scheduling else 'off'} | " + " | ".join(cells))
+    lines.append("")
+    for key, xs in errs.items():
+        if xs:
+            lines.append(
+                f"TTFT {key}: median error {statistics.median(xs):.0%}, within 30% on {sum(x <= 0.3 for x in xs)}/{len(xs)}"
+            )
+    return "\n".join(lines)
+
+
 def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
@@ -388,7 +449,20 @@ def main(argv: list[str]) -> int:
         default=0,
         help="print the simulator's error over K draws of the requests (seeds 0..K-1) instead",
     )
+    ap.add_argument(
+        "--own",
+        nargs="*",
+        metavar="RUN",
+        help="print each run (default: every committed run) simulated on its own fit and requests instead",
+    )
     args = ap.parse_args(argv)
+    if args.own is not None:
+        print(
+            reproduce(
+                args.own or sorted(p.name for p in report.RUNS.iterdir() if (p / "bench.json.gz").exists())
+            )
+        )
+        return 0
     if args.seeds:
         print(render_seeds([evaluate(args.requests, seed) for seed in range(args.seeds)]))
         return 0

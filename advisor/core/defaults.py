@@ -95,6 +95,7 @@ HW_BRANCH_SINCE: Version = (0, 9, 0)  # >= 70 GiB branch + A100 exclusion (PR #1
 GMU_092_SINCE: Version = (0, 25, 0)  # earliest release confirmed with 0.92
 GMU_UNVERIFIED_FROM: Version = (0, 11, 0)  # between this and GMU_092_SINCE: not pinned down
 CPU_BLOCK_128_SINCE: Version = (0, 9, 0)  # CPU block_size 128: confirmed in 0.32.0 only
+ASYNC_SCHEDULING_SINCE: Version = (0, 14, 0)  # async scheduling on by default (release notes, #27614)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ def _always(_hw: Hardware) -> bool:
 
 def _cpu(hw: Hardware) -> bool:
     return hw.is_cpu
+
+
+def _gpu(hw: Hardware) -> bool:
+    return not hw.is_cpu
 
 
 def _large_gpu(hw: Hardware) -> bool:
@@ -230,6 +235,17 @@ DEFAULTS_TABLE: tuple[DefaultRow, ...] = (
     ),
     DefaultRow("enable_prefix_caching", None, V1_DEFAULT_SINCE, _always, False, "V0: off"),
     DefaultRow("enable_prefix_caching", V1_DEFAULT_SINCE, None, _always, True, f"V1: on ({_ARG_UTILS})"),
+    # ---- asynchronous scheduling (VllmConfig.__post_init__: None -> on unless incompatible; the
+    # CPU platform turns it off, vllm/platforms/cpu.py of 0.32.0; pipeline parallelism too)
+    DefaultRow(
+        "async_scheduling",
+        ASYNC_SCHEDULING_SINCE,
+        None,
+        _gpu,
+        True,
+        "on by default since 0.14.0 (vllm/config/vllm.py; 'Asynchronous scheduling is enabled.' in the log)",
+    ),
+    DefaultRow("async_scheduling", None, None, _always, False, "off: before 0.14.0, and on the CPU backend"),
     # ---- block size
     DefaultRow(
         "block_size",

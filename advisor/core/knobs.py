@@ -140,6 +140,14 @@ KNOBS: dict[str, Knob] = {
         ),
         _k("enable_chunked_prefill", bool, "Split long prefills across steps (V1: always on)."),
         _k("enable_prefix_caching", bool, "Reuse KV blocks of shared prompt prefixes."),
+        _k(
+            "async_scheduling",
+            bool,
+            "Schedule each engine step while the one before it runs (vLLM 0.14+: on by default on "
+            "GPUs, except with pipeline parallelism; never on the CPU backend). A request that "
+            "arrives waits one step more for its first token.",
+            gpu_only=True,
+        ),
         _k("block_size", int, "Tokens per KV cache block.", unit="tokens", min=1, max=256),
         _k(
             "kv_cache_dtype",

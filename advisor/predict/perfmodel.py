@@ -365,6 +365,9 @@ class Config:
     # a preempted request finds its full blocks again in the prefix cache (V1's default: on,
     # unless the server says --no-enable-prefix-caching)
     prefix_caching: bool = True
+    # each step scheduled while the one before it runs (vLLM 0.14+ on GPUs): an arrival's first
+    # step comes one step later
+    async_scheduling: bool = False
 
     def usable_kv_tokens(self) -> float | None:
         """The KV tokens requests can hold: vLLM V1's block pool keeps one block as its null block."""
@@ -493,6 +496,7 @@ def build(
         watermark=_num(engine.get("watermark")),
         max_num_active_seqs=_num(engine.get("max_num_active_seqs")),
         prefix_caching=engine.get("enable_prefix_caching") is not False,
+        async_scheduling=engine.get("async_scheduling") is True,
     )
     for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
         if getattr(cfg, name) is None:

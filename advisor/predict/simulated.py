@@ -10,9 +10,11 @@ of N clients, or open arrivals at a rate with their burstiness), the simulated d
 meeting each target and all of them, and the output tokens/s of those meeting all), before and
 after. validation/simulation.py judges it against the recorded after-runs (docs/validation.md).
 
-A request's simulated TTFT and E2E are the engine's (arrival at the engine to its token's step)
-plus the window's mean front-end share (``Model.frontend_seconds``: TTFT less the engine's queue
-and prefill, the API server's time, which no scheduler knob moves), as a client sees them.
+A request's simulated TTFT and E2E are the engine's (from the engine taking it in, between steps,
+to its token's step) plus the window's mean front-end share (``Model.frontend_seconds``: TTFT less
+the engine's queue and prefill: the API server's time, which no scheduler knob moves, and the
+rest of the step running when the request arrived, as vLLM stamps it queued only then), as a
+client sees them.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def engine_of(cfg: pm.Config, defaults: Engine = DEFAULT_ENGINE) -> Engine:
         watermark=float(cfg.watermark or 0.0),
         max_num_active_seqs=min(active, seqs) if active is not None else None,
         resume_from_cache=cfg.prefix_caching,
+        async_scheduling=cfg.async_scheduling,
     )
 
 
@@ -202,7 +205,10 @@ def _outcome_of(run: _Run, targets: Mapping[str, float], frontend: float = 0.0) 
     mean share (``frontend``, seconds) added, which the engine's steps do not include."""
     done, span = run.done, run.span
     if frontend > 0:
-        done = [replace(d, ttft=d.ttft + frontend, e2e=d.e2e + frontend) for d in done]
+        # the measured share includes the rest of the step that was running when the request
+        # arrived (vLLM stamps it queued when its engine loop takes it in, between steps):
+        # each simulated request's own wait for that is replaced by it, not added twice
+        done = [replace(d, ttft=d.ttft - d.pickup + frontend, e2e=d.e2e - d.pickup + frontend) for d in done]
     tpots = [d.tpot for d in done if d.tpot is not None]
 
     def qs(xs: list[float]) -> tuple[float | None, ...]:

@@ -35,6 +35,15 @@ The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` ap
   into the reserve.
 - After the step, a request whose prompt is fully computed emits a token (its first: TTFT); a
   request that has all its output tokens finishes and frees its blocks.
+- With **asynchronous scheduling** (``async_scheduling``; vLLM 0.14+ on GPUs:
+  ``EngineCore.step_with_batch_queue`` keeps two steps in flight, ``AsyncScheduler``) each step is
+  scheduled when the one before it starts: it admits only what had arrived by then, so an
+  arrival's first step is one later than a synchronous engine's; and a request whose last token
+  is in flight keeps its place against the cap and its blocks through the next step (vLLM skips
+  it there) and is freed after it. A step that would schedule nothing is not taken: the engine
+  waits for the one in flight and schedules afresh.
+- A request is taken in by the engine between steps: its ``pickup`` is the rest of the step
+  that was running when it arrived (vLLM's queued stamp is set then).
 - **Step time** is the existing performance model's fitted per-step cost
   (:class:`advisor.predict.perfmodel.StepTime`: ``a + k * x + c * p``, ``x`` the KV tokens the
   decodes read or the decode tokens, ``p`` the prefill tokens of the step); no second cost model.
@@ -70,6 +79,7 @@ class Engine:
     max_num_active_seqs: int | None = None  # admission limit into running (None: max_num_seqs)
     long_prefill_token_threshold_adaptive: bool = False  # floor the cap at budget / requests
     resume_from_cache: bool = False  # prefix caching on: a preempted request finds its blocks again
+    async_scheduling: bool = False  # each step scheduled while the one before it runs (0.14+ on GPUs)
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
@@ -120,6 +130,7 @@ class _Live:
     itl: list[float] = field(default_factory=list)
     preempted: int = 0
     client: int | None = None
+    seen: float = 0.0  # when the engine took it in: the end of the step running when it arrived
     kept: list[int] | None = None  # after a preemption: its blocks still cached ([count], in the free queue)
 
     def need(self) -> int:
@@ -142,6 +153,7 @@ class Done:
     preempted: int
     prompt: int
     output: int
+    pickup: float = 0.0  # arrival to the engine taking it in (the rest of the step then running)
 
 
 class Step(NamedTuple):
@@ -235,7 +247,7 @@ def simulate(
         r = requests[idx]
         if r.prompt < 1 or r.output < 1:
             raise ValueError(f"request {idx}: prompt and output need at least one token")
-        waiting.append(_Live(idx, r.prompt, r.output, at, client=client))
+        waiting.append(_Live(idx, r.prompt, r.output, at, client=client, seen=max(at, t)))
 
     if clients is not None:
         for c in range(min(clients, len(requests))):
@@ -282,6 +294,12 @@ def simulate(
             return True
         return False
 
+    # asynchronous scheduling: the step starting now was scheduled when the one before it started
+    # (``sched_at``), so it admits only what had arrived by then, and a request that finished in
+    # the last step still holds its place and its blocks in it (``leaving``): vLLM skips it, as
+    # its last token is in flight, and frees it when that token comes back
+    sched_at = 0.0
+    leaving: list[_Live] = []
     settled = False  # the last step decoded every running request and did nothing else
     it = 0
     while it < max_steps:
@@ -290,12 +308,14 @@ def simulate(
             while pending and (requests[pending[0]].arrival or 0.0) <= t:
                 i = pending.popleft()
                 arrive(i, requests[i].arrival or 0.0, None)
-        if not running and not waiting:
+        if not running and not waiting and not leaving:
             if clients is None and pending:
-                t = requests[pending[0]].arrival or 0.0
+                t = sched_at = requests[pending[0]].arrival or 0.0
                 continue
             break
-        if settled and fast_forward:
+        if not engine.async_scheduling:
+            sched_at = t
+        if settled and fast_forward and not leaving:
             nxt_arrival = (requests[pending[0]].arrival or 0.0) if clients is None and pending else math.inf
             before = free
             k, t, free = _decode_run(
@@ -305,6 +325,7 @@ def simulate(
                 evict(before - free)
             if k:
                 it += k - 1
+                sched_at = t - trace[-1].dt
                 settled = False  # it stopped before an event: the next step is one at a time
                 continue
         budget = engine.max_num_batched_tokens
@@ -346,8 +367,10 @@ def simulate(
             break
         # 2. waiting requests, first come first served (none after a preemption)
         if not preempted:
-            while waiting and budget > 0 and len(running) < engine.admission_limit:
+            while waiting and budget > 0 and len(running) + len(leaving) < engine.admission_limit:
                 r = waiting[0]
+                if r.arrival > sched_at:
+                    break  # it came after this step was scheduled
                 if r.computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
                     hit = int(r.prompt * engine.prefix_hit_rate) // bs * bs
                     r.computed = min(hit, r.prompt - 1)
@@ -363,6 +386,14 @@ def simulate(
                 running.append(r)
                 sched.append((r, new))
                 budget -= new
+        if not sched and (leaving or (waiting and waiting[0].arrival > sched_at)):
+            # an empty step (asynchronous scheduling only): the engine waits for the step in
+            # flight, takes its outputs in and schedules afresh, now
+            for r in leaving:
+                release(r)
+            leaving.clear()
+            sched_at, settled = t, False
+            continue
         if not sched:
             # nothing fits even alone (a prompt larger than the cache): refuse it, as vLLM does
             r = waiting.popleft()
@@ -376,7 +407,11 @@ def simulate(
                 prefill += new
         settled = not prefill and not preempted and len(sched) == len(running)
         dt = cost(decodes, kv_read, prefill)
+        sched_at = t  # when the next step is scheduled, with asynchronous scheduling
         t += dt
+        for r in leaving:  # their last token is back: the next step can have their place
+            release(r)
+        leaving.clear()
         finished: list[_Live] = []
         for r, new in sched:
             r.computed += new
@@ -391,7 +426,10 @@ def simulate(
                     finished.append(r)
         for r in finished:
             running.remove(r)
-            release(r)
+            if engine.async_scheduling:
+                leaving.append(r)
+            else:
+                release(r)
             assert r.first is not None
             tpot = (t - r.first) / (r.output - 1) if r.output > 1 else None
             done.append(
@@ -405,6 +443,7 @@ def simulate(
                     r.preempted,
                     r.prompt,
                     r.output,
+                    r.seen - r.arrival,
                 )
             )
             if clients is not None and nxt < len(requests):

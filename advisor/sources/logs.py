@@ -104,6 +104,8 @@ _ENGINE_CFG_RE = re.compile(
     r"Initializing an? (?:V\d+ )?LLM engine(?: \(v?(?P<v>[^)\s]*)\))? with config:\s*(?P<cfg>.*)$", re.DOTALL
 )
 _CHUNKED_RE = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+# VllmConfig.__post_init__ of 0.14-0.25 says which (0.32 no longer does, and its CPU backend is off)
+_ASYNC_RE = re.compile(r"Asynchronous scheduling is (enabled|disabled)\b")
 _AVAIL_KV_RE = re.compile(r"Available KV cache memory:\s*(-?[\d.]+)\s*GiB")
 # vLLM's CPU worker: "Auto set (KV/TOTAL) GiB for KV cache on node N, with ... requested memory"
 # (sized from gpu_memory_utilization of the node's memory) or "Explicitly set (KV/TOTAL) GiB ..."
@@ -336,6 +338,7 @@ def _facts(msg: str) -> list[dict[str, Any]]:
         )
     for rx, name, conv in (
         (_CHUNKED_RE, "max_num_batched_tokens", int),
+        (_ASYNC_RE, "async_scheduling", lambda word: word == "enabled"),
         (_AVAIL_KV_RE, "available_kv_cache_memory_gib", float),
         (_WEIGHTS_RE, "model_weights_gib", float),
         (_GRAPH_MEM_RE, "cudagraph_memory_gib", float),

@@ -118,6 +118,10 @@ CPU = Hardware(device="cpu")
         ("block_size", "0.25.0", H200, 16),
         ("tensor_parallel_size", "0.25.0", H200, 1),
         ("kv_cache_dtype", "0.25.0", H200, "auto"),
+        # asynchronous scheduling: on by default from 0.14.0, never on the CPU backend
+        ("async_scheduling", "0.13.0", H200, False),
+        ("async_scheduling", "0.25.0", H200, True),
+        ("async_scheduling", "0.32.0", CPU, False),
     ],
 )
 def test_defaults_by_version_and_hardware(knob: str, version: str, hw: Hardware, expected: object) -> None:

