@@ -193,6 +193,25 @@ def fit_step_time(sums: Sums, rows: int, kv_tokens: float | None) -> StepTime | 
     return None
 
 
+def _tokens_alike(sums: Sums, fit: StepTime) -> StepTime:
+    """A CPU fit that could not price a decode token (the batch did not vary enough): on a CPU
+    the engine is compute-bound and a decode token goes through the same layers as a prefill
+    token, so every token of a step gets one price, fitted as such over the intervals: ``T = a
+    + c * (decodes + prefill)``. Copying the two-term fit's prefill price to the decodes instead
+    would keep a price that absorbed what the decodes cost (2-3x the per-token cost of the CPU
+    runs whose fits priced both). Where that one-price fit is not physical, the copy stands."""
+    w, wt = sums["w"], sums["wt"]
+    wu = sums["wd"] + sums["wp"]
+    wuu = sums["wdd"] + 2.0 * sums["wdp"] + sums["wpp"]
+    wut = sums["wdt"] + sums["wpt"]
+    sol = _solve([[w, wu], [wu, wuu]], [wt, wut])
+    basis = f"{fit.basis}; decode as prefill (CPU)"
+    if sol is None or sol[0] < 0 or sol[1] <= 0:
+        return replace(fit, k=fit.c, feature="decode", basis=basis)
+    a, c = sol
+    return StepTime(a, c, c, "decode", fit.n, _r2(sums, _x_sums(sums, None), [a, c, c]), basis)
+
+
 def _kv_at_bandwidth(
     fit: StepTime,
     sums: Sums,
@@ -529,9 +548,7 @@ def build(
     if fit is None:
         missing.append("a step-time fit (too few busy intervals)")
     elif fit.k == 0 and fit.c > 0 and str(engine.get("device") or "").lower() == "cpu":
-        # the batch did not vary enough to price a decode token; on a CPU the engine is
-        # compute-bound and a decode token goes through the same layers as a prefill token
-        fit = replace(fit, k=fit.c, feature="decode", basis=f"{fit.basis}; decode as prefill (CPU)")
+        fit = _tokens_alike(facts.busy, fit)
 
     # measured latencies: the histograms' increase over the window (idle pages add nothing)
     def hq(name: str, q: float) -> float | None:

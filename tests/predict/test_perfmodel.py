@@ -16,7 +16,7 @@ from advisor.core import names as n
 from advisor.core.model import EngineInfo, Family, Histogram, Provenanced, Snapshot, label_key
 from advisor.derive.window import Window
 from advisor.predict import perfmodel as pm
-from advisor.predict.intake import TERMS, Sums
+from advisor.predict.intake import TERMS, Row, Sums
 from advisor.predict.scoring import Observed
 
 A, K, C = 0.004, 3e-8, 2e-5  # seconds per step, per KV token read, per prefill token
@@ -255,3 +255,30 @@ def test_an_ill_conditioned_prefill_cost_is_held_to_the_itl_tail_it_would_have_m
     # a chunk in every step (prefill per step over the chunk): no tail of its own
     full = _sums(dt=10.0, steps=1000.0, decode_steps=12_000.0, prefill_steps=1_012_000.0)
     assert pm._bounded_by_itl(ILL, _itl(0.005), full, CFG, 1028.0) == ILL
+
+
+# ------------------------------------------------------------------ a CPU fit that could not price a decode
+def test_a_cpu_fit_without_a_decode_price_prices_every_token_alike() -> None:
+    """On a CPU every token of a step, decode or prefill, goes through the same layers: where the
+    batch hardly varied (three decodes a step, here), least squares cannot price a decode apart
+    and its prefill price absorbs what the decodes cost. The fallback fits one price for every
+    token of a step (cpu-open-bursty-below.before: 420 us a token and 6.7 ms a step, where the
+    two-term fit's copied prefill price was 639 us); the mean step is kept either way."""
+    a, c = 0.0066, 420e-6
+    rows = [
+        Row(t=2.0 * i, dt=2.0, steps=2.0 / (a + c * (d + p)), decode=d, prefill=p, running=d,
+            waiting=0.0, kv_usage=None, preemptions=0.0, finished=1.0, engines=1)
+        for i, (d, p) in enumerate([(3.0, 0.0), (3.0, 8.0), (3.0, 2.0), (2.9, 12.0), (3.1, 5.0), (3.0, 1.0)])
+    ]  # fmt: skip
+    sums = Sums(sum(col) for col in zip(*(r.terms() for r in rows), strict=True))
+    # what least squares gives when it drops the decode term: the prefill price carries the decodes
+    two_term = pm.StepTime(0.0, 0.0, 639e-6, "none", len(rows), 0.3)
+    got = pm._tokens_alike(sums, two_term)
+    assert (got.a, got.k, got.c) == (pytest.approx(a), pytest.approx(c), pytest.approx(c))
+    assert got.feature == "decode" and "decode as prefill (CPU)" in got.basis
+    assert got.r2 == pytest.approx(1.0)
+    # one token a step, always: nothing to fit a price from, the copy stands
+    flat = Sums(sum(col) for col in zip(*(rows[0].terms() for _ in range(4)), strict=True))
+    assert pm._tokens_alike(flat, two_term) == dataclasses.replace(
+        two_term, k=two_term.c, feature="decode", basis=got.basis
+    )
