@@ -71,6 +71,7 @@ SCENARIO_ORDER = [
 NO_PAIR = {
     "kv-seqs-bind-aa": "two runs of one configuration, on two servers of one lease: the noise",
     "moe-ep": "its before-run alone",
+    "queue-steps-b8192": "its before-run alone: queue-steps' cap 18 with an 8192-token budget, on another H100 lease",
 }
 # scenarios run again under another's load, on another lease: their runs are judged against the
 # best measured under that load in either

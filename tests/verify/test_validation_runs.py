@@ -232,6 +232,8 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         # open-kv-knee.after's server at 8 req/s, preempting now and then, no rule firing yet
         "queue-steps.before": "--max-num-seqs 18 -> 27",
         "async-ttft.before": None,
+        # the same queued cap 18 with an 8192-token budget, on the next H100 lease: as slow
+        "queue-steps-b8192.before": "--max-num-seqs 18 -> 27",
     }
     # follow mode: the next step the daemon advised on the first one's server, then nothing
     assert RESULTS["follow-misconf.after"]["advice"]["recommendation"]["change"] == (
@@ -433,6 +435,18 @@ def test_steps_slow_down_while_requests_wait_at_the_cap() -> None:
     assert r3_26[True] / r3_26[False] > 1.2, r3_26
     first = _step_ms_by_queue("follow-misconf.after", 26)
     assert first[True] / first[False] < r3_26[True] / r3_26[False], (first, r3_26)
+
+
+def test_the_queued_steps_are_slow_with_or_without_the_daemon_or_a_large_budget() -> None:
+    """queue-steps on an H100 (docs/validation.md, item 7): follow-misconf's cap 18, queued
+    throughout, stepped at 18 running slower than the same server at cap 27 did at 17-22 running
+    with nothing waiting and more prefill in its steps, with the daemon beside it or not, and
+    at an 8192-token budget on the next lease (slower still); not the advisor, not the budget."""
+    free = [ms for n, w, ms in _stats_lines("queue-steps.max-num-seqs-27") if 17 <= n <= 22 and w == 0]
+    unqueued = statistics.median(free)
+    for run in ("queue-steps.before", "queue-steps.no-daemon", "queue-steps-b8192.before"):
+        queued = statistics.median(ms for n, w, ms in _stats_lines(run) if n == 18 and w >= 10)
+        assert queued / unqueued > 1.15, (run, queued, unqueued)
 
 
 def test_prefill_budget_model_matches_the_measured_budgets() -> None:
