@@ -122,6 +122,7 @@ class Scenario:
 
 CHAT = dict(input_len=1024, output_len=512)  # the lab's A/B load: 1k in, 512 out
 LONG = dict(input_len=6000, output_len=128)  # the lab's C load: long prompts, short answers
+KNEE_LOAD = Load(**CHAT, num_prompts=720, concurrency=None, rate=8.0, est_s=110)  # open-kv-knee's
 
 SCENARIOS_H200 = [
     Scenario(
@@ -181,7 +182,7 @@ SCENARIOS_H200 = [
         "Open arrivals at the knee: 8 req/s (Poisson) at a server that serves ~8.4 req/s with 6 GiB "
         "of KV for ~32 chat requests and a cap of 256: it preempts as the batch outgrows the cache.",
         {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
-        Load(**CHAT, num_prompts=720, concurrency=None, rate=8.0, est_s=110),
+        KNEE_LOAD,
         "kv-preemption-capacity",
         alternatives=({"max-num-seqs": 32},),
     ),
@@ -238,7 +239,7 @@ SCENARIOS_H200 += [
         "open-kv-knee.after's server (cap 256, 9 GiB of KV) under 8 req/s of Poisson arrivals, "
         "with vLLM's asynchronous scheduling on (its default) and off.",
         {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 9 * GiB},
-        Load(**CHAT, num_prompts=720, concurrency=None, rate=8.0, est_s=110),
+        KNEE_LOAD,
         None,
         alternatives=({"no-async-scheduling": True},),
         follow=0,
