@@ -219,11 +219,15 @@ def simulated_rows(sim: Mapping[str, Any], measured: Mapping[str, Any]) -> list[
 
 
 def simulated_header(sim: Mapping[str, Any]) -> tuple[str, str]:
-    """The simulated section's first line and what the load was inferred from."""
+    """The simulated section's first line and what the load was inferred from (and, where the
+    server schedules asynchronously, that the simulation does too)."""
     a = sim.get("arrivals") or {}
+    why = str(a.get("inferred_from") or "")
+    if sim.get("scheduling") == "asynchronous":
+        why += "; each step scheduled while the one before it runs, as the server does"
     return (
         f"{sim.get('requests')} requests, the same for every candidate; the load inferred: {load_words(a)}",
-        str(a.get("inferred_from") or ""),
+        why,
     )
 
 

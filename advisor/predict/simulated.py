@@ -108,10 +108,12 @@ class Simulated:
     before: Outcome
     after: Outcome
     fidelity: Scale | None = None  # today's measured TTFT, TPOT, ITL p95 over today's simulated
+    asynchronous: bool = False  # scheduled as vLLM's asynchronous scheduling does (0.14+ on GPUs)
 
     def to_json(self) -> dict[str, Any]:
         a = self.arrivals
         return {
+            "scheduling": "asynchronous" if self.asynchronous else "synchronous",
             "arrivals": {
                 "kind": a.kind,
                 "clients": a.clients,
@@ -269,6 +271,7 @@ def simulate_change(
         requests,
         outcome(model, model.config, reqs, arr, targets),
         outcome(model, cfg1, reqs, arr, targets),
+        asynchronous=model.config.async_scheduling,
     )
 
 
@@ -409,7 +412,9 @@ class Scorer:
         """Today's outcome and ``knob=value``'s, with the load they share (ValueError as :meth:`at`)."""
         after = self.at(knob, value)
         assert self.arrivals is not None
-        return Simulated(self.arrivals, self.requests, self.now(), after, self.fidelity)
+        return Simulated(
+            self.arrivals, self.requests, self.now(), after, self.fidelity, self.model.config.async_scheduling
+        )
 
 
 NOT_DECIDING = {
