@@ -78,6 +78,8 @@ def test_predict_json_has_exactly_the_documented_shape() -> None:
     # 256` (a closed loop), inferred from the pages alone; per-target goodput before and after
     sim = d["simulated"]
     assert (sim["arrivals"]["kind"], sim["arrivals"]["clients"]) == ("closed", 256)
+    # vLLM 0.25 on the H200 said "Asynchronous scheduling is enabled.": the simulation does too
+    assert sim["scheduling"] == "asynchronous"
     for side in ("before", "after"):
         assert set(sim[side]["share_meeting"]) == {"ttft_p95_seconds", "itl_p95_seconds", "all"}
         assert set(sim[side]["ttft_seconds"]) == {"p50", "p95", "p99"}
