@@ -152,3 +152,17 @@ def test_predict_on_one_page_says_it_has_no_rates(tmp_path: Path) -> None:
     p = cli(tmp_path, "predict", "--metrics-file", str(page), "--set", "max_num_seqs=8")
     assert p.returncode == 4, p.stderr
     assert p.stderr.splitlines() == [f"error: insufficient data: {NO_RATES}"], p.stderr
+
+
+# ----------------------------------------------------------------------------- the README's example
+def test_the_readmes_example_is_what_explain_prints(tmp_path: Path) -> None:
+    """README.md's "What on-call sees" shows `explain --session` on the bundled session: it must
+    be what explain prints today, numbers and all (it went stale once when the simulator changed;
+    regenerate it by pasting the command's output between the block's fences)."""
+    p = cli(tmp_path, "explain", "--session", str(DEMO))
+    assert p.returncode == 0, p.stderr
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("## What on-call sees")
+    block = readme[readme.index("```text\n", start) + len("```text\n") :]
+    block = block[: block.index("```")]
+    assert block.rstrip("\n") == p.stdout.rstrip("\n")
