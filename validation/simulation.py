@@ -405,16 +405,15 @@ def reproduce(runs: list[str]) -> str:
             1.0,
             "the benchmark's own requests",
         )
-        got = {}
-        for mode in (model.config.async_scheduling, False):
+        got = {}  # TTFT p50, p95 (ms) with the server's scheduling and synchronous (one run if the same)
+        for mode in {model.config.async_scheduling, False}:
             cfg = replace(model.config, async_scheduling=mode)
             o = simulated.outcome(model, cfg, reqs, arr, TARGETS)
-            got[mode] = (o.ttft[0], o.ttft[1])
+            got[mode] = [None if x is None else x * 1000.0 for x in o.ttft[:2]]
         own, sync = got[model.config.async_scheduling], got[False]
         cells = []
         for j, q in enumerate(("p50", "p95")):
-            meas = b[f"{q}_ttft_ms"]
-            sim, syn = own[j] * 1000.0 if own[j] is not None else None, sync[j] * 1000.0 if sync[j] else None
+            meas, sim, syn = b[f"{q}_ttft_ms"], own[j], sync[j]
             cells.append(f"{_fmt(meas)} ms: {_pct(sim, meas)}, {_pct(syn, meas)}")
             if sim is not None and syn is not None and meas:
                 errs[q].append(abs(sim / meas - 1))

@@ -699,11 +699,12 @@ def bench(run: Run, runs: list[Run]) -> None:
     adv = advisor_cmd()
     notes = json.dumps({"scenario": s.name, "phase": run.phase, "purpose": s.purpose,
                         "load": asdict(s.load), "serve": run.serve})  # fmt: skip
-    daemon = run.serve.get("_daemon", True) is not False
     with open(d / "record.log", "wb") as rec_log, open(d / "advisor.log", "wb") as dae_log:
-        rec, dae = _start_advisor(adv, url, listen, d, notes, rec_log, dae_log, daemon)
+        rec, dae = _start_advisor(
+            adv, url, listen, d, notes, rec_log, dae_log, run.serve.get("_daemon") is not False
+        )
     diag_url = f"http://{listen}/api/v1/diagnosis"
-    for _ in range(30 if daemon else 0):
+    for _ in range(30 if dae is not None else 0):
         if http_get(f"http://{listen}/healthz") is not None:
             break
         time.sleep(1)
@@ -712,13 +713,14 @@ def bench(run: Run, runs: list[Run]) -> None:
 
     def poll() -> None:
         with open(d / "diagnosis.jsonl", "a") as f:
-            while daemon and not stop_poll.wait(5.0):
+            while not stop_poll.wait(5.0):
                 body = http_get(diag_url)
                 f.write(json.dumps({"t": time.time(), "diagnosis": _loads(body)}) + "\n")
                 f.flush()
 
     poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+    if dae is not None:  # without the daemon there is no diagnosis to poll
+        poller.start()
     budget = max(60.0, min(4 * s.load.est_s, left() - 40))
     bench_argv = [
         *vllm_cmd(), "bench", "serve", "--backend", "vllm", "--base-url", url,
@@ -739,20 +741,21 @@ def bench(run: Run, runs: list[Run]) -> None:
     except subprocess.TimeoutExpired:
         rc = 124
     bench_s = time.monotonic() - t
-    final = _loads(http_get(diag_url, timeout=10)) if daemon else None
+    final = _loads(http_get(diag_url, timeout=10)) if dae is not None else None
     (d / "advice.json").write_text(json.dumps(final, indent=1))
     time.sleep(4)  # idle scrapes after the load
     stop_poll.set()
-    poller.join(timeout=10)
+    if poller.is_alive():
+        poller.join(timeout=10)
     cpu = {"bench_s": round(bench_s, 1), "recorder_cpu_s": cpu_seconds(rec.pid)}
     cpu["daemon_cpu_s"] = cpu_seconds(dae.pid) if dae is not None else None
     cpu["server_cpu_s"] = cpu_seconds(run.pid, tree=True) if run.pid else None
     (d / "cpu.json").write_text(json.dumps(cpu))
     log(f"CPU seconds beside {run.id}: {json.dumps(cpu)}")
-    rec.send_signal(signal.SIGINT)
-    if dae is not None:
-        dae.send_signal(signal.SIGTERM)
-    for p in (rec, dae) if dae is not None else (rec,):
+    procs = [(rec, signal.SIGINT)] + ([(dae, signal.SIGTERM)] if dae is not None else [])
+    for p, sig in procs:
+        p.send_signal(sig)
+    for p, _ in procs:
         try:
             p.wait(timeout=20)
         except subprocess.TimeoutExpired:
