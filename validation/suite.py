@@ -232,6 +232,30 @@ SCENARIOS_H200 += [
         alternatives=({"_daemon": False}, {"no-async-scheduling": True}),
         follow=0,
     ),
+    # Where a queued step's time goes (``_probe``: per-thread CPU, thread states, GPU use and a
+    # py-spy profile of the engine core and the API server during the bench): the queued cap 18
+    # under follow-misconf's load against cap 27, which drains it; and a closed loop of 19
+    # clients at cap 18 (one always waiting) against cap 19 (none waiting), the batch the same.
+    Scenario(
+        "queue-probe",
+        "queue-steps' queued server (cap 18) under follow-misconf's load, probed, against cap 27 "
+        "(no queue), probed.",
+        {**MISCONF, "max-num-seqs": 18, "_probe": True},
+        MISCONF_LOAD,
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 27},),
+        follow=0,
+    ),
+    Scenario(
+        "queue-probe-closed",
+        "follow-misconf's configuration at cap 18 under a closed loop of 19 chat clients (one "
+        "always waiting), probed, against cap 19 (none waiting), probed.",
+        {**MISCONF, "max-num-seqs": 18, "_probe": True},
+        Load(**CHAT, num_prompts=240, concurrency=19, est_s=80),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 19},),
+        follow=0,
+    ),
     # What asynchronous scheduling does to TTFT without a queue: open-kv-knee.after's server
     # and load with it on (vLLM 0.25's default) and off. No advised after-run (follow=0).
     Scenario(
@@ -505,7 +529,7 @@ def serve_argv(run: Run) -> list[str]:
     argv = [*vllm_cmd(), "serve", str(model), *base_serve_args(model, run.port)]
     for flag, value in run.serve.items():
         if flag.startswith("_"):
-            continue  # the rig's own settings (``_daemon``), not vLLM's
+            continue  # the rig's own settings (``_daemon``, ``_probe``), not vLLM's
         if value is True:
             argv.append(f"--{flag}")
         elif value is not False:  # "{model}": this scenario's model dir (a draft model's path)
@@ -622,7 +646,8 @@ def start(run: Run) -> None:
     with open(d / "server.log", "wb") as logf:
         p = subprocess.Popen(
             argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=vllm_env(), start_new_session=True,
+            env=probe_env(vllm_env(), d) if run.serve.get("_probe") else vllm_env(),
+            start_new_session=True,
         )  # fmt: skip
     run.pid, run.started, run.status = p.pid, time.time(), "starting"
     run.attempts += 1
@@ -732,14 +757,24 @@ def bench(run: Run, runs: list[Run]) -> None:
     ]  # fmt: skip
     log(f"bench {run.id} (at most {budget:.0f}s): {' '.join(s.load.args())}")
     t = time.monotonic()
-    try:
-        with open(d / "bench.log", "wb") as bench_log:
-            rc = subprocess.run(
-                bench_argv, stdout=bench_log, stderr=subprocess.STDOUT,
-                env=vllm_env(), timeout=budget, check=False,
-            ).returncode  # fmt: skip
-    except subprocess.TimeoutExpired:
-        rc = 124
+    with open(d / "bench.log", "wb") as bench_log:
+        client = subprocess.Popen(
+            bench_argv, stdout=bench_log, stderr=subprocess.STDOUT,
+            env=probe_env(vllm_env(), d) if run.serve.get("_probe") else vllm_env(),
+        )  # fmt: skip
+        stop_probe = threading.Event()
+        prober = threading.Thread(target=probe, args=(run.pid or 0, client.pid, d, stop_probe), daemon=True)
+        if run.serve.get("_probe") and run.pid:
+            prober.start()
+        try:
+            rc = client.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            client.wait()
+            rc = 124
+    stop_probe.set()
+    if prober.is_alive():
+        prober.join(timeout=60)
     bench_s = time.monotonic() - t
     final = _loads(http_get(diag_url, timeout=10)) if dae is not None else None
     (d / "advice.json").write_text(json.dumps(final, indent=1))
@@ -777,6 +812,103 @@ def bench(run: Run, runs: list[Run]) -> None:
     )  # fmt: skip
     (d / "explain.json").write_text(explain.stdout or explain.stderr)
     pack(run)
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants alive now."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += [c for c, parent in parents.items() if parent == p]
+    return out
+
+
+def _threads(pids: list[int]) -> dict[str, list[Any]]:
+    """'pid/tid' -> [process name, thread name, state, CPU seconds] of every thread of pids."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, list[Any]] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError):
+            pname = Path(f"/proc/{pid}/comm").read_text().strip()
+            for t in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    head, _, rest = (t / "stat").read_text().rpartition(")")
+                    f = rest.split()
+                    name = head.partition("(")[2]
+                    out[f"{pid}/{t.name}"] = [pname, name, f[0], (int(f[11]) + int(f[12])) / tick]
+    return out
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _snapshot(server: int, client: int) -> dict[str, Any]:
+    return {
+        "t": time.time(),
+        "threads": _threads([*_tree(server), client]),
+        "cgroup_cpu_stat": _read("/sys/fs/cgroup/cpu.stat"),
+        "pressure_cpu": _read("/proc/pressure/cpu"),
+        "loadavg": _read("/proc/loadavg"),
+    }
+
+
+PROBE_SITE = LAB / "probe"  # sitecustomize.py: the sampling profiler of probed runs
+
+
+def probe_env(env: dict[str, str], d: Path) -> dict[str, str]:
+    """env with the sampling profiler of ``validation/gpulab/probe`` armed for run dir d."""
+    path = env.get("PYTHONPATH")
+    return {**env, "SUITE_PROBE_DIR": str(d),
+            "PYTHONPATH": f"{PROBE_SITE}:{path}" if path else str(PROBE_SITE)}  # fmt: skip
+
+
+def probe(server: int, client: int, d: Path, stop: threading.Event) -> None:
+    """Where the server's time goes during a bench (a rig-only probe, ``_probe``): every
+    thread's CPU seconds and the machine's CPU pressure at the start, after 30 s, after a 25 s
+    window and at the end; in the window, each thread's state sampled every 5 ms and every
+    process's Python stacks (``probe-on`` arms ``validation/gpulab/probe/sitecustomize.py``); GPU
+    use every 0.5 s throughout."""
+    info: dict[str, Any] = {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
+                            "cpu_max": _read("/sys/fs/cgroup/cpu.max"), "snapshots": []}  # fmt: skip
+    info["snapshots"].append(_snapshot(server, client))
+    smi = None
+    with open(d / "probe-smi.csv", "wb") as smi_out, contextlib.suppress(OSError):
+        smi = subprocess.Popen(
+            ["nvidia-smi", "--query-gpu=timestamp,utilization.gpu,clocks.sm,power.draw",
+             "--format=csv,noheader,nounits", "-lms", "500"],
+            stdout=smi_out, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        if stop.wait(30):
+            return
+        info["snapshots"].append(_snapshot(server, client))
+        (d / "probe-on").touch()
+        pids = _tree(server)
+        states: dict[str, dict[str, int]] = {}
+        end = time.monotonic() + 25
+        while time.monotonic() < end and not stop.is_set():
+            for key, (pname, name, state, _) in _threads(pids).items():
+                c = states.setdefault(f"{key} {pname} {name}", {})
+                c[state] = c.get(state, 0) + 1
+            time.sleep(0.005)
+        info["states"] = states
+        info["snapshots"].append(_snapshot(server, client))
+        stop.wait()
+        info["snapshots"].append(_snapshot(server, client))
+    finally:
+        if smi is not None:
+            smi.terminate()
+        (d / "probe.json").write_text(json.dumps(info))
 
 
 def cpu_seconds(pid: int, tree: bool = False) -> float | None:
