@@ -9,7 +9,8 @@ becomes ``validation/runs/<run>/``: a replayable session (``metrics/*.prom.gz``,
 generated texts), ``itls_ms.json.gz`` (per-request inter-token latencies, ms), the daemon's
 diagnosis timeline ``diagnosis.jsonl.gz``, its diagnosis when the load ended (``advice.json``) and
 the exact ``serve_argv.json`` (and ``cpu.json``, the CPU seconds of the recorder, the daemon and the
-server's processes over the bench, where the suite wrote it). ``validation/results.json`` keeps every run's state from the suite.
+server's processes over the bench, where the suite wrote it; and a probed run's ``probe*`` files,
+gzipped: where its server's time went). ``validation/results.json`` keeps every run's state from the suite.
 Then run ``validation/report.py`` to refresh docs/validation.md.
 
 A run already imported under the same id is replaced. ``--as kv-seqs-bind=kv-seqs-bind-r2``
@@ -69,6 +70,10 @@ def import_run(src: Path, dest: Path) -> None:
     for name in ("advice.json", "serve_argv.json", "cpu.json"):
         if (src / name).exists():
             shutil.copy(src / name, dest / name)
+    for probe in sorted(
+        p for p in src.glob("probe*") if p.name != "probe-on"
+    ):  # a probed run's (suite.py's ``_probe``), gzipped
+        _gz_write(dest / f"{probe.name}.gz", probe.read_text(errors="replace"))
 
 
 def _compact_timeline(path: Path) -> str:

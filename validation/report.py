@@ -64,6 +64,8 @@ SCENARIO_ORDER = [
     "follow-misconf-r3",  # the same again, with the advisor of 2026-12-06
     "queue-steps",  # an H100: follow-misconf's queued cap 18 with and without the daemon, async off, cap 27
     "async-ttft",  # an H100: open-kv-knee.after's server and load with async scheduling on and off
+    "queue-probe",  # an H100, probed: follow-misconf's queued cap 18 against cap 27 (full CUDA graphs)
+    "queue-probe-closed",  # the same lease: 19 clients at cap 18 (one waiting) against cap 19
     "eager-graphs",  # --enforce-eager on a GPU (issue 31)
     "spec-draft-low", "capture-trunc",  # what only a GPU shows (issue 31)
 ]  # fmt: skip

@@ -175,8 +175,10 @@ def evaluate(requests: int | None = DEFAULT_REQUESTS, seed: int = 0) -> list[Pai
         after_model, _, after_rows = predictions.fitted(after)
         # over the base run's own speed against its fit (1 for a least-squares fit; not where
         # the fit was set otherwise, e.g. a CPU's decode priced as prefill)
-        own = model.fit.speed_of(rows, model.config.kv_cache_tokens)
-        speed = model.fit.speed_of(after_rows, after_model.config.kv_cache_tokens)
+        own = model.fit.speed_of(rows, model.config.kv_cache_tokens, model.config.full_limit())
+        speed = model.fit.speed_of(
+            after_rows, after_model.config.kv_cache_tokens, after_model.config.full_limit()
+        )
         pair.steps = speed / own if speed is not None and own else None
         pair.load = (
             f"{arr.clients} clients"

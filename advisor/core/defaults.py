@@ -96,6 +96,7 @@ GMU_092_SINCE: Version = (0, 25, 0)  # earliest release confirmed with 0.92
 GMU_UNVERIFIED_FROM: Version = (0, 11, 0)  # between this and GMU_092_SINCE: not pinned down
 CPU_BLOCK_128_SINCE: Version = (0, 9, 0)  # CPU block_size 128: confirmed in 0.32.0 only
 ASYNC_SCHEDULING_SINCE: Version = (0, 14, 0)  # async scheduling on by default (release notes, #27614)
+FULL_DECODE_GRAPHS_SINCE: Version = (0, 11, 0)  # CUDA graphs FULL_AND_PIECEWISE by default (release notes)
 
 
 @dataclass(frozen=True)

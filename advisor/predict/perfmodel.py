@@ -47,6 +47,7 @@ from advisor.core import names as n
 from advisor.core.model import EngineInfo, Histogram
 from advisor.derive import steps
 from advisor.derive.window import Window
+from advisor.predict.graphs import PIECEWISE_PRIOR, Graphs, graphs_of
 from advisor.predict.intake import IntakeView, Row, Sums, Tally
 from advisor.predict.lengths import lognormal_sigma
 
@@ -99,28 +100,99 @@ class StepTime:
     n: int
     r2: float | None
     basis: str = "least squares"  # or "prefill-bound", or "decode as prefill (CPU)"
+    # seconds a decode step run piecewise, its batch past the largest full CUDA graph, takes
+    # more than ``a + k * x`` (advisor/predict/graphs.py; 0: every decode step alike)
+    piecewise_s: float = 0.0
 
-    def at(self, x: float, p: float) -> float:
-        return self.a + self.k * x + self.c * p
+    def at(self, x: float, p: float, piecewise: float = 0.0) -> float:
+        """The time of a step that reads ``x`` and prefills ``p`` tokens; ``piecewise``: the
+        share of such steps whose decode runs without its full CUDA graph."""
+        return self.a + self.k * x + self.c * p + self.piecewise_s * piecewise
 
-    def speed_of(self, rows: Sequence[Row], kv_tokens: float | None) -> float | None:
+    def x_of(self, r: Row, kv_tokens: float | None) -> float:
+        """The fit's feature for an interval: the KV tokens read, or the decode tokens."""
+        if self.feature == "kv" and kv_tokens is not None and r.kv_usage is not None:
+            return r.kv_usage * kv_tokens
+        return r.decode
+
+    def speed_of(
+        self, rows: Sequence[Row], kv_tokens: float | None, full_limit: int | None = None
+    ) -> float | None:
         """How the steps of ``rows`` (another run's busy intervals, or a later part of this one)
         compare with this fit: their measured time over the time it gives their own work (each
         interval's decode or KV tokens read and prefill per step, weighted by its steps, as the
         fit is). 1 where the fit holds; 1.2: they took 20% longer than it says such work takes
         (a server that slowed, or work the fit does not carry to). ``kv_tokens``: that run's KV
-        capacity per engine. None without steps."""
+        capacity per engine; ``full_limit``: that run's largest decode batch with a full CUDA
+        graph (None: every decode step alike). None without steps."""
         measured = modelled = 0.0
         for r in rows:
             if r.steps <= 0:
                 continue
-            if self.feature == "kv" and kv_tokens is not None and r.kv_usage is not None:
-                x = r.kv_usage * kv_tokens
-            else:
-                x = r.decode
             measured += r.dt
-            modelled += r.steps * self.at(x, r.prefill)
+            modelled += r.steps * self.at(
+                self.x_of(r, kv_tokens), r.prefill, piecewise_share(r.running, full_limit)
+            )
         return measured / modelled if modelled > 0 else None
+
+
+def piecewise_share(batch: float, full_limit: int | None) -> float:
+    """The share of the decode steps of a batch of ``batch`` requests on average that run
+    piecewise: those past ``full_limit``, the largest decode batch with a full CUDA graph (None:
+    none do). A mean within one request of the limit is taken as partly past it."""
+    if full_limit is None:
+        return 0.0
+    return min(1.0, max(0.0, batch - full_limit))
+
+
+def with_graph_penalty(
+    fit: StepTime, rows: Sequence[Row], kv_tokens: float | None, full_limit: int | None
+) -> StepTime:
+    """The fit with what a decode step run piecewise costs apart (advisor/predict/graphs.py): a
+    fixed time a step, what launching the model's pieces from Python adds. Seen in the recording
+    where it has busy intervals with their batch past ``full_limit`` and within it (the two
+    groups' measured over fitted time a step), each interval of the rarer group weighed as much
+    as the typical cost (:data:`PIECEWISE_PRIOR` of the mean decode step) that stands alone where
+    the recording has one group only. The fixed part is lowered by that time over the share of
+    the recording's steps that ran piecewise, so its steps keep their fitted mean: a recording
+    all past the limit keeps its measured steps, and a batch within it is priced as a full
+    graph's."""
+    if full_limit is None:
+        return fit
+    groups = {0: [0.0, 0.0, 0], 1: [0.0, 0.0, 0]}  # past the limit -> residual seconds, steps, intervals
+    piecewise = steps = decode = 0.0
+    for r in rows:
+        if r.steps <= 0:
+            continue
+        share = piecewise_share(r.running, full_limit)
+        x = fit.x_of(r, kv_tokens)
+        piecewise += share * r.steps
+        steps += r.steps
+        decode += r.steps * (fit.a + fit.k * x)
+        if share in (0.0, 1.0):
+            g = groups[int(share)]
+            g[0] += r.dt - r.steps * fit.at(x, r.prefill)
+            g[1] += r.steps
+            g[2] += 1
+    if steps <= 0:
+        return fit
+    typical = PIECEWISE_PRIOR * decode / steps
+    extra, how = typical, "typical"
+    both = min(groups[0][2], groups[1][2])
+    if both >= 1:
+        seen = groups[1][0] / groups[1][1] - groups[0][0] / groups[0][1]
+        seen = min(max(seen, 0.0), MAX_PIECEWISE * decode / steps)
+        extra = (both * seen + typical) / (both + 1)
+        how = f"from {both} interval{'s' if both > 1 else ''} of each kind"
+    return replace(
+        fit,
+        a=fit.a - extra * piecewise / steps,
+        piecewise_s=extra,
+        basis=f"{fit.basis}; decode batches past {full_limit} run piecewise (+{extra * 1e3:.2g} ms a step, {how})",
+    )
+
+
+MAX_PIECEWISE = 2.0  # a piecewise decode step is held to at most 3x a full graph's (measured: 1.15-2.1x)
 
 
 PREFILL_BOUND_CV = 0.1  # prefill per step varying less than this (coefficient of variation): not fittable
@@ -387,6 +459,16 @@ class Config:
     # each step scheduled while the one before it runs (vLLM 0.14+ on GPUs): an arrival's first
     # step comes one step later
     async_scheduling: bool = False
+    # how the engine captures CUDA graphs (advisor/predict/graphs.py; None: every decode step
+    # alike: a CPU server, eager mode, a release before full decode graphs)
+    graphs: Graphs | None = None
+
+    def full_limit(self) -> int | None:
+        """The largest decode batch replayed as a full CUDA graph under these knobs (a larger one
+        runs piecewise); None: no such limit."""
+        if self.graphs is None:
+            return None
+        return self.graphs.full_limit(self.max_num_seqs, self.max_num_batched_tokens)
 
     def usable_kv_tokens(self) -> float | None:
         """The KV tokens requests can hold: vLLM V1's block pool keeps one block as its null block."""
@@ -517,6 +599,7 @@ def build(
         prefix_caching=engine.get("enable_prefix_caching") is not False,
         async_scheduling=engine.get("async_scheduling") is True,
     )
+    cfg = replace(cfg, graphs=graphs_of(engine, cfg.max_num_seqs, cfg.max_num_batched_tokens))
     for name in ("max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens"):
         if getattr(cfg, name) is None:
             missing.append(name)
@@ -549,6 +632,8 @@ def build(
         missing.append("a step-time fit (too few busy intervals)")
     elif fit.k == 0 and fit.c > 0 and str(engine.get("device") or "").lower() == "cpu":
         fit = _tokens_alike(facts.busy, fit)
+    if fit is not None:
+        fit = with_graph_penalty(fit, facts.rows, kv_tokens_e, cfg.full_limit())
 
     # measured latencies: the histograms' increase over the window (idle pages add nothing)
     def hq(name: str, q: float) -> float | None:
@@ -668,7 +753,7 @@ def state(m: Model, cfg: Config) -> State:
     chunk = m.itl_chunk if m.itl_chunk is not None else prefill
     if room is not None:
         chunk = min(chunk, room)
-    step = m.fit.at(x, prefill) if m.fit is not None else 1.0
+    step = m.fit.at(x, prefill, piecewise_share(batch, cfg.full_limit())) if m.fit is not None else 1.0
     itl_step = m.fit.at(x, chunk) if m.fit is not None else 1.0
     prefill_time = 1.0
     if p_mean and m.fit is not None:

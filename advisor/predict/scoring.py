@@ -658,12 +658,17 @@ def predict_change(
     except (pm.InsufficientData, ValueError, TypeError):
         return None
     fit = model.fit
-    speed = fit.speed_of(model.rows, model.config.kv_cache_tokens) if fit is not None else None
+    speed = (
+        fit.speed_of(model.rows, model.config.kv_cache_tokens, model.config.full_limit())
+        if fit is not None
+        else None
+    )
     if fit is not None and speed:
         # the step time before the change, to tell afterwards whether the server kept its speed
         preempted = any(r.preemptions > 0 for r in model.rows)
         out["step_fit"] = {
-            "a": fit.a, "k": fit.k, "c": fit.c, "x": fit.feature, "speed": speed, "preempted": preempted
+            "a": fit.a, "k": fit.k, "c": fit.c, "x": fit.feature, "speed": speed,
+            "preempted": preempted, "g": fit.piecewise_s,
         }  # fmt: skip
     return out
 
@@ -680,12 +685,13 @@ def steps_against(step_fit: Mapping[str, Any] | None, after: pm.Model) -> float 
         return None
     try:
         fit = pm.StepTime(
-            float(step_fit["a"]), float(step_fit["k"]), float(step_fit["c"]), str(step_fit["x"]), 0, None
-        )
+            float(step_fit["a"]), float(step_fit["k"]), float(step_fit["c"]), str(step_fit["x"]), 0, None,
+            piecewise_s=float(step_fit.get("g", 0.0)),
+        )  # fmt: skip
         before = float(step_fit["speed"])
     except (KeyError, TypeError, ValueError):
         return None
-    now = fit.speed_of(after.rows, after.config.kv_cache_tokens)
+    now = fit.speed_of(after.rows, after.config.kv_cache_tokens, after.config.full_limit())
     return now / before if now is not None and before > 0 else None
 
 

@@ -54,6 +54,7 @@ def engine_of(cfg: pm.Config, defaults: Engine = DEFAULT_ENGINE) -> Engine:
         max_num_active_seqs=min(active, seqs) if active is not None else None,
         resume_from_cache=cfg.prefix_caching,
         async_scheduling=cfg.async_scheduling,
+        full_graph_limit=cfg.full_limit(),
     )
 
 

@@ -80,6 +80,9 @@ class Engine:
     long_prefill_token_threshold_adaptive: bool = False  # floor the cap at budget / requests
     resume_from_cache: bool = False  # prefix caching on: a preempted request finds its blocks again
     async_scheduling: bool = False  # each step scheduled while the one before it runs (0.14+ on GPUs)
+    # the largest decode batch replayed as one full CUDA graph: a decode-only step of more
+    # requests runs piecewise, at the fit's piecewise_s (advisor/predict/graphs.py; None: alike)
+    full_graph_limit: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
@@ -189,21 +192,27 @@ class Result:
         return toks / span if span > 0 else 0.0
 
 
-def _step_cost(fit: StepTime) -> Callable[[int, int, int], float]:
+def _step_cost(fit: StepTime, full_limit: int | None = None) -> Callable[[int, int, int], float]:
     """``fit.at`` of the step's feature, at least a microsecond: the same arithmetic in the same
-    order, with the feature chosen once (it is called for every simulated step)."""
+    order, with the feature chosen once (it is called for every simulated step). A decode-only
+    step of more than ``full_limit`` requests runs piecewise (``fit.piecewise_s`` more)."""
     a, k, c = fit.a, fit.k, fit.c
+    limit = full_limit if full_limit is not None and fit.piecewise_s > 0 else 1 << 62
+    more = fit.piecewise_s
 
     def by_kv(decodes: int, kv_read: int, prefill: int) -> float:
         v = a + k * float(kv_read) + c * float(prefill)
+        v = v + more if decodes > limit and not prefill else v
         return 1e-6 if v < 1e-6 else v  # max(v, 1e-6), NaN passed on as max passes it
 
     def by_decodes(decodes: int, kv_read: int, prefill: int) -> float:
         v = a + k * float(decodes) + c * float(prefill)
+        v = v + more if decodes > limit and not prefill else v
         return 1e-6 if v < 1e-6 else v
 
     def by_prefill(decodes: int, kv_read: int, prefill: int) -> float:
         v = a + k * 0.0 + c * float(prefill)
+        v = v + more if decodes > limit and not prefill else v
         return 1e-6 if v < 1e-6 else v
 
     return by_kv if fit.feature == "kv" else by_decodes if fit.feature == "decode" else by_prefill
@@ -232,7 +241,7 @@ def simulate(
         raise ValueError("a closed loop needs at least one client")
     if clients is None and any(r.arrival is None for r in requests):
         raise ValueError("open arrivals need every request's arrival time")
-    cost = _step_cost(fit)
+    cost = _step_cost(fit, engine.full_graph_limit)
     bs = engine.block_size
     pending = deque(sorted(range(len(requests)), key=lambda i: requests[i].arrival or 0.0))
     waiting: deque[_Live] = deque()

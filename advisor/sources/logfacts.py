@@ -121,6 +121,8 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
     graphs = _capture_size(out.get("compilation_config"))
     if graphs is not None and "max_cudagraph_capture_size" not in args:
         out["max_cudagraph_capture_size"] = graphs
+    for name, graph_fact in _graph_facts(out.get("compilation_config")).items():
+        out.setdefault(name, graph_fact)
     spec = (
         _SPEC_TOKENS_RE.search(str(out["speculative_config"].value)) if "speculative_config" in out else None
     )
@@ -151,6 +153,30 @@ def _capture_size(config: Provenanced | None) -> Provenanced | None:
     if m is None:
         return None
     return Provenanced(int(m.group(1)), "log", "engine config line (compilation_config)")
+
+
+_GRAPH_MODE_RE = re.compile(r"'cudagraph_mode':\s*<CUDAGraphMode\.(\w+)")
+_GRAPH_SIZES_RE = re.compile(r"'cudagraph_capture_sizes':\s*\[([\d,\s]*)\]")
+
+
+def _graph_facts(config: Provenanced | None) -> dict[str, Provenanced]:
+    """How vLLM captures CUDA graphs, from the engine config line's ``compilation_config={...
+    'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, ... 'cudagraph_capture_sizes':
+    [1, 2, 4, 8, 16, 24, 32] ...}``: ``cudagraph_mode`` (the mode's name) and
+    ``cudagraph_capture_sizes`` (the sizes, comma-separated); what the line does not say is left
+    out."""
+    if config is None:
+        return {}
+    text, out = str(config.value), {}
+    where = "engine config line (compilation_config)"
+    mode = _GRAPH_MODE_RE.search(text)
+    if mode is not None:
+        out["cudagraph_mode"] = Provenanced(mode.group(1), "log", where)
+    sizes = _GRAPH_SIZES_RE.search(text)
+    if sizes is not None:
+        listed = [x.strip() for x in sizes.group(1).split(",") if x.strip()]
+        out["cudagraph_capture_sizes"] = Provenanced(",".join(listed), "log", where)
+    return out
 
 
 def _gib_of(facts: Mapping[str, Provenanced], name: str) -> float | None:

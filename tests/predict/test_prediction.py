@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -234,20 +235,24 @@ def _steps(predictions: Any, fitted: str, stepped: str) -> float:
     m0, _, rows0 = predictions.fitted(fitted)
     m1, _, rows1 = predictions.fitted(stepped)
     assert m0.fit is not None
-    own = m0.fit.speed_of(rows0, m0.config.kv_cache_tokens)
-    other = m0.fit.speed_of(rows1, m1.config.kv_cache_tokens)
+    own = m0.fit.speed_of(rows0, m0.config.kv_cache_tokens, m0.config.full_limit())
+    other = m0.fit.speed_of(rows1, m1.config.kv_cache_tokens, m1.config.full_limit())
     assert own and other
     return float(other / own)
 
 
 @FITS
-def test_runs_of_one_configuration_step_alike_and_two_after_runs_did_not(predictions: Any) -> None:
+def test_runs_of_one_configuration_step_alike_and_after_runs_past_a_full_graph_too(predictions: Any) -> None:
     """The Steps column of the simulator's table (docs/prediction.md): one run's step fit applied
     to another run's intervals. The four runs of kv-seqs-bind's configuration on three leases
-    step within 5% of each other's fits; kv-seqs-bind.after (cap 48 -> 36) took 22% longer than
-    its base's fit gives its own, smaller steps (its decode-only steps, ITL p50, 6.9 -> 8.7 ms at
-    a smaller batch), and follow-misconf-r2's base ran ~1.5x slower than follow-misconf.before
-    on the same configuration and load."""
+    step within 5% of each other's fits. Two after-runs stepped off their base's fit by 22% and
+    34% until a decode step past the largest full CUDA graph was priced as run piecewise
+    (advisor/predict/graphs.py): kv-seqs-bind.after (cap 48 -> 36: its decode batches of 33-36
+    lost their full graph; ITL p50 6.9 -> 8.7 ms at a smaller batch) and follow-misconf-r2.after
+    (cap 12, where 9-12 decode piecewise, -> 24, where every decode batch has its graph); both
+    now step within 5% of what the base's fit says. follow-misconf-r2's base still ran ~1.5x
+    slower than follow-misconf.before on the same configuration and load: both piecewise
+    throughout, on two leases (the host's speed; docs/validation.md, item 6)."""
 
     def steps(fitted: str, stepped: str) -> float:
         return _steps(predictions, fitted, stepped)
@@ -255,9 +260,19 @@ def test_runs_of_one_configuration_step_alike_and_two_after_runs_did_not(predict
     same = ["kv-seqs-bind.before", "kv-seqs-bind-r2.before", "kv-seqs-bind-aa.1", "kv-seqs-bind-aa.2"]
     spread = {(a, b): steps(a, b) for a in same for b in same if a != b}
     assert all(abs(x - 1) < 0.05 for x in spread.values()), spread
-    assert steps("kv-seqs-bind.before", "kv-seqs-bind.after") > 1.15
-    assert steps("follow-misconf-r2.before", "follow-misconf-r2.after") < 0.85
+    assert abs(steps("kv-seqs-bind.before", "kv-seqs-bind.after") - 1) < 0.05
+    assert abs(steps("follow-misconf-r2.before", "follow-misconf-r2.after") - 1) < 0.05
     assert steps("follow-misconf.before", "follow-misconf-r2.before") > 1.4
+    # without the piecewise price, the two after-runs are as far off as they were
+    for base, after, off in (("kv-seqs-bind.before", "kv-seqs-bind.after", 1.15),
+                             ("follow-misconf-r2.before", "follow-misconf-r2.after", -0.85)):  # fmt: skip
+        m0, _, rows0 = predictions.fitted(base)
+        m1, _, rows1 = predictions.fitted(after)
+        flat = replace(m0.fit, piecewise_s=0.0)
+        ratio = flat.speed_of(rows1, m1.config.kv_cache_tokens) / flat.speed_of(
+            rows0, m0.config.kv_cache_tokens
+        )
+        assert ratio > off if off > 0 else ratio < -off, (after, ratio)
 
 
 @FITS
@@ -271,21 +286,25 @@ def test_the_kv_read_on_a_gpu_is_priced_at_the_weights_bandwidth(predictions: An
     kv-seqs-bind-r2.after) and 131 ns (follow-misconf.before) for the same model on the same
     device. Priced by the bytes, each after-run at another batch steps as its base run's fit says
     within 5% (Steps 1.07, 1.05, 1.05 and 0.92 with the least-squares slopes; kv-seqs-bind.after,
-    whose server slowed at a smaller batch, is the known exception: docs/prediction.md)."""
+    whose server slowed at a smaller batch, was the known exception until its decode batches past
+    the largest full CUDA graph were priced as run piecewise). follow-misconf.before -> .after
+    crosses that line the other way (cap 12, decoding 9-12 piecewise, -> 26) on the lease whose
+    piecewise steps cost least (its one full-graph interval read no penalty; the typical +35%
+    it is weighed with makes it +18%): Steps 1.16, within 20%."""
     physics = 131072 / 4.8e12  # seconds to read one KV token's bytes at the H200's bandwidth
     ks = []
-    for base, after in (
-        ("queue-headroom.before", "queue-headroom.after"),
-        ("kv-capacity.before", "kv-capacity.after"),
-        ("kv-seqs-bind-r2.after", "kv-seqs-bind-r2.kv-cache-memory-bytes-12884901888_max-num-seqs-72"),
-        ("follow-misconf.before", "follow-misconf.after"),
+    for base, after, within in (
+        ("queue-headroom.before", "queue-headroom.after", 0.05),
+        ("kv-capacity.before", "kv-capacity.after", 0.05),
+        ("kv-seqs-bind-r2.after", "kv-seqs-bind-r2.kv-cache-memory-bytes-12884901888_max-num-seqs-72", 0.05),
+        ("follow-misconf.before", "follow-misconf.after", 0.2),
     ):
         f = predictions.fitted(base)[0].fit
         assert f is not None and "weights' bandwidth" in f.basis and f.feature == "kv", (base, f)
         assert physics / 2 <= f.k <= 2 * physics, (base, f.k)
         ks.append(f.k)
         steps = _steps(predictions, base, after)
-        assert abs(steps - 1) <= 0.05, (base, steps)
+        assert abs(steps - 1) <= within, (base, steps)
     assert max(ks) / min(ks) < 1.15, ks  # one model on one device: one price
 
 
@@ -304,7 +323,8 @@ def test_a_judged_change_says_when_the_server_stepped_at_another_speed() -> None
     before, eng = _observed("follow-misconf.before")
     pred = scoring.predict_change(before, eng, targets, "max_num_seqs", 24)
     assert pred is not None and pred["step_fit"]["preempted"] is False
-    assert pred["step_fit"]["speed"] == pytest.approx(1.0, abs=1e-6)  # least squares: its own
+    # least squares: its own steps, up to how the piecewise price is spread over its intervals
+    assert pred["step_fit"]["speed"] == pytest.approx(1.0, abs=1e-3)
     slow, slow_eng = _observed("follow-misconf-r2.before")
     judged = scoring.prediction_error(pred, slow, slow_eng, targets)
     assert 1.4 < judged["steps"] < 1.7

