@@ -346,6 +346,20 @@ SCENARIOS_H200 += [
     ),
 ]
 
+# follow-misconf a fourth time, with the advisor that prices decode batches past a full CUDA graph
+# (2026-12-06): its live advice followed up to two restarts (an H100 if one comes).
+SCENARIOS_H200 += [
+    Scenario(
+        "follow-misconf-r4",
+        "follow-misconf again (cap 12, a 1024-token budget, 4 GiB of KV, 4.5 req/s of Poisson "
+        "arrivals) with the advisor that prices piecewise decode steps: its advice followed.",
+        MISCONF,
+        MISCONF_LOAD,
+        "queue-seqs-cap-binds",
+        follow=2,
+    ),
+]
+
 # The plumbing test on a CPU box: the tiny model, a KV cache of 24 MiB (8 requests of 384 tokens).
 SCENARIOS_CPU = [
     Scenario(
