@@ -62,6 +62,7 @@ SCENARIO_ORDER = [
     "follow-misconf",  # follow mode: the advice applied step after step (issue 30)
     "follow-misconf-r2",  # the same, with the simulator-scored advisor (2026-12-04)
     "follow-misconf-r3",  # the same again, with the advisor of 2026-12-06
+    "follow-misconf-r4",  # the same again, with decode batches past a full CUDA graph priced
     "queue-steps",  # an H100: follow-misconf's queued cap 18 with and without the daemon, async off, cap 27
     "async-ttft",  # an H100: open-kv-knee.after's server and load with async scheduling on and off
     "queue-probe",  # an H100, probed: follow-misconf's queued cap 18 against cap 27 (full CUDA graphs)
@@ -77,7 +78,11 @@ NO_PAIR = {
 }
 # scenarios run again under another's load, on another lease: their runs are judged against the
 # best measured under that load in either
-SAME_LOAD = {"follow-misconf-r2": "follow-misconf", "follow-misconf-r3": "follow-misconf"}
+SAME_LOAD = {
+    "follow-misconf-r2": "follow-misconf",
+    "follow-misconf-r3": "follow-misconf",
+    "follow-misconf-r4": "follow-misconf",
+}
 # scenarios run in follow mode (suite.py's follow > 1): their chain of steps is judged for
 # convergence even where it stopped after one restart (the advice said nothing more)
 FOLLOW = {s.name for s in SCENARIOS_H200 + SCENARIOS_CPU + SCENARIOS_H200X2 if s.follow > 1}
