@@ -86,10 +86,13 @@ def graphs_of(engine: EngineInfo, max_num_seqs: float | None, budget: float | No
     """The engine's CUDA-graph capture, where its decode steps can replay a full graph: a GPU
     engine, not eager, in a full-decode mode (its start-up line's ``cudagraph_mode``; unlogged,
     vLLM's default since 0.11.0). None otherwise: every decode step is then alike (the CPU
-    backend, ``--enforce-eager``, ``PIECEWISE`` or ``NONE``, a release before 0.11.0)."""
+    backend, ``--enforce-eager``, ``PIECEWISE`` or ``NONE``, a release before 0.11.0), or not
+    modelled (speculative decoding, whose decode steps carry several tokens a request)."""
     device = str(engine.get("device") or "").lower()
     if device in ("", "cpu") or engine.get("enforce_eager") is True:
         return None
+    if engine.get("num_speculative_tokens"):
+        return None  # a decode step of 1 + k tokens a request: its graphs are not keyed by requests here
     mode = engine.get("cudagraph_mode")
     if mode is not None:
         if str(mode).upper() not in FULL_DECODE_MODES:

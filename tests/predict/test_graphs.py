@@ -1,13 +1,12 @@
 """Which decode steps run as a full CUDA graph (advisor/predict/graphs.py), read from the recorded
 servers' own start-up lines (validation/runs/: vLLM 0.25 on H100s and H200s, replayed; no GPU
-here), and what the step fit makes of them."""
+here), and what the step fit makes of them. What the probed runs measured of it:
+tests/verify/test_validation_runs.py."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import re
-import statistics
 from pathlib import Path
 
 import pytest
@@ -96,6 +95,7 @@ def _info(values: dict[str, object]) -> EngineInfo:
         {"device": "cuda", "vllm_version": "0.25.0", "cudagraph_mode": "PIECEWISE"},
         {"device": "cuda", "vllm_version": "0.25.0", "cudagraph_mode": "NONE"},
         {"device": "cuda", "vllm_version": "0.10.2"},  # before FULL_AND_PIECEWISE was the default
+        {"device": "cuda", "vllm_version": "0.25.0", "num_speculative_tokens": 4},  # not modelled
     ],
 )
 def test_no_full_decode_graphs_no_limit(values: dict[str, object]) -> None:
@@ -129,49 +129,3 @@ def test_the_piecewise_time_is_seen_where_both_kinds_ran_and_typical_where_one_d
     assert only.at(18, 0.0, 1.0) == pytest.approx(0.006)  # its own steps, as measured
     assert only.at(14, 0.0) == pytest.approx(0.006 - only.piecewise_s)  # within the limit: cheaper
     assert pm.with_graph_penalty(fit, rows, None, None) is fit  # no limit: nothing to price
-
-
-def _stats(run: str) -> list[tuple[int, int, float]]:
-    """Each engine stats line's running and waiting requests and its mean step time, ms."""
-    with gzip.open(RUNS / run / "vllm.log.gz", "rt") as f:
-        fields = [e.fields for e in logs.parse_lines(f) if e.kind == "engine_stats"]
-    return [
-        (got["running"], got.get("waiting", 0), 1000.0 * got["running"] / got["generation_throughput"])
-        for got in fields
-        if got.get("running") and got.get("generation_throughput")
-    ]
-
-
-def test_the_queued_slowdown_is_the_decode_batch_past_its_full_graph() -> None:
-    """queue-probe (an H100, 2026-12-06, docs/validation.md item 8): what slowed the queued steps
-    of follow-misconf's cap 18 is not the queue but the batch the queue holds at the cap. 19
-    closed-loop clients at cap 19 (nothing waiting, 19 decoding: past the full graph of 16)
-    stepped as slowly as at cap 18 with one waiting, and slower than cap 27's server at 17-23
-    running (a full graph of 24) under open arrivals; cap 27's own intervals at 25-26 running,
-    past its graph, were slow again. The probe's profile of the closed-loop engine core: its
-    main thread busy 96-97% of the time, never waiting for the GPU."""
-
-    def median(run: str, lo: int, hi: int, waiting: bool | None = None) -> float:
-        got = [ms for n, w, ms in _stats(run) if lo <= n <= hi and (waiting is None or (w > 0) == waiting)]
-        assert len(got) >= 3, (run, lo, hi, got)
-        return statistics.median(got)
-
-    full = median("queue-probe.max-num-seqs-27", 17, 23, waiting=False)
-    assert median("queue-probe.max-num-seqs-27", 25, 27) / full > 1.2
-    none_waiting = median("queue-probe-closed.max-num-seqs-19", 19, 19, waiting=False)
-    one_waiting = median("queue-probe-closed.before", 18, 18, waiting=True)
-    assert none_waiting / full > 1.2 and one_waiting / full > 1.2
-    assert abs(none_waiting / one_waiting - 1) < 0.1
-    probe = json.loads(
-        gzip.decompress((RUNS / "queue-probe-closed.max-num-seqs-19" / "probe.json.gz").read_bytes())
-    )
-    main = [  # the engine core process's main thread: its thread id is its process id
-        v
-        for k, v in probe["states"].items()
-        if k.split()[1] == "VLLM::EngineCor" and len(set(k.split()[0].split("/"))) == 1
-    ]
-    assert len(main) == 1 and main[0]["R"] / sum(main[0].values()) > 0.9
-    stacks = gzip.decompress(
-        next((RUNS / "queue-probe-closed.max-num-seqs-19").glob("probe-stacks-*EngineCor*")).read_bytes()
-    ).decode()
-    assert re.search(r"run_pw_graph", stacks)

