@@ -262,12 +262,14 @@ def _check(ticks: list[dict[str, Any]], failed: list[float]) -> None:
     # clients. (Every knob-first tick with the cap advised was required until a make test run of
     # 2026-12-06, beside the suite's other tests, failed on one whose advised knobs were another
     # rule's or none: a member whose window spanned a step of the load, or whose diagnosis was
-    # not advice that cycle; which one was not shown.)
+    # not advice that cycle; which one was not shown.) Knob first keeps the replicas that are up:
+    # both, but one where Prometheus missed a scrape of the other (a make test run of 2026-12-06
+    # on a busy machine: up 1, 1 kept).
     first = [x for x in seen if x["basis"] == "knob_first"]
     off = [
         (round(x["t"]), x["needed"], sorted(x["advised"]))
         for x in first
-        if x["needed"] not in (None, REPLICAS)
+        if x["needed"] not in (None, x["up"])
     ]
     assert first and not off, f"knob first, (t, needed, advised) off: {off}\n{shown}"
     assert any(
