@@ -14,7 +14,9 @@ The model (per engine, steady state under the same load):
   decode tokens per step take its place; where nothing can be fitted, the change is predicted
   from ratios alone and the confidence says so. Where the intervals carried about the same
   prefill (R^2 low), the prefill cost is held to what the ITL histogram's tail allows for the
-  steps that carry a whole chunk (``_bounded_by_itl``).
+  steps that carry a whole chunk (``_bounded_by_itl``). On a GPU, a decode-only step whose batch
+  is past the largest full CUDA graph under the cap runs piecewise, ``piecewise_s`` longer
+  (:func:`with_graph_penalty`, advisor/predict/graphs.py).
 - **The batch** ``B = min(cap, offered load, KV holds, budget allows)``: the offered load is what
   waits plus what runs (a closed loop of clients); the KV cache holds its tokens over the KV a
   running request holds on average (measured: usage x tokens over running); the token budget
