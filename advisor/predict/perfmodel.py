@@ -147,6 +147,9 @@ def piecewise_share(batch: float, full_limit: int | None) -> float:
     return min(1.0, max(0.0, batch - full_limit))
 
 
+MAX_PIECEWISE = 2.0  # a piecewise decode step is held to at most 3x a full graph's (measured: 1.15-2.1x)
+
+
 def with_graph_penalty(
     fit: StepTime, rows: Sequence[Row], kv_tokens: float | None, full_limit: int | None
 ) -> StepTime:
@@ -188,13 +191,10 @@ def with_graph_penalty(
         how = f"from {both} interval{'s' if both > 1 else ''} of each kind"
     return replace(
         fit,
-        a=fit.a - extra * piecewise / steps,
+        a=max(0.0, fit.a - extra * piecewise / steps),  # a fit with no fixed part keeps none
         piecewise_s=extra,
         basis=f"{fit.basis}; decode batches past {full_limit} run piecewise (+{extra * 1e3:.2g} ms a step, {how})",
     )
-
-
-MAX_PIECEWISE = 2.0  # a piecewise decode step is held to at most 3x a full graph's (measured: 1.15-2.1x)
 
 
 PREFILL_BOUND_CV = 0.1  # prefill per step varying less than this (coefficient of variation): not fittable

@@ -129,3 +129,6 @@ def test_the_piecewise_time_is_seen_where_both_kinds_ran_and_typical_where_one_d
     assert only.at(18, 0.0, 1.0) == pytest.approx(0.006)  # its own steps, as measured
     assert only.at(14, 0.0) == pytest.approx(0.006 - only.piecewise_s)  # within the limit: cheaper
     assert pm.with_graph_penalty(fit, rows, None, None) is fit  # no limit: nothing to price
+    # a fit with no fixed part (prefill-bound: a step priced by its tokens) keeps none
+    bound = pm.StepTime(0.0, 3e-4, 0.0, "decode", 6, None, "prefill-bound")
+    assert pm.with_graph_penalty(bound, [_row(18, 0.0054)] * 5, None, 16).a == 0.0
