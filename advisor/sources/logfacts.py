@@ -140,7 +140,7 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
 
 
 _SPEC_TOKENS_RE = re.compile(r"\bnum_spec(?:ulative)?_tokens=(\d+)")
-_CAPTURE_SIZE_RE = re.compile(r"'max_cudagraph_capture_size':\s*(\d+)")
+_CAPTURE_SIZE_RE = re.compile(r"""["']max_cudagraph_capture_size["']:\s*(\d+)""")
 
 
 def _capture_size(config: Provenanced | None) -> Provenanced | None:
@@ -155,8 +155,19 @@ def _capture_size(config: Provenanced | None) -> Provenanced | None:
     return Provenanced(int(m.group(1)), "log", "engine config line (compilation_config)")
 
 
-_GRAPH_MODE_RE = re.compile(r"'cudagraph_mode':\s*<CUDAGraphMode\.(\w+)")
-_GRAPH_SIZES_RE = re.compile(r"'cudagraph_capture_sizes':\s*\[([\d,\s]*)\]")
+# the config line's repr (0.12+: 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>) or
+# its JSON (0.11: "cudagraph_mode":[2,1], the sizes in descending order)
+_GRAPH_MODE_RE = re.compile(
+    r"""["']cudagraph_mode["']:\s*(?:<CUDAGraphMode\.(\w+)|\[\s*(\d)\s*,\s*(\d)\s*\]|(\d)\b)"""
+)
+_GRAPH_SIZES_RE = re.compile(r"""["']cudagraph_capture_sizes["']:\s*\[([\d,\s]*)\]""")
+_MODE_NAMES = {
+    "0": "NONE",
+    "1": "PIECEWISE",
+    "2": "FULL",
+    "2,0": "FULL_DECODE_ONLY",
+    "2,1": "FULL_AND_PIECEWISE",
+}
 
 
 def _graph_facts(config: Provenanced | None) -> dict[str, Provenanced]:
@@ -171,7 +182,10 @@ def _graph_facts(config: Provenanced | None) -> dict[str, Provenanced]:
     where = "engine config line (compilation_config)"
     mode = _GRAPH_MODE_RE.search(text)
     if mode is not None:
-        out["cudagraph_mode"] = Provenanced(mode.group(1), "log", where)
+        name, decode, mixed, single = mode.groups()
+        name = name or _MODE_NAMES.get(f"{decode},{mixed}" if decode else single or "")
+        if name:
+            out["cudagraph_mode"] = Provenanced(name, "log", where)
     sizes = _GRAPH_SIZES_RE.search(text)
     if sizes is not None:
         listed = [x.strip() for x in sizes.group(1).split(",") if x.strip()]

@@ -16,6 +16,7 @@ from advisor.predict import graphs
 from advisor.predict import perfmodel as pm
 from advisor.predict.intake import Row
 from advisor.sources import logfacts, logs
+from advisor.sources.engine import resolve
 
 RUNS = Path(__file__).resolve().parents[2] / "validation" / "runs"
 
@@ -132,3 +133,37 @@ def test_the_piecewise_time_is_seen_where_both_kinds_ran_and_typical_where_one_d
     # a fit with no fixed part (prefill-bound: a step priced by its tokens) keeps none
     bound = pm.StepTime(0.0, 3e-4, 0.0, "decode", 6, None, "prefill-bound")
     assert pm.with_graph_penalty(bound, [_row(18, 0.0054)] * 5, None, 16).a == 0.0
+
+
+def _config_line(version: str, compilation: str) -> str:
+    return (
+        f"(EngineCore_DP0 pid=1) INFO 12-06 10:21:01 [core.py:93] Initializing a V1 LLM engine ({version}) "
+        "with config: model='/m', speculative_config=None, tokenizer='/m', dtype=torch.bfloat16, "
+        "max_seq_len=8192, tensor_parallel_size=1, enforce_eager=False, kv_cache_dtype=auto, "
+        f"device_config=cuda, seed=0, enable_prefix_caching=True, compilation_config={compilation}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "compilation", "mode", "sizes"),
+    [
+        # 0.25's repr, as every recorded server logged it
+        ("v0.25.0", "{'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: "
+         "(2, 1)>, 'cudagraph_capture_sizes': [1, 2, 4, 8, 16, 24, 32], 'max_cudagraph_capture_size': 32}",
+         "FULL_AND_PIECEWISE", "1,2,4,8,16,24,32"),
+        # 0.11's JSON: the mode as its values, the sizes largest first
+        ("v0.11.0", '{"level":3,"cudagraph_mode":[2,1],"use_cudagraph":true,"cudagraph_capture_sizes":[16,8,4,2,1],'
+         '"full_cuda_graph":false}', "FULL_AND_PIECEWISE", "16,8,4,2,1"),
+        ("v0.11.0", '{"level":3,"cudagraph_mode":1,"cudagraph_capture_sizes":[4,2,1]}', "PIECEWISE", "4,2,1"),
+    ],
+)  # fmt: skip
+def test_the_graph_facts_are_read_from_either_form_of_the_config_line(
+    version: str, compilation: str, mode: str, sizes: str
+) -> None:
+    # the engine as the advisor assembles it from the log alone (its device from device_config)
+    engine = resolve(events=logs.parse_lines([_config_line(version, compilation)]), host={})
+    assert engine.get("cudagraph_mode") == mode and engine.get("cudagraph_capture_sizes") == sizes
+    g = graphs.graphs_of(engine, 16, 8192)
+    assert (g is None) == (mode == "PIECEWISE")
+    if g is not None:
+        assert g.full_limit(16, 8192) == 16
