@@ -225,10 +225,29 @@ def simulated_header(sim: Mapping[str, Any]) -> tuple[str, str]:
     why = str(a.get("inferred_from") or "")
     if sim.get("scheduling") == "asynchronous":
         why += "; each step scheduled while the one before it runs, as the server does"
+    why += graphs_words(sim.get("cuda_graphs"))
     return (
         f"{sim.get('requests')} requests, the same for every candidate; the load inferred: {load_words(a)}",
         why,
     )
+
+
+def graphs_words(graphs: Mapping[str, Any] | None) -> str:
+    """Where the server's decode batches outgrow their full CUDA graph, today or after the change,
+    as a clause of the simulated load line ("" where neither does, or it is not known)."""
+    if not graphs:
+        return ""
+    now, after = graphs.get("full_decode_batch_now"), graphs.get("full_decode_batch_after")
+    cost = float(graphs.get("piecewise_step_seconds") or 0.0)
+    if cost <= 0 or (now is None and after is None):
+        return ""
+    more = f"run without a full CUDA graph ({cost * 1e3:.1f} ms more a step)"
+    if now is None:
+        return f"; after the change, decode batches past {after} {more}"
+    words = f"; decode batches past {now} {more}"
+    if after != now:
+        words += f", past {after} after the change" if after is not None else ", none after the change"
+    return words
 
 
 def decided_line(pred: Mapping[str, Any]) -> str | None:

@@ -102,6 +102,15 @@ class Outcome:
         }
 
 
+def _outgrown(cfg: pm.Config) -> int | None:
+    """The largest decode batch with a full CUDA graph under ``cfg``, where a batch the cap allows
+    is larger (None: every batch the cap allows has its graph, or no graph is known)."""
+    limit = cfg.full_limit()
+    if limit is None or cfg.max_num_seqs is None or limit >= cfg.max_num_seqs:
+        return None
+    return limit
+
+
 @dataclass(frozen=True)
 class Simulated:
     arrivals: wl.Arrivals
@@ -110,11 +119,24 @@ class Simulated:
     after: Outcome
     fidelity: Scale | None = None  # today's measured TTFT, TPOT, ITL p95 over today's simulated
     asynchronous: bool = False  # scheduled as vLLM's asynchronous scheduling does (0.14+ on GPUs)
+    # the largest decode batch with a full CUDA graph today and after the change, where a batch
+    # under the cap can outgrow it (None: none can), and what a decode step past it costs more,
+    # seconds (advisor/predict/graphs.py)
+    full_graphs: tuple[int | None, int | None] = (None, None)
+    piecewise_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         a = self.arrivals
+        now, after = self.full_graphs
         return {
             "scheduling": "asynchronous" if self.asynchronous else "synchronous",
+            "cuda_graphs": None
+            if now is None and after is None
+            else {
+                "full_decode_batch_now": now,
+                "full_decode_batch_after": after,
+                "piecewise_step_seconds": self.piecewise_s,
+            },
             "arrivals": {
                 "kind": a.kind,
                 "clients": a.clients,
@@ -273,6 +295,8 @@ def simulate_change(
         outcome(model, model.config, reqs, arr, targets),
         outcome(model, cfg1, reqs, arr, targets),
         asynchronous=model.config.async_scheduling,
+        full_graphs=(_outgrown(model.config), _outgrown(cfg1)),
+        piecewise_s=model.fit.piecewise_s,
     )
 
 
@@ -413,8 +437,16 @@ class Scorer:
         """Today's outcome and ``knob=value``'s, with the load they share (ValueError as :meth:`at`)."""
         after = self.at(knob, value)
         assert self.arrivals is not None
+        cfg, _ = pm.with_knob(self.model, knob, float(value))
         return Simulated(
-            self.arrivals, self.requests, self.now(), after, self.fidelity, self.model.config.async_scheduling
+            self.arrivals,
+            self.requests,
+            self.now(),
+            after,
+            self.fidelity,
+            self.model.config.async_scheduling,
+            (_outgrown(self.model.config), _outgrown(cfg)),
+            self.model.fit.piecewise_s if self.model.fit is not None else 0.0,
         )
 
 

@@ -81,6 +81,8 @@ def test_predict_json_has_exactly_the_documented_shape() -> None:
     assert (sim["arrivals"]["kind"], sim["arrivals"]["clients"]) == ("closed", 256)
     # vLLM 0.25 on the H200 said "Asynchronous scheduling is enabled.": the simulation does too
     assert sim["scheduling"] == "asynchronous"
+    # caps 48 and 72 are capture sizes: no batch under either outgrows its full CUDA graph
+    assert sim["cuda_graphs"] is None
     for side in ("before", "after"):
         assert set(sim[side]["share_meeting"]) == {"ttft_p95_seconds", "itl_p95_seconds", "all"}
         assert set(sim[side]["ttft_seconds"]) == {"p50", "p95", "p99"}
@@ -478,3 +480,28 @@ def test_a_queue_that_is_the_budgets_prefill_backlog_counts_as_prefill_time() ->
     assert h200["queue_share_outside_budget"] == pytest.approx(0.8)
     # unknown inputs stay unknown
     assert _values_with(prompt_tokens_mean=None)["prefill_budget_binds"] is None
+
+
+def test_predict_says_where_decode_batches_outgrow_their_full_cuda_graph() -> None:
+    """queue-probe.before (an H100, cap 18): decode batches of 17-18 run without a full CUDA graph
+    (16 is the largest within the cap); under cap 36 only 33-36 would. The JSON says so, and the
+    text's load line, with the piecewise time the fit found in the recording."""
+    run = str(RUNS / "queue-probe.before")
+    res = CliRunner().invoke(
+        main, ["predict", "--session", run, "--set", "max_num_seqs=36", "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    graphs = json.loads(res.output)["simulated"]["cuda_graphs"]
+    assert (graphs["full_decode_batch_now"], graphs["full_decode_batch_after"]) == (16, 32)
+    assert 0.0005 < graphs["piecewise_step_seconds"] < 0.005
+    text = CliRunner().invoke(main, ["predict", "--session", run, "--set", "max_num_seqs=36"])
+    assert text.exit_code == 0, text.output
+    flat = " ".join(text.output.split())
+    assert (
+        "decode batches past 16 run without a full CUDA graph" in flat and "past 32 after the change" in flat
+    )
+    # a cap on a capture size: nothing outgrows its graph, and nothing is said
+    same = CliRunner().invoke(
+        main, ["predict", "--session", run, "--set", "max_num_seqs=32", "--format", "json"]
+    )
+    assert json.loads(same.output)["simulated"]["cuda_graphs"]["full_decode_batch_after"] is None
