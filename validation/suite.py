@@ -828,12 +828,17 @@ def bench(run: Run, runs: list[Run]) -> None:
     pack(run)
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after the process name (OSError, IndexError when gone)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _tree(pid: int) -> list[int]:
-    """pid and its descendants alive now."""
+    """pid and its descendants alive now, pid first."""
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError, ValueError, IndexError):
-            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parents[int(entry.name)] = int(_stat(entry.name)[1])
     out: list[int] = []
     todo = [pid]
     while todo:
@@ -930,18 +935,13 @@ def cpu_seconds(pid: int, tree: bool = False) -> float | None:
     ``tree``: and its descendants alive now, e.g. vLLM's engine core under its API server);
     None when it cannot be read."""
     tick = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
-    for d in Path("/proc").iterdir() if tree else (Path(f"/proc/{pid}"),):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            stats[int(d.name)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
-    if pid not in stats:
-        return None
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        total += stats[p][1]
-        todo += [c for c, (parent, _) in stats.items() if parent == p]
+    total = 0.0
+    for i, p in enumerate(_tree(pid) if tree else [pid]):
+        try:
+            total += sum(int(x) for x in _stat(p)[11:15]) / tick
+        except (OSError, ValueError, IndexError):
+            if i == 0:  # the process itself is gone
+                return None
     return round(total, 2)
 
 

@@ -118,11 +118,11 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
                     )
     out = dict(args)
     out.update(resolved)
-    graphs = _capture_size(out.get("compilation_config"))
-    if graphs is not None and "max_cudagraph_capture_size" not in args:
-        out["max_cudagraph_capture_size"] = graphs
     for name, graph_fact in _graph_facts(out.get("compilation_config")).items():
-        out.setdefault(name, graph_fact)
+        if name == "max_cudagraph_capture_size" and name not in args:
+            out[name] = graph_fact  # the size vLLM resolved, over what the config line's keys said
+        else:
+            out.setdefault(name, graph_fact)
     spec = (
         _SPEC_TOKENS_RE.search(str(out["speculative_config"].value)) if "speculative_config" in out else None
     )
@@ -143,18 +143,6 @@ _SPEC_TOKENS_RE = re.compile(r"\bnum_spec(?:ulative)?_tokens=(\d+)")
 _CAPTURE_SIZE_RE = re.compile(r"""["']max_cudagraph_capture_size["']:\s*(\d+)""")
 
 
-def _capture_size(config: Provenanced | None) -> Provenanced | None:
-    """The largest batch vLLM captured as a CUDA graph, from the engine config line's
-    ``compilation_config={... 'max_cudagraph_capture_size': 96 ...}`` (0.12+; 0 or None
-    where nothing is captured: --enforce-eager, a CPU server)."""
-    if config is None:
-        return None
-    m = _CAPTURE_SIZE_RE.search(str(config.value))
-    if m is None:
-        return None
-    return Provenanced(int(m.group(1)), "log", "engine config line (compilation_config)")
-
-
 # the config line's repr (0.12+: 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>) or
 # its JSON (0.11: "cudagraph_mode":[2,1], the sizes in descending order)
 _GRAPH_MODE_RE = re.compile(
@@ -173,13 +161,17 @@ _MODE_NAMES = {
 def _graph_facts(config: Provenanced | None) -> dict[str, Provenanced]:
     """How vLLM captures CUDA graphs, from the engine config line's ``compilation_config={...
     'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, ... 'cudagraph_capture_sizes':
-    [1, 2, 4, 8, 16, 24, 32] ...}``: ``cudagraph_mode`` (the mode's name) and
-    ``cudagraph_capture_sizes`` (the sizes, comma-separated); what the line does not say is left
-    out."""
+    [1, 2, 4, 8, 16, 24, 32], 'max_cudagraph_capture_size': 32 ...}``: ``cudagraph_mode`` (the
+    mode's name), ``cudagraph_capture_sizes`` (the sizes, comma-separated) and
+    ``max_cudagraph_capture_size`` (the largest batch captured, 0.12+; 0 where nothing is: eager
+    mode, a CPU server); what the line does not say is left out."""
     if config is None:
         return {}
     text, out = str(config.value), {}
     where = "engine config line (compilation_config)"
+    largest = _CAPTURE_SIZE_RE.search(text)
+    if largest is not None:
+        out["max_cudagraph_capture_size"] = Provenanced(int(largest.group(1)), "log", where)
     mode = _GRAPH_MODE_RE.search(text)
     if mode is not None:
         name, decode, mixed, single = mode.groups()
