@@ -12,7 +12,8 @@ statistics; it returns values. Nothing here does I/O.
   ``vllm bench serve --max-concurrency C`` sends); otherwise as **open arrivals** at the mean
   rate, with their burstiness: the per-interval arrival counts' variance over their mean (1 for
   Poisson) gives the gamma shape of the gaps (``1 / dispersion``), as ``vllm bench serve
-  --burstiness`` draws them. :class:`Arrivals` says which was inferred and from what.
+  --burstiness`` draws them, once what sampling noise can make of Poisson arrivals is taken off
+  (:data:`DISPERSION_Z`). :class:`Arrivals` says which was inferred and from what.
 - **Lengths**: prompt and output lengths drawn lognormal with the mean of vLLM's token
   histograms and the sigma fitted to their buckets (:mod:`advisor.predict.lengths`), else
   through their p95 (a constant where p95 is not above the mean).
@@ -34,6 +35,11 @@ from advisor.predict.simulator import Done, Request
 HELD = 0.8  # a closed loop: waiting + running at its highest in 80% of the plateau's intervals
 PLATEAU_SHARE = 0.25  # ... and the plateau a quarter of the busy intervals at least
 Z95 = 1.6448536269514722
+# the dispersion's departure from Poisson's 1 that is taken, less this many of its standard
+# errors under Poisson arrivals (sqrt(2 / (n - 1)) over n intervals): ~33 intervals of Poisson
+# arrivals read 0.94-1.58 (gamma shape 0.63-1.06 for 1; the pages' gauge, read between the
+# counters, adds to it), and the advice's simulations near the knee swing on that shape
+DISPERSION_Z = 2.0
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,9 @@ def fit_arrivals(rows: Sequence[Row], tallies: Sequence[Tally] = ()) -> Arrivals
     mid = offered[len(offered) // 10 : len(offered) - len(offered) // 10] or offered
     m = statistics.fmean(mid) if mid else 0.0
     disp = statistics.pvariance(mid) / m if m > 0 and len(mid) > 1 else 1.0
-    shape = 1.0 / max(disp, 1e-3) if disp > 0 else 1.0
+    taken = beyond_noise(disp, len(mid))
+    shape = 1.0 / max(taken, 1e-3)
+    burst = "Poisson, within sampling noise" if taken == 1.0 else f"gamma shape {min(shape, 100.0):.2g}"
     return Arrivals(
         "open",
         None,
@@ -151,8 +159,20 @@ def fit_arrivals(rows: Sequence[Row], tallies: Sequence[Tally] = ()) -> Arrivals
         min(shape, 100.0),
         f"waiting + running held no plateau (its highest, {top:.0f}, in {len(at_top)} of {len(busy)} busy intervals): "
         f"open arrivals of finished + change of waiting + running, {rate:.2f}/s, dispersion "
-        f"{disp:.2f} over {len(mid)} intervals{' (idle ones included)' if every else ''}",
+        f"{disp:.2f} over {len(mid)} intervals{' (idle ones included)' if every else ''}: {burst}",
     )
+
+
+def beyond_noise(dispersion: float, n: int) -> float:
+    """The dispersion of ``n`` intervals' arrival counts with what sampling noise can make of
+    Poisson arrivals taken off: its departure from 1 less :data:`DISPERSION_Z` standard errors
+    (``sqrt(2 / (n - 1))``), none where that is all of it (1: Poisson). Fewer than two
+    intervals: 1."""
+    if n < 2:
+        return 1.0
+    excess = dispersion - 1.0
+    kept = max(0.0, abs(excess) - DISPERSION_Z * math.sqrt(2.0 / (n - 1)))
+    return 1.0 + math.copysign(kept, excess)
 
 
 def lognormal(mean: float, p95: float | None) -> tuple[float, float]:

@@ -155,9 +155,11 @@ def test_long_prefill_threshold_is_a_known_miss_of_the_simulator() -> None:
     assert res.exit_code == 0, res.output
     assert "note: a known miss" in res.output and "read its TTFT change as unknown" in res.output
     b, a = sim.before, sim.after
-    # the miss: TTFT p50 falls by well under the measured -82%, TTFT p95 falls where it held (-5%)
+    # the miss: TTFT p50 falls by well under the measured -82%. TTFT p95 falls a little, as
+    # measured (-5%): -8% since the arrivals' dispersion (2.03 over 33 intervals) reads gamma
+    # shape 0.65 with its sampling noise taken off; -27% while it read 0.49
     assert b.ttft[0] is not None and a.ttft[0] is not None and 0.5 * b.ttft[0] <= a.ttft[0] < b.ttft[0]
-    assert b.ttft_p95 is not None and a.ttft_p95 is not None and a.ttft_p95 < 0.85 * b.ttft_p95
+    assert b.ttft_p95 is not None and a.ttft_p95 is not None and 0.85 * b.ttft_p95 <= a.ttft_p95 < b.ttft_p95
 
 
 def test_simulated_prediction_scales_the_measured_values() -> None:
