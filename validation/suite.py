@@ -346,6 +346,21 @@ SCENARIOS_H200 += [
     ),
 ]
 
+# open-cap-past again (2026-12-06), with the advisor that reads Poisson arrivals as Poisson within
+# the dispersion's sampling noise: its replay of open-cap-past.before advises cap 24 where it
+# advised 32 before; measured beside 24 and 32 on one lease (an H100 if one comes)
+SCENARIOS_H200 += [
+    Scenario(
+        "open-cap-past-r2",
+        "open-cap-past again (6 req/s of Poisson arrivals at the cap-16 server, 6 GiB of KV): the "
+        "live advice followed once, beside caps 24 and 32.",
+        {"max-num-seqs": 16, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=540, concurrency=None, rate=6.0, est_s=120),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 24}, {"max-num-seqs": 32}),
+    ),
+]
+
 # follow-misconf a fourth time, with the advisor that prices decode batches past a full CUDA graph
 # (2026-12-06): its live advice followed up to two restarts (an H100 if one comes).
 SCENARIOS_H200 += [
