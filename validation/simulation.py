@@ -135,10 +135,15 @@ def run(model: pm.Model, cfg: pm.Config, reqs: list[Any], arr: wl.Arrivals) -> d
     }
 
 
-def evaluate(requests: int | None = DEFAULT_REQUESTS, seed: int = 0) -> list[Pair]:
-    """Every pair, its requests drawn with ``seed`` (the docs' block: 0)."""
+def evaluate(
+    requests: int | None = DEFAULT_REQUESTS, seed: int = 0, only: set[str] | None = None
+) -> list[Pair]:
+    """Every pair (``only``: those whose after-run is named there), its requests drawn with
+    ``seed`` (the docs' block: 0)."""
     out = []
     for base, after, knob, value in predictions.pairs():
+        if only is not None and after not in only:
+            continue
         pair = Pair(base, after, knob, value)
         out.append(pair)
         model, _, rows = predictions.fitted(base)

@@ -26,7 +26,7 @@ from advisor.cli import main
 from advisor.sources import logs
 from advisor.verify import comparison, samples, verdict
 from advisor.verify.bench import BenchRun, load_bench
-from tests.paths import REPO
+from tests.paths import REPO, validation_module
 
 RUNS = REPO / "validation" / "runs"
 RESULTS = json.loads((REPO / "validation" / "results.json").read_text())["runs"]
@@ -131,6 +131,10 @@ def compare(
         # ninth of the KV cache's 118 GiB). The live daemon cut the cap to 535 (+2%, measured);
         # DP 2 measured +94%, TP 2 +37%
         ("dense-kv-tp.before", "kv-preemption-seqs-bind", "data_parallel_size", 1, 2),
+        # open-cap-past's load on an H100 whose cap 24 serves ~5.3 of the 6 req/s sent (measured
+        # beside it: TTFT p50 4.3 s): the simulator, fitted to the cap-16 base alone, goes to 48
+        # (live and replayed), where the H200's base replays 24
+        ("open-cap-past-r2.before", "queue-seqs-cap-binds", "max_num_seqs", 16, 48),
     ],
 )
 def test_recorded_run_gets_the_advice_its_data_supports(
@@ -245,6 +249,9 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         # follow-misconf a fourth time (an H100, 2026-12-06), with decode batches past a full CUDA
         # graph priced: a cap whose batch (the cache holds ~27) keeps the full graph of 32
         "follow-misconf-r4.before": "--max-num-seqs 12 -> 36",
+        # open-cap-past's load again on an H100 (2026-12-06), with Poisson arrivals read as
+        # Poisson: the lease's cap 24 serves ~5.3 req/s of the 6 sent (measured beside it)
+        "open-cap-past-r2.before": "--max-num-seqs 16 -> 48",
     }
     # follow mode: the next step the daemon advised on the first one's server, then nothing
     assert RESULTS["follow-misconf.after"]["advice"]["recommendation"]["change"] == (
@@ -663,6 +670,20 @@ def test_the_advice_that_prices_piecewise_decode_steps_converges_in_one_restart(
         "follow-misconf-r4", RESULTS
     )
     assert RESULTS["follow-misconf-r4.after2"]["advice"]["recommendation"] is None
+
+
+def test_open_cap_past_on_an_h100_gets_the_best_measured_cap_and_its_knee_predicted() -> None:
+    """open-cap-past-r2 (an H100, 2026-12-06, the burstiness read within its sampling noise):
+    6 req/s of Poisson arrivals at the cap-16 server. The live advice, 16 -> 48, measured within
+    1% of the best goodput of the lease's runs under this load (caps 24, 32 and 48); cap 24, the
+    rule's own step and what the H200's base replays, was past this lease's knee (goodput a sixth
+    of the best), and the simulator fitted to the base alone said so (within 20%)."""
+    runs = ("open-cap-past-r2.max-num-seqs-24", "open-cap-past-r2.max-num-seqs-32", "open-cap-past-r2.after")
+    good = {r: REPORT.measured_goodput(RUNS / r) for r in runs}
+    assert good["open-cap-past-r2.after"] >= 0.99 * max(good.values()), good
+    assert good["open-cap-past-r2.max-num-seqs-24"] < 0.25 * good["open-cap-past-r2.after"], good
+    (pair,) = validation_module("simulation").evaluate(only={"open-cap-past-r2.max-num-seqs-24"})
+    assert pair.base == "open-cap-past-r2.before" and pair.hit("goodput", "simulator"), pair.cells["goodput"]
 
 
 def test_every_recorded_scenario_is_in_the_reports_order() -> None:
