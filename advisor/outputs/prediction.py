@@ -150,8 +150,13 @@ def load_words(a: Mapping[str, Any]) -> str:
     shape = a.get("gamma_shape")
     kind = ""
     if isinstance(shape, int | float):
-        kind = "Poisson" if 0.8 <= shape <= 1.25 else "bursty" if shape < 0.8 else "regular"
-        kind = f" (gamma shape {shape:.2f}: {kind})"
+        # the shape is 1 where the counts' dispersion is within its sampling noise
+        # (predict/workload.py, beyond_noise): any other reads beyond it
+        kind = (
+            " (Poisson: the counts' dispersion within its sampling noise)"
+            if shape == 1.0
+            else f" (gamma shape {shape:.2f}: {'burstier' if shape < 1.0 else 'more regular'} than Poisson)"
+        )
     return f"open arrivals at {fmt(a.get('rate_per_second'), '/s')}{kind}"
 
 

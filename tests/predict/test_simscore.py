@@ -220,6 +220,21 @@ def test_the_sentence_of_what_decided() -> None:
     assert prediction_out.decided_line({}) is None
 
 
+def test_the_load_in_words_says_poisson_only_within_the_sampling_noise() -> None:
+    """The shape is exactly 1 where the arrival counts' dispersion is within its sampling noise
+    (workload.beyond_noise); any other shape read is beyond it, and said so (open-cap-past at cap
+    32 reads 0.90, its dispersion 1.58 over 37 intervals)."""
+
+    def words(shape: float | None) -> str:
+        return prediction_out.load_words({"kind": "open", "rate_per_second": 6.0, "gamma_shape": shape})
+
+    assert words(1.0) == "open arrivals at 6.00/s (Poisson: the counts' dispersion within its sampling noise)"
+    assert words(0.9) == "open arrivals at 6.00/s (gamma shape 0.90: burstier than Poisson)"
+    assert words(1.4) == "open arrivals at 6.00/s (gamma shape 1.40: more regular than Poisson)"
+    assert words(None) == "open arrivals at 6.00/s"
+    assert prediction_out.load_words({"kind": "closed", "clients": 19}) == "a closed loop of 19 clients"
+
+
 QUEUE_HEADROOM = REPO / "validation" / "runs" / "queue-headroom.before"
 
 
