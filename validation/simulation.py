@@ -172,6 +172,7 @@ def evaluate(
         )
         cfg1, _ = pm.with_knob(model, knob, value)
         try:
+            model, _ = simulated.today(model, reqs, arr)  # as the advice's scorer calibrates it
             s0, s1 = run(model, model.config, reqs, arr), run(model, cfg1, reqs, arr)
         except ValueError as e:
             pair.skipped = f"not simulated: {e}"
@@ -412,6 +413,7 @@ def reproduce(runs: list[str]) -> str:
             1.0,
             "the benchmark's own requests",
         )
+        model, _ = simulated.today(model, reqs, arr)  # as the advice's scorer calibrates it
         got = {}  # TTFT p50, p95 (ms) with the server's scheduling and synchronous (one run if the same)
         for mode in {model.config.async_scheduling, False}:
             cfg = replace(model.config, async_scheduling=mode)

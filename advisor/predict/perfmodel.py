@@ -519,6 +519,7 @@ class Model:
     # and prefill): the API server's share, which no scheduler knob moves; the simulated TTFT
     # adds it (advisor/predict/simulated.py)
     frontend_seconds: float = 0.0
+    gpu: bool = False  # the engine runs on a GPU (its device on record and not "cpu")
     # the busy rows fitted from, in time order: the load the scheduler simulator replays
     # (advisor/predict/simulated.py); not compared (two models differ by their fit, not their rows)
     rows: tuple[Row, ...] = field(default=(), compare=False, repr=False)
@@ -651,6 +652,9 @@ def build(
         "ttft_seconds_p95": hq(n.TTFT, 0.95),
         "tpot_seconds_p95": hq(n.TPOT, 0.95),
         "itl_seconds_p95": hq(n.ITL, 0.95),
+        # first scheduled to first token, the engine's mean: what a prompt's chunk steps take
+        # (the simulator's prefill cost is set to it: advisor/predict/simulated.py, calibrated)
+        "prefill_seconds_mean": _num(values.get("prefill_seconds_mean")),
         "preemptions_per_second": preempt * engines,
         "running": running * engines,
     }
@@ -676,6 +680,7 @@ def build(
         prompt_sigma=spread(n.REQUEST_PROMPT_TOKENS, prompt_mean),
         output_sigma=spread(n.REQUEST_GENERATION_TOKENS, output_mean),
         frontend_seconds=_num(values.get("frontend_seconds_mean")) or 0.0,
+        gpu=gpu,
         kv_per_running=kv_per_running,
         running=running,
         decode=decode,

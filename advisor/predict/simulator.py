@@ -134,6 +134,9 @@ class _Live:
     preempted: int = 0
     client: int | None = None
     seen: float = 0.0  # when the engine took it in: the end of the step running when it arrived
+    started: float = -1.0  # when it was first scheduled (vLLM's scheduled stamp; -1: not yet)
+    pre_tokens: int = 0  # prefill tokens of the steps from then to its first token, all requests'
+    pre_steps: int = 0  # those steps
     kept: list[int] | None = None  # after a preemption: its blocks still cached ([count], in the free queue)
 
     def need(self) -> int:
@@ -157,6 +160,11 @@ class Done:
     prompt: int
     output: int
     pickup: float = 0.0  # arrival to the engine taking it in (the rest of the step then running)
+    # first scheduled to first token (vLLM's request_prefill_time), the steps of that time and
+    # their prefill tokens, every request's (what a step's prefill cost moves it by)
+    prefill_s: float = 0.0
+    prefill_steps: int = 0
+    prefill_tokens: int = 0
 
 
 class Step(NamedTuple):
@@ -395,6 +403,11 @@ def simulate(
                 running.append(r)
                 sched.append((r, new))
                 budget -= new
+                if r.started < 0:
+                    r.started = sched_at
+                    if sched_at < t and trace:  # scheduled while the step before ran: it waits it out
+                        r.pre_tokens += trace[-1].prefill
+                        r.pre_steps += 1
         if not sched and (leaving or (waiting and waiting[0].arrival > sched_at)):
             # an empty step (asynchronous scheduling only): the engine waits for the step in
             # flight, takes its outputs in and schedules afresh, now
@@ -408,14 +421,20 @@ def simulate(
             r = waiting.popleft()
             raise ValueError(f"request {r.idx} needs more KV blocks than the cache has ({engine.kv_blocks})")
         decodes = prefill = kv_read = 0
+        prefilling: list[_Live] = []
         for r, new in sched:  # one pass (the inner loop: it runs for every request of every step)
             if r.generated and new == 1:
                 decodes += 1
                 kv_read += r.computed
             else:
                 prefill += new
+                prefilling.append(r)
         settled = not prefill and not preempted and len(sched) == len(running)
         dt = cost(decodes, kv_read, prefill)
+        for r in prefilling:
+            if r.first is None:
+                r.pre_tokens += prefill
+                r.pre_steps += 1
         sched_at = t  # when the next step is scheduled, with asynchronous scheduling
         t += dt
         for r in leaving:  # their last token is back: the next step can have their place
@@ -453,6 +472,9 @@ def simulate(
                     r.prompt,
                     r.output,
                     r.seen - r.arrival,
+                    r.first - r.started,
+                    r.pre_steps,
+                    r.pre_tokens,
                 )
             )
             if clients is not None and nxt < len(requests):
