@@ -49,8 +49,10 @@ The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` ap
   decodes read or the decode tokens, ``p`` the prefill tokens of the step); no second cost model.
 - **Data parallelism** is copies: the caller splits the load (see :mod:`advisor.predict.workload`).
 
-It returns per-request TTFT, TPOT, ITL and E2E and the step trace (batch, tokens, KV use,
-preemptions).
+It returns per-request TTFT, TPOT, ITL and E2E, each request's prefill time as vLLM stamps it
+(first scheduled to first token, with the steps in it and their prefill tokens:
+``simulated.calibrated`` sets the step's prefill cost to the measured one where the busy
+intervals cannot) and the step trace (batch, tokens, KV use, preemptions).
 """
 
 from __future__ import annotations
