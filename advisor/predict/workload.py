@@ -40,9 +40,6 @@ Z95 = 1.6448536269514722
 # arrivals read 0.94-1.58 (gamma shape 0.63-1.06 for 1; the pages' gauge, read between the
 # counters, adds to it), and the advice's simulations near the knee swing on that shape
 DISPERSION_Z = 2.0
-# ... over at least this many intervals: fewer (a burst sent at once and taken in over two or
-# three scrapes) cannot tell noise from the load's shape, and their dispersion is kept as read
-DISPERSION_MIN_INTERVALS = 10
 
 
 @dataclass(frozen=True)
@@ -170,11 +167,9 @@ def beyond_noise(dispersion: float, n: int) -> float:
     """The dispersion of ``n`` intervals' arrival counts with what sampling noise can make of
     Poisson arrivals taken off: its departure from 1 less :data:`DISPERSION_Z` standard errors
     (``sqrt(2 / (n - 1))``), none where that is all of it (1: Poisson). Fewer than two
-    intervals: 1; fewer than :data:`DISPERSION_MIN_INTERVALS`: as read."""
+    intervals: 1."""
     if n < 2:
         return 1.0
-    if n < DISPERSION_MIN_INTERVALS:
-        return dispersion
     excess = dispersion - 1.0
     kept = max(0.0, abs(excess) - DISPERSION_Z * math.sqrt(2.0 / (n - 1)))
     return 1.0 + math.copysign(kept, excess)

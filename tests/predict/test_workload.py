@@ -144,8 +144,6 @@ def test_poisson_arrivals_read_as_poisson_whatever_the_draw() -> None:
     assert wl.beyond_noise(4.4, 38) == pytest.approx(4.4 - 2.0 * math.sqrt(2.0 / 37))
     assert wl.beyond_noise(0.2, 33) == pytest.approx(0.2 + 2.0 * 0.25)  # smoother than Poisson, less so
     assert wl.beyond_noise(3.0, 1) == 1.0  # one interval: nothing to tell
-    # a burst taken in over two or three scrapes: too few intervals to call it noise
-    assert wl.beyond_noise(3.8, 3) == 3.8
 
 
 def test_bursts_the_server_drains_between_pages_are_read_at_their_rate_over_every_interval() -> None:
