@@ -124,7 +124,10 @@ class Pair:
 
 
 def run(model: pm.Model, cfg: pm.Config, reqs: list[Any], arr: wl.Arrivals) -> dict[str, float | None]:
-    o = simulated.outcome(model, cfg, reqs, arr, TARGETS)
+    return _numbers(simulated.outcome(model, cfg, reqs, arr, TARGETS))
+
+
+def _numbers(o: simulated.Outcome) -> dict[str, float | None]:
     return {
         "output_throughput": o.output_tokens_per_second,
         "p50_ttft_ms": o.ttft[0],
@@ -172,8 +175,9 @@ def evaluate(
         )
         cfg1, _ = pm.with_knob(model, knob, value)
         try:
-            model, _ = simulated.today(model, reqs, arr)  # as the advice's scorer calibrates it
-            s0, s1 = run(model, model.config, reqs, arr), run(model, cfg1, reqs, arr)
+            # today's knobs as the advice's scorer calibrates and simulates them, then the change
+            model, now = simulated.outcome_today(model, reqs, arr, TARGETS)
+            s0, s1 = _numbers(now), run(model, cfg1, reqs, arr)
         except ValueError as e:
             pair.skipped = f"not simulated: {e}"
             continue
@@ -413,12 +417,15 @@ def reproduce(runs: list[str]) -> str:
             1.0,
             "the benchmark's own requests",
         )
-        model, _ = simulated.today(model, reqs, arr)  # as the advice's scorer calibrates it
-        got = {}  # TTFT p50, p95 (ms) with the server's scheduling and synchronous (one run if the same)
-        for mode in {model.config.async_scheduling, False}:
-            cfg = replace(model.config, async_scheduling=mode)
-            o = simulated.outcome(model, cfg, reqs, arr, TARGETS)
-            got[mode] = [None if x is None else x * 1000.0 for x in o.ttft[:2]]
+        # TTFT p50, p95 (ms) with the server's scheduling (as the advice's scorer calibrates and
+        # simulates it) and synchronous (the same run where the server is synchronous)
+        model, now = simulated.outcome_today(model, reqs, arr, TARGETS)
+        outs = {model.config.async_scheduling: now}
+        if model.config.async_scheduling:
+            outs[False] = simulated.outcome(
+                model, replace(model.config, async_scheduling=False), reqs, arr, TARGETS
+            )
+        got = {mode: [None if x is None else x * 1000.0 for x in o.ttft[:2]] for mode, o in outs.items()}
         own, sync = got[model.config.async_scheduling], got[False]
         cells = []
         for j, q in enumerate(("p50", "p95")):

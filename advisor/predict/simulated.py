@@ -277,6 +277,15 @@ def today(model: pm.Model, reqs: Sequence[Any], arr: wl.Arrivals) -> tuple[pm.Mo
     return m, _run(m, m.config, reqs, arr)
 
 
+def outcome_today(
+    model: pm.Model, reqs: Sequence[Any], arr: wl.Arrivals, targets: Mapping[str, float]
+) -> tuple[pm.Model, Outcome]:
+    """Today's knobs simulated on ``reqs`` with the model :func:`calibrated` to them (:func:`today`),
+    and their outcome: the model every candidate is then simulated with, and today as simulated."""
+    model, run = today(model, reqs, arr)
+    return model, _outcome_of(run, targets, model.frontend_seconds)
+
+
 def _outcome_of(run: _Run, targets: Mapping[str, float], frontend: float = 0.0) -> Outcome:
     """The run's numbers as a client sees them: each request's TTFT and E2E with the front end's
     mean share (``frontend``, seconds) added, which the engine's steps do not include."""
@@ -341,12 +350,12 @@ def simulate_change(
         seed,
         sigmas=(model.prompt_sigma, model.output_sigma),
     )
-    model, run = today(model, reqs, arr)
+    model, now = outcome_today(model, reqs, arr, targets)
     assert model.fit is not None  # calibrated keeps a fit
     return Simulated(
         arr,
         requests,
-        _outcome_of(run, targets, model.frontend_seconds),
+        now,
         outcome(model, cfg1, reqs, arr, targets),
         asynchronous=model.config.async_scheduling,
         full_graphs=(_outgrown(model.config), _outgrown(cfg1)),
