@@ -2,8 +2,8 @@
 advice, the server stopped and restarted with the proposed value under the same load, and the
 daemon's own before/after verdict in the ledger; then the opposite change, judged revert.
 
-KV cache 3,072 tokens (24 blocks of 128), max_num_seqs 6, MIN_REQUESTS + 6 requests of 384 in /
-384 out at concurrency 32: six prompts fill the cache at admission and then grow, so the batch
+KV cache 3,072 tokens (24 blocks of 128), max_num_seqs 6, MIN_REQUESTS + 30 requests of 384 in /
+384 out, all sent at once: six prompts fill the cache at admission and then grow, so the batch
 sits at the cap while vLLM preempts and recomputes long prefills. The cache holds 4 such requests
 and its size is fixed in bytes, so the advice is more KV memory first (24 -> 36 MiB: 36 blocks
 for the capped batch's six requests of 6 blocks, less V1's null block).
@@ -21,19 +21,29 @@ for the capped batch's six requests of 6 blocks, less V1's null block).
 (Lowering the cap instead, 6 -> 4, was this loop before the H200 showed that a cut cap costs
 throughput where memory could be given: docs/validation.md.)
 
-One server, restarted twice, and three loads as short as the judgement allows: each window the
-experiment judges needs MIN_REQUESTS finished requests (live_experiment; fewer is "no baseline",
-inconclusive), and each load sends one batch (max_num_seqs) more, so that the last batch, which
-drains with fewer than six running and preempts less, is not part of the minimum. The requests
-come from threads of the test (realvllm.RequestLoad: what ``vllm bench serve`` sends, without its
-~10 s start-up and its initial test request); the verdict reads the server's side only. This was
-two tests, the daemon's (two starts, its own load) and the loop's (three starts): 270 s of a
-make test's real-vLLM time, the same checks now in one.
+One server, restarted twice, and three loads of one size, each longer than the advice needs.
+The advice is given once the KV rule's conditions have held for its ``for:`` (20 s) in a window
+of ``min_window`` (20 s), and it must be given while the server is loaded: on this 2-core
+machine beside other work each of the daemon's cycles stretches to seconds (a cycle measured
+4-8 s of wall time for 0.01-0.16 s of its thread's CPU: the fetch, the diagnosis and the state
+write each waiting for a core), so the first advising diagnosis came 24-39 s into the load
+(ten runs beside two busy loops). The load of MIN_REQUESTS + 6 requests this test once sent
+lasted 27-31 s, and three make test runs of six timed out waiting for the advice (the load had
+ended first; an idle server is not advised); with MIN_REQUESTS + 18 the advice came 0.6 s before
+the end in one of ten. Five batches (max_num_seqs) more than MIN_REQUESTS give it ~10 s more
+than that. Every load is as long as the first, as the experiment compares windows of comparable
+request counts (live_experiment: within 15%), and each holds more than the MIN_REQUESTS a
+verdict needs. The
+requests come from threads of the test (realvllm.RequestLoad: what ``vllm bench serve`` sends,
+without its ~10 s start-up and its initial test request); the verdict reads the server's side
+only. This was two tests, the daemon's (two starts, its own load) and the loop's (three
+starts): 270 s of a make test's real-vLLM time, the same checks now in one.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -53,8 +63,8 @@ from tests.promstack import prometheus, query, wait_until
 KV_BYTES = 25165824
 MAX_NUM_SEQS = 6
 PROMPT_LEN = OUTPUT_LEN = 384
-NUM_PROMPTS = live_experiment.MIN_REQUESTS + MAX_NUM_SEQS  # see the module docstring
-CONCURRENCY = 32  # more than NUM_PROMPTS: every request is sent at once, most of them wait
+NUM_PROMPTS = live_experiment.MIN_REQUESTS + 5 * MAX_NUM_SEQS  # see the module docstring
+CONCURRENCY = 64  # more than NUM_PROMPTS: every request is sent at once, most of them wait
 
 
 def _finished(daemon: Daemon) -> float:
@@ -97,6 +107,41 @@ def _kv_findings(daemon: Daemon) -> str:
     return "\n".join(rows)
 
 
+class _Timeline:
+    """The daemon's diagnosis at every cycle while the first load runs (and every 2 s while no
+    cycle ends, with its age): what a missed advice shows, where the last state alone says only
+    that the load ended."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon, self._stop = daemon, threading.Event()
+        self.rows: list[str] = []
+        self._seen: float | None = None
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t0 = time.monotonic()
+        self._t.start()
+
+    def _run(self) -> None:
+        last = 0.0
+        while not self._stop.wait(0.25):
+            d = self.daemon.state().diagnosis
+            now = time.monotonic()
+            if d is None or (d.at == self._seen and now - last < 2.0):
+                continue
+            self._seen, last = d.at, now
+            r = d.recommendation
+            what = f"{r.rule} {r.change}" if r is not None else d.reason[:160]
+            dur = self.daemon.cycle_duration_s
+            self.rows.append(
+                f"{now - self._t0:6.1f}s (cycle {dur or 0:.1f}s, diagnosis of {time.time() - d.at:.1f}s ago) "
+                f"{d.status} gate={d.gate}: {what}"
+            )
+
+    def stop(self) -> str:
+        self._stop.set()
+        self._t.join(2)
+        return "\n".join(self.rows[-80:])
+
+
 def _requests(server: realvllm.VllmServer) -> realvllm.RequestLoad:
     return realvllm.RequestLoad(server.url, PROMPT_LEN, OUTPUT_LEN, NUM_PROMPTS, CONCURRENCY, timeout_s=400)
 
@@ -128,6 +173,7 @@ def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp
         with prometheus(tmp_path, {"vllm-advisor": f"{host}:{port}"}) as (prom, proc):
             # 1. the advice, in Prometheus and on the page, while the load runs
             cpu0, t0 = server.cpu_seconds(), time.monotonic()
+            timeline = _Timeline(daemon)
             load = _requests(server)
             try:
                 rec = wait_until(
@@ -139,7 +185,11 @@ def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp
                     [proc],
                 )
             except AssertionError as e:
-                raise AssertionError(f"{e}; the daemon's diagnosis then: {_kv_findings(daemon)}") from None
+                raise AssertionError(
+                    f"{e}; the daemon's diagnosis then: {_kv_findings(daemon)}\n"
+                    f"its diagnosis at each cycle of the load:\n{timeline.stop()}"
+                ) from None
+            timeline.stop()
             # the daemon's state at a cycle that advises: the KV advice can be withdrawn the next
             # cycle and given again the one after, where the predicted ITL p95 sits at its target
             # (make test: 101.2 ms predicted against 100 ms, one cycle after the advice); the
