@@ -375,6 +375,23 @@ SCENARIOS_H200 += [
     ),
 ]
 
+# A held-out misconfiguration for follow mode (2026-12-06): long prompts (6k tokens) under open
+# arrivals, the cap too small for the rate. Simulated on itl-stutter's H200 fit before it ran:
+# cap 4 serves ~3.5 of 4 req/s (TTFT p50 ~5 s, growing), cap 8 and up ~4 (TTFT p95 ~2 s).
+SCENARIOS_H200 += [
+    Scenario(
+        "follow-long",
+        "A misconfigured start under long prompts: cap 4 and a 2048-token budget with 8 GiB of KV "
+        "(~10 requests of 6k tokens) under 4 req/s of Poisson arrivals; the advice is followed up "
+        "to two restarts, vLLM's default cap and budget beside it.",
+        {"max-num-seqs": 4, "max-num-batched-tokens": 2048, "kv-cache-memory-bytes": 8 * GiB},
+        Load(**LONG, num_prompts=300, concurrency=None, rate=4.0, est_s=100),
+        "queue-seqs-cap-binds",
+        alternatives=({"max-num-seqs": 256, "max-num-batched-tokens": 8192},),
+        follow=2,
+    ),
+]
+
 # The plumbing test on a CPU box: the tiny model, a KV cache of 24 MiB (8 requests of 384 tokens).
 SCENARIOS_CPU = [
     Scenario(
