@@ -117,17 +117,19 @@ def test_every_option_of_every_command_says_what_it_is_for() -> None:
 
 
 def test_record_a_session_from_a_server(tmp_path: Path) -> None:
-    """The stand-in serves real pages recorded from vLLM 0.25 (a server that is not here)."""
+    """The stand-in serves real pages recorded from vLLM 0.25 (a server that is not here).
+    Several pages, and none the stand-in did not serve: how many fit in the duration is the
+    machine's (a make test beside other work got 2 of the 4-5 an idle machine gets in 2 s)."""
     standin = StandIn(session_pages(DEMO_SESSION))
     out = tmp_path / "rec"
     with serve(standin) as url:
         res = CliRunner().invoke(
-            main, ["record", "--url", url, "--duration", "2s", "--interval", "0.5s", "--out", str(out)]
+            main, ["record", "--url", url, "--duration", "3s", "--interval", "0.5s", "--out", str(out)]
         )
     assert res.exit_code == 0, res.output
     assert "recorded" in res.output
     s = Session.load(out)
-    assert len(s.scrapes) >= 3 and s.meta["url"] == url
+    assert 2 <= len(s.scrapes) <= standin.i and s.meta["url"] == url
     res = CliRunner().invoke(main, ["record", "--url", url, "--duration", "1s", "--out", str(out)])
     assert res.exit_code == 1 and "already holds a session" in res.output
 
