@@ -99,6 +99,7 @@ class Daemon:
         self.cycle_duration_s: float | None = None  # the last cycle's wall time
         self.cycle_interval_s: float | None = None  # the achieved time between cycle starts (EWMA)
         self._cycle_started: float | None = None
+        self._cycle_running: float | None = None  # monotonic start of the cycle in progress (None: none)
         self._slow_logged = False
         self._cycle_avg_s: float | None = None
         self._lock = threading.Lock()
@@ -208,7 +209,8 @@ class Daemon:
         Judged against the interval the daemon achieves, not only the one asked for: cycles that
         take longer than the interval run back to back (the runs missed are not made up),
         and a slow cycle is reported as such (``cycle_duration_seconds``), never taken for vLLM
-        being unreadable."""
+        being unreadable: the last cycle's duration is added, and a cycle still running past it
+        withdraws its advice saying so (:meth:`_why_not_fresh`)."""
         return 2 * max(self.cfg.interval_s, self.cycle_interval_s or 0.0) + (self.cycle_duration_s or 0.0)
 
     # ---------------------------------------------------------------- state
@@ -268,14 +270,27 @@ class Daemon:
         if stale_advice:
             assert d is not None
             reason = (
-                "the advisor's last evaluation is stale"
-                if fresh
-                else f"no scrape of vLLM has completed for {self.fresh_for_s():g}s: advice withdrawn"
+                "the advisor's last evaluation is stale" if fresh else self._why_not_fresh(mono, scrape_age)
             )
             d = Diagnosis(
                 "insufficient-data", reason, None, d.findings, d.engine, d.context, d.at, {}, gate="stale"
             )
         return dc_replace(st, diagnosis=d, up=st.up and fresh)
+
+    def _why_not_fresh(self, mono: float, scrape_age: float | None) -> str:
+        """Why the last scrape is too old to stand: vLLM unread for so long, or the advisor's
+        own cycle running longer than the freshness allows (a machine too busy to give it a core
+        for seconds, or a stuck cycle), where nothing is known of vLLM since it started."""
+        running = self._cycle_running
+        if running is not None and mono - running > self.fresh_for_s():
+            return (
+                f"the advisor's own cycle has run for {mono - running:.0f}s (a busy machine or a "
+                "stuck cycle; cycle_duration_seconds says how long cycles take): advice withdrawn "
+                "until one completes"
+            )
+        if scrape_age is None:
+            return "no scrape of vLLM has completed yet: advice withdrawn"
+        return f"no scrape of vLLM has completed for {scrape_age:.0f}s: advice withdrawn"
 
     def _record_experiments(self, take: bool = True) -> None:
         """Queue judged experiments for the ledger (SQLite under the state dir) and write what
@@ -414,12 +429,13 @@ class Daemon:
             gap = started - self._cycle_started
             prev = self.cycle_interval_s
             self.cycle_interval_s = gap if prev is None else 0.7 * prev + 0.3 * gap
-        self._cycle_started = started
+        self._cycle_started = self._cycle_running = started
         try:
             return self._cycle()
         except Exception as e:
             return self._cycle_failed(e)
         finally:
+            self._cycle_running = None
             self.cycle_duration_s = time.monotonic() - t0
             self._note_slow()
 

@@ -126,6 +126,45 @@ def test_a_stuck_cycle_cannot_leave_up_or_advice_behind(advised: tuple[Daemon, C
     assert api["recommendation"] is None and "no scrape of vLLM has completed" in api["reason"]
 
 
+def test_a_cycle_running_past_the_freshness_says_it_is_the_advisors(
+    advised: tuple[Daemon, Clock, StandIn],
+) -> None:
+    """A cycle still running when the freshness runs out (a machine too busy to give the
+    advisor a core: beside other work make test measured cycles of 4-18 s of wall time for a
+    fraction of a second of CPU): its advice is withdrawn while it runs, and the reason names the
+    advisor's own cycle with how long it has run, not vLLM; the next cycle on time advises again."""
+    d, clock, _ = advised
+    entered, release = threading.Event(), threading.Event()
+    diagnose = d.advisor.diagnose
+
+    def starved() -> object:  # the cycle's diagnosis waits, as a thread without a core does
+        entered.set()
+        release.wait(HANG_S)
+        return diagnose()
+
+    d.advisor.diagnose = starved  # type: ignore[method-assign]
+    clock.t += 2.0
+    th = threading.Thread(target=d.cycle, daemon=True)
+    th.start()
+    try:
+        assert entered.wait(HANG_S)
+        clock.t += d.fresh_for_s() + 7.0
+        st = d.state()
+        assert st.diagnosis is not None and st.diagnosis.recommendation is None and not st.up
+        assert st.diagnosis.gate == "stale"
+        assert st.diagnosis.reason.startswith(
+            f"the advisor's own cycle has run for {d.fresh_for_s() + 7.0:.0f}s"
+        )
+        assert "vLLM" not in st.diagnosis.reason
+    finally:
+        release.set()
+        th.join(HANG_S)
+        d.advisor.diagnose = diagnose  # type: ignore[method-assign]
+    run_cycles(d, clock, 1)
+    st = d.state()
+    assert st.up and st.diagnosis is not None and st.diagnosis.status == "advice"
+
+
 def test_every_fetcher_has_one_deadline(preempting: StandIn, tmp_path: Path) -> None:
     """`record`, `explain --url`/`inspect --url` (metrics.fetch) and the /version fetch all use
     advisor.sources.http: against the trickling stand-in each ends at its deadline."""
