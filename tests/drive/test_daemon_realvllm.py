@@ -217,7 +217,7 @@ def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp
             # cycle to let go of the window and is drawn without its charts otherwise (saying so:
             # page.CHARTS_LATE); beside other work a cycle held it longer once in sixteen runs
             # alone, so the page is asked again until it shows both (the advice can also be
-            # withdrawn for a cycle and given again: the comment below)
+            # withdrawn for a cycle and given again: the comment above)
             shown: list[str] = []
 
             def page_advises() -> bool:
