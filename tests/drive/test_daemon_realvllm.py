@@ -43,8 +43,10 @@ starts): 270 s of a make test's real-vLLM time, the same checks now in one.
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,6 +83,25 @@ def _text(page: str) -> str:
 def _points(page: str) -> list[int]:
     """The points of every line the page's charts draw."""
     return [int(x) for x in re.findall(r'<path class="series" [^>]*data-points="(\d+)"', page)]
+
+
+def _page_until(
+    url: str, what: str, shows: Callable[[str], bool], proc: subprocess.Popen[bytes] | None
+) -> str:
+    """The daemon's page at ``url``, asked again until ``shows`` holds of it (30 s): the page is
+    drawn by the daemon's own cycle, and drawn without the window's charts while a cycle holds
+    the window for longer than a page waits. A failure prints the last page's words."""
+    last: list[str] = []
+
+    def ok() -> bool:
+        last[:] = [requests.get(url, timeout=HANG_S).text]
+        return shows(last[0])
+
+    try:
+        wait_until(what, ok, 30, [proc] if proc is not None else [])
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the page's text:\n{_text(last[0]) if last else '(none)'}") from None
+    return last[0]
 
 
 def _load(server: realvllm.VllmServer) -> float:
@@ -218,21 +239,15 @@ def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp
             # page.CHARTS_LATE); beside other work a cycle held it longer once in sixteen runs
             # alone, so the page is asked again until it shows both (the advice can also be
             # withdrawn for a cycle and given again: the comment above)
-            shown: list[str] = []
-
-            def page_advises() -> bool:
-                shown[:] = [requests.get(f"http://{host}:{port}/", timeout=HANG_S).text]
-                return f"--kv-cache-memory-bytes {KV_BYTES} -&gt; {proposed}" in shown[0] and bool(
-                    _points(shown[0])
-                )
-
-            try:
-                wait_until("the page with its charts", page_advises, 30, [proc])
-            except AssertionError as e:
-                raise AssertionError(
-                    f"{e}; the page's text:\n{_text(shown[0]) if shown else '(none)'}"
-                ) from None
-            assert min(_points(shown[0])) >= 2 and len(_points(shown[0])) >= 6
+            page = _page_until(
+                f"http://{host}:{port}/",
+                "the page with the advice and its charts",
+                lambda text: (
+                    f"--kv-cache-memory-bytes {KV_BYTES} -&gt; {proposed}" in text and bool(_points(text))
+                ),
+                proc,
+            )
+            assert min(_points(page)) >= 2 and len(_points(page)) >= 6
             load.wait()
             share_before = (server.cpu_seconds() - cpu0) / max(time.monotonic() - t0, 1e-9)
             # stopped only once the daemon has read a page with every request of the load finished:
@@ -253,19 +268,13 @@ def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp
             status = query(prom, 'vllm_advisor_status{status="insufficient-data"} == 1')
             assert status, "a down server must not look healthy or advised"
             # the page is drawn by the daemon's own cycle, which may come after Prometheus's scrape
-            last: list[str] = []
-
-            def page_down() -> bool:
-                last[:] = [requests.get(f"http://{host}:{port}/", timeout=HANG_S).text]
-                return "vLLM is <b>DOWN</b>" in last[0] and 'class="outage"' in last[0]
-
-            try:
-                wait_until("the page says vLLM is down", page_down, 30, [proc])
-            except AssertionError as e:
-                raise AssertionError(
-                    f"{e}; the page's text:\n{_text(last[0]) if last else '(none)'}"
-                ) from None
-            assert 'id="change"' not in last[0]
+            page = _page_until(
+                f"http://{host}:{port}/",
+                "the page says vLLM is down",
+                lambda text: "vLLM is <b>DOWN</b>" in text and 'class="outage"' in text,
+                proc,
+            )
+            assert 'id="change"' not in page
 
             # 3. follow the advice: start with the proposed value, noticed, the same load
             server.restart(kv_cache_memory_bytes=proposed)
@@ -291,10 +300,11 @@ def test_daemon_advises_a_real_server_and_judges_the_change_keep_then_revert(tmp
         assert (change.knob, change.old, change.new) == ("kv_cache_memory_bytes", KV_BYTES, proposed)
         # the restart with the new value, on the charts (asked again while the page is drawn
         # without them: above)
-        wait_until(
+        _page_until(
+            f"http://{host}:{port}/",
             "the restart marked on the page's charts",
-            lambda: 'class="mark restart"' in requests.get(f"http://{host}:{port}/", timeout=HANG_S).text,
-            30,
+            lambda t: 'class="mark restart"' in t,
+            None,
         )
         kv = [
             a
