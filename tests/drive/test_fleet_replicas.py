@@ -49,6 +49,7 @@ AHEAD_S = 3.0  # recorded seconds replica b runs ahead of a
 REPLICAS = 2
 LOW = (20.0, 40.0)  # recorded seconds since the load began: two clients each
 PEAK = (160.0, 215.0)  # sixteen clients each, a window in
+WINDOW_S = 60.0  # recorded seconds of the advisor's window
 BACK = 215.0  # six clients each from 210: the knob-first count from here
 # the gates (recorded seconds since the load began), each in a phase: the load held there until the
 # daemon has given what the checks need of the phase
@@ -119,7 +120,7 @@ def test_desired_replicas_of_a_deployment_rise_and_fall_on_a_real_prometheus(tmp
     servers = [replays["a"], replays["b"]]
     cfg = Config(
         interval_s=1.0,
-        window_s=60.0 / SPEED,
+        window_s=WINDOW_S / SPEED,
         min_window_s=20.0 / SPEED,
         warmup_s=30.0 / SPEED,
         stale_after_s=max(30.0 / SPEED, 5.0),
@@ -254,9 +255,19 @@ def _check(ticks: list[dict[str, Any]], failed: list[float]) -> None:
     peak = [x["desired"] for x in seen if PEAK[0] <= x["t"] < PEAK[1]]
     # two servers with two clients each: no more replicas than there are (one may carry both)
     assert len(low) >= LOW_COUNTS and max(low) <= REPLICAS, shown
-    # sixteen clients each: more replicas than there are, and the most of the run
+    # sixteen clients each: more replicas than there are, and the most of the run comes with the
+    # peak or while the window still holds its queue. (Not "at the peak": there no count meets the
+    # targets, the TTFT floor of prefill and the API server's time being above 0.5 s, and the
+    # count is where nothing queues (10); a window past the peak that still holds its queue puts
+    # that floor within a hair of the target, and the smallest count meeting it lies far out: a
+    # make test run of 2026-12-06 asked 12 at 6 clients, "11: TTFT p95 500.8 ms > 500.0 ms".
+    # docs/autoscaling.md, Limits.) Once the window has left the peak, no count needed is above
+    # the peak's.
     assert peak and min(peak) > REPLICAS, shown
-    assert max(peak) == max(x["desired"] for x in seen), shown
+    top = max(x["desired"] for x in seen)
+    assert any(x["desired"] == top and PEAK[0] <= x["t"] < PEAK[1] + WINDOW_S for x in seen), shown
+    past = [x["needed"] for x in seen if x["t"] >= PEAK[1] + WINDOW_S and x["needed"] is not None]
+    assert past and max(past) <= max(peak), shown
     # back at six clients each: the knob comes first, and the count falls to the replicas there are.
     # Knob first needs no replica wherever it is the basis; the cap is the knob back at six
     # clients. (Every knob-first tick with the cap advised was required until a make test run of
