@@ -24,6 +24,10 @@ carries ``current / r`` of what it carries now.
 - **Replicas cannot meet them** (a prefill longer than the TTFT target, a step slower than the ITL
   target at any batch): the smallest count at which the batch holds the whole load (nothing
   queues; beyond it more replicas only make each batch smaller), else ``MAX_REPLICAS``.
+- **A count past where nothing queues** says so in its reason, with what is predicted there:
+  out there the curve is the step time of a shrinking batch, nearly flat where the latency is
+  prefill and the API server's time, and a floor a hair under a target puts the count far out
+  (docs/autoscaling.md, Limits).
 - **Hysteresis** (:class:`Hold`): the desired count is the largest count needed over the last
   ``hold_s`` (default 5 minutes): a breach scales out at once, a lower count is desired only
   once every prediction for ``hold_s`` found it enough; noise that moves the need up and down
@@ -227,6 +231,14 @@ def size(
         reason = f"{needed} predicted to meet {wanted} at {headroom:g}x the observed load"
         if needed > 1:
             reason += f" ({needed - 1}: {breaches[needed - 1]})"
+        if unqueued is not None and needed > unqueued:
+            # past where nothing queues the curve is the step time of a shrinking batch, nearly
+            # flat where the latency is prefill and the API server's: a count out there rests on
+            # small differences of the model's (docs/autoscaling.md, Limits)
+            reason += (
+                f"; nothing queues from {unqueued} on, where more replicas only shrink each batch "
+                f"({unqueued}: {breaches[unqueued]})"
+            )
     else:
         reason = (
             f"no count up to {max_replicas} is predicted to meet {wanted} ({needed}: {breaches.get(needed, '')}); "

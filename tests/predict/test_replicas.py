@@ -83,6 +83,29 @@ def test_replicas_that_cannot_meet_the_targets_stop_where_nothing_queues() -> No
     assert "would not help" in s.reason
 
 
+def test_a_count_past_where_nothing_queues_says_so() -> None:
+    """cpu-load-steps (a cap of 4, a queue): the TTFT target a hair above the curve's floor is met
+    only far past the count at which nothing queues, where more replicas only shrink each batch;
+    the reason says where nothing queues and what is predicted there, so that a count resting
+    on the flat of the curve reads as one (docs/autoscaling.md, Limits). A target met before
+    that count says nothing of it."""
+    path = SESSIONS / "cpu-load-steps"
+    model, values = _fitted(str(path))
+    q = values.get("queue_share_of_ttft")
+
+    def at(r: int) -> pm.Prediction:
+        return rp.predict_at(model, r, 1, rp.HEADROOM, q)
+
+    free = next(r for r in range(1, 65) if at(r).binding_after == "load")
+    floor = at(64).predicted["ttft_seconds_p95"]
+    assert floor is not None
+    far = _size(path, current=1, targets={**TARGETS, "ttft_p95_seconds": floor * 1.0005})
+    assert far.meets_targets and far.needed > free + 1, far.reason
+    assert f"nothing queues from {free} on" in far.reason and f"({free}: TTFT p95" in far.reason
+    near = _size(path, current=1)
+    assert near.needed <= free and "nothing queues" not in near.reason, near.reason
+
+
 def test_a_knob_predicted_enough_comes_first() -> None:
     """The diagnosis advises a per-server knob whose prediction meets both targets: the count
     stays at the current one. A prediction that misses a target, or the replicas pseudo-knob,
