@@ -4,6 +4,7 @@ second table of docs/prediction.md.
 
 usage: .venv/bin/python validation/simulation.py [--check] [--table] [--seeds K] [--requests N]
        .venv/bin/python validation/simulation.py --own [RUN ...]
+       .venv/bin/python validation/simulation.py --steady
 
 Writes the block between the ``<!-- simulator:begin -->`` and ``<!-- simulator:end -->`` markers
 of docs/prediction.md; ``--check`` exits 1 when that block is not what the committed runs give (a
@@ -13,7 +14,9 @@ K draws of the requests (how much of a miss is the one draw the measurement is);
 N``: at most N simulated requests per candidate (the docs' block is written without a bound);
 ``--own`` prints each run simulated on its own fit and its own benchmark's requests (how well
 the simulator reproduces the TTFT it was fitted beside, with and without asynchronous
-scheduling).
+scheduling); ``--steady`` prints each closed-loop run's TTFT as the requests after each client's
+first measured it, beside today simulated with the loop counted as the wave it started as and as
+a steady loop (its first round not counted: what a daemon beside a live loop simulates).
 
 For every committed run that changes one knob of another (validation/runs/, the pairs of
 validation/predictions.py), both models are fitted to the base run's recorded session only
@@ -41,6 +44,7 @@ TTFT p50 and p95 within 30% on >= 80%, goodput within 20% on >= 80%.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from dataclasses import dataclass, field, replace
@@ -448,6 +452,73 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
+@dataclass(frozen=True)
+class SteadyRow:
+    """A closed-loop run's TTFT (p50, p95 seconds): its benchmark's requests after each client's
+    first (the loop without its start's wave), and today simulated on the run's fit counted as a
+    wave (every request) and as a steady loop (the first round left out)."""
+
+    run: str
+    clients: int
+    measured: tuple[float, float]
+    wave: tuple[float, float]
+    steady: tuple[float, float]
+
+
+def steady_row(run: str) -> SteadyRow | None:
+    """:class:`SteadyRow` of a committed run; None unless it is a closed loop whose benchmark
+    kept its requests' TTFTs and sent 50 or more after the first round, with a step fit."""
+    b = report.bench(report.RUNS / run)
+    clients = int(b.get("max_concurrency") or 0)
+    closed = b.get("request_rate") in (None, "inf", float("inf"))
+    if not closed or not clients or not b.get("ttfts") or b.get("completed", 0) < clients + 50:
+        return None
+    model, _, _ = predictions.fitted(run)
+    if model.fit is None or not model.prompt_mean or not model.output_mean:
+        return None
+    order = sorted(range(len(b["start_times"])), key=lambda i: b["start_times"][i])
+    after = sorted(b["ttfts"][i] for k, i in enumerate(order) if k >= clients and b["ttfts"][i])
+    arr = wl.fit_arrivals(model.rows, model.tallies)
+    got = []
+    for steady in (False, True):
+        a = replace(arr, kind="closed", clients=clients, steady=steady)
+        reqs = wl.requests(
+            simulated.REQUESTS + a.first_round,
+            (model.prompt_mean, model.prompt_p95),
+            (model.output_mean, model.output_p95),
+            a,
+            0,
+            sigmas=(model.prompt_sigma, model.output_sigma),
+        )
+        _, o = simulated.outcome_today(model, reqs, a, TARGETS)
+        got.append((o.ttft[0] or math.nan, o.ttft[1] or math.nan))
+    measured = (wl.quantile_sorted(after, 0.5) or math.nan, wl.quantile_sorted(after, 0.95) or math.nan)
+    return SteadyRow(run, clients, measured, got[0], got[1])
+
+
+def render_steady(rows: list[SteadyRow]) -> str:
+    lines = [
+        "| run | clients | TTFT p50 measured: wave / steady | TTFT p95 measured: wave / steady |",
+        "|---|---|---|---|",
+    ]
+    hits = {k: 0 for k in ("p50 wave", "p50 steady", "p95 wave", "p95 steady")}
+    for r in rows:
+        cells = []
+        for j, q in enumerate(("p50", "p95")):
+            m = r.measured[j]
+            cells.append(f"{_fmt(m)} s: {_pct(r.wave[j], m)} / {_pct(r.steady[j], m)}")
+            hits[f"{q} wave"] += abs(r.wave[j] / m - 1) <= 0.3
+            hits[f"{q} steady"] += abs(r.steady[j] / m - 1) <= 0.3
+        lines.append(f"| {r.run} | {r.clients} | {cells[0]} | {cells[1]} |")
+    lines.append("")
+    lines.append(
+        "Within 30% of "
+        f"{len(rows)}: TTFT p50 wave {hits['p50 wave']}, steady {hits['p50 steady']}; "
+        f"TTFT p95 wave {hits['p95 wave']}, steady {hits['p95 steady']}"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--check", action="store_true", help="exit 1 when docs/prediction.md's block is stale")
@@ -470,7 +541,16 @@ def main(argv: list[str]) -> int:
         metavar="RUN",
         help="print each run (default: every committed run) simulated on its own fit and requests instead",
     )
+    ap.add_argument(
+        "--steady",
+        action="store_true",
+        help="print each closed-loop run's TTFT after its first round beside today simulated as a wave and as a steady loop",
+    )
     args = ap.parse_args(argv)
+    if args.steady:
+        runs = sorted(p.name for p in report.RUNS.iterdir() if (p / "bench.json.gz").exists())
+        print(render_steady([r for r in map(steady_row, runs) if r is not None]))
+        return 0
     if args.own is not None:
         print(
             reproduce(

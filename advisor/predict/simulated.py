@@ -29,7 +29,10 @@ from advisor.predict import workload as wl
 from advisor.predict.intake import Row
 from advisor.predict.simulator import Done, Engine, simulate
 
-REQUESTS = 400  # simulated requests per candidate: bounds the work (steps ~ requests x output / batch)
+REQUESTS = (
+    400  # simulated requests counted per candidate: bounds the work (steps ~ requests x output / batch);
+)
+# a steady closed loop simulates its first round before them (at most workload.FIRST_ROUND_MAX)
 MAX_STEPS = 400_000
 DEFAULT_ENGINE = Engine(max_num_seqs=256, max_num_batched_tokens=8192, kv_blocks=10**9)
 QUANTILES = (0.5, 0.95, 0.99)
@@ -201,10 +204,11 @@ def _meets(done: Sequence[Done], targets: Mapping[str, float]) -> dict[str, floa
 
 @dataclass(frozen=True)
 class _Run:
-    done: list[Done]
+    done: list[Done]  # every finished request (throughput, preemptions)
     span: float
     preemptions: int
     truncated: bool
+    counted: list[Done]  # those the latencies and goodput count (not a steady loop's first round)
 
 
 def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals) -> _Run:
@@ -212,17 +216,21 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
         raise ValueError("no step-time fit")
     eng = engine_of(cfg)
     done: list[Done] = []
+    counted: list[Done] = []
     end, preemptions, truncated = 0.0, 0, False
     # one engine's run at a time, its step trace dropped once counted: 16 data-parallel copies'
     # traces held at once were ~20 MiB of a daemon's peak memory (make bench, 16 engines)
     for share, clients in wl.split(reqs, arr, int(cfg.data_parallel_size)):
         r = simulate(eng, model.fit, share, clients=clients, max_steps=MAX_STEPS)
         done.extend(r.done)
+        # a steady loop's first round: each of this engine's clients' first request
+        skip = clients if arr.steady and clients is not None else 0
+        counted.extend(d for d in r.done if d.idx >= skip)
         end = max(end, r.end)
         preemptions += r.preemptions
         truncated |= r.truncated
     t0 = min((d.arrival for d in done), default=0.0)
-    return _Run(done, end - t0, preemptions, truncated)
+    return _Run(done, end - t0, preemptions, truncated, counted)
 
 
 def calibrated(model: pm.Model, run: _Run) -> pm.Model:
@@ -241,7 +249,7 @@ def calibrated(model: pm.Model, run: _Run) -> pm.Model:
     requests) were 0.48-2.4x the measured ones, where those of the 37 GPU runs whose fit is well
     determined (R^2 over 0.85) were 0.92-1.14x but two (1.56 and 0.80)."""
     fit, measured = model.fit, model.measured.get("prefill_seconds_mean")
-    done = [d for d in run.done if not d.preempted]
+    done = [d for d in run.counted if not d.preempted]
     if fit is None or not measured or not done or not model.gpu or model.preemptions_per_second > 0:
         return model
     if fit.r2 is not None and fit.r2 >= pm.LOW_R2:
@@ -288,8 +296,11 @@ def outcome_today(
 
 def _outcome_of(run: _Run, targets: Mapping[str, float], frontend: float = 0.0) -> Outcome:
     """The run's numbers as a client sees them: each request's TTFT and E2E with the front end's
-    mean share (``frontend``, seconds) added, which the engine's steps do not include."""
-    done, span = run.done, run.span
+    mean share (``frontend``, seconds) added, which the engine's steps do not include. The
+    throughput is every finished request's over the run; the latencies, the shares meeting the
+    targets and goodput's share of the throughput are the counted requests' (a steady loop's
+    first round left out)."""
+    done, span = run.counted, run.span
     if frontend > 0:
         # the measured share includes the rest of the step that was running when the request
         # arrived (vLLM stamps it queued when its engine loop takes it in, between steps):
@@ -301,15 +312,17 @@ def _outcome_of(run: _Run, targets: Mapping[str, float], frontend: float = 0.0) 
         xs.sort()
         return tuple(wl.quantile_sorted(xs, q) for q in QUANTILES)
 
+    thr = sum(d.output for d in run.done) / span if span > 0 else None
+    out = sum(d.output for d in done)
     good = sum(d.output for d in done if wl.meets(d.ttft, d.tpot, d.e2e, targets))
     return Outcome(
-        output_tokens_per_second=sum(d.output for d in done) / span if span > 0 else None,
+        output_tokens_per_second=thr,
         ttft=qs([d.ttft for d in done]),
         tpot=qs(tpots),
         e2e=qs([d.e2e for d in done]),
         meets=_meets(done, targets),
-        goodput_tokens_per_second=good / span if done and span > 0 else None,
-        preemptions_per_request=run.preemptions / max(len(done), 1),
+        goodput_tokens_per_second=thr * good / out if thr is not None and out > 0 else None,
+        preemptions_per_request=run.preemptions / max(len(run.done), 1),
         truncated=run.truncated,
         finished=len(done),
         itl=qs([x for d in done for x in d.itl]),
@@ -343,7 +356,7 @@ def simulate_change(
     arr = wl.fit_arrivals(rows, model.tallies)
     cfg1, _ = pm.with_knob(model, knob, value)
     reqs = wl.requests(
-        requests,
+        requests + arr.first_round,
         (model.prompt_mean, model.prompt_p95),
         (model.output_mean, model.output_p95),
         arr,
@@ -427,7 +440,7 @@ class Scorer:
             return "fewer than two busy intervals to infer the load from"
         self.arrivals = wl.fit_arrivals(m.rows, m.tallies)
         self._reqs = wl.requests(
-            self.requests,
+            self.requests + self.arrivals.first_round,
             (m.prompt_mean, m.prompt_p95),
             (m.output_mean, m.output_p95),
             self.arrivals,

@@ -14,6 +14,16 @@ statistics; it returns values. Nothing here does I/O.
   Poisson) gives the gamma shape of the gaps (``1 / dispersion``), as ``vllm bench serve
   --burstiness`` draws them, once what sampling noise can make of Poisson arrivals is taken off
   (:data:`DISPERSION_Z`). :class:`Arrivals` says which was inferred and from what.
+- **A loop already running** when the window began (its start not in the window: no interval
+  before the first busy one, and waiting + running not rising to the plateau from under half
+  of it) is simulated as a loop starts, every client at once, and its first round (each
+  client's first request) is not counted (:attr:`Arrivals.steady`): the latencies and goodput
+  are the loop's as a live server runs it, not the first round's wave, which a benchmark's
+  start has and a live loop does not (the first round's prompts prefilled together were the
+  TTFT p95 of 400 requests of 24-48 clients, 1.7-4.9x what the requests after it measured:
+  docs/prediction.md). A loop whose start is in the window is simulated as it began, counted
+  whole; so is one of more than ``FIRST_ROUND_MAX`` clients (too long a first round to
+  simulate apart).
 - **Lengths**: prompt and output lengths drawn lognormal with the mean of vLLM's token
   histograms and the sigma fitted to their buckets (:mod:`advisor.predict.lengths`), else
   through their p95 (a constant where p95 is not above the mean).
@@ -42,6 +52,9 @@ Z95 = 1.6448536269514722
 DISPERSION_Z = 2.0
 
 
+FIRST_ROUND_MAX = 400  # a steady loop's first round simulated apart up to this many clients
+
+
 @dataclass(frozen=True)
 class Arrivals:
     kind: str  # closed | open
@@ -49,6 +62,15 @@ class Arrivals:
     rate: float | None  # open: requests per second
     shape: float  # open: gamma shape of the gaps (1: Poisson; below 1: burstier)
     why: str  # what it was inferred from
+    # a closed loop already running when the window began (its start not in the window): the
+    # simulation starts its clients together, as a loop starts, and counts none of that first
+    # round (each client's first request): what is counted is the loop as the window saw it
+    steady: bool = False
+
+    @property
+    def first_round(self) -> int:
+        """Requests simulated before the counted ones: a steady loop's first round."""
+        return self.clients or 0 if self.steady else 0
 
 
 def _at_page(r: Row) -> float:
@@ -133,14 +155,26 @@ def fit_arrivals(rows: Sequence[Row], tallies: Sequence[Tally] = ()) -> Arrivals
     if held >= HELD and spans and plateau >= 1:
         n = max(1, round(plateau * busy[0].engines))
         gap_words = f" or a client gap ({len(gaps)})" if gaps else ""
-        return Arrivals(
-            "closed",
-            n,
-            None,
-            1.0,
+        why = (
             f"waiting + running held at {plateau:.0f} per engine over {span_rows} of {len(busy)} busy "
-            f"intervals ({held:.0%} of them at it{gap_words}): a closed loop of {n} clients",
+            f"intervals ({held:.0%} of them at it{gap_words}): a closed loop of {n} clients"
         )
+        # the loop's start in the window: an interval before the first busy one (idle, or the
+        # one the clients arrived in), or waiting + running rising from under half the plateau
+        first = busy[0]
+        start = first.in_system_start if first.in_system_start is not None else first.in_system
+        began = every and tallies[0].t < first.t - 1e-9
+        if began or start < plateau / 2:
+            why += ", started in the window"
+            return Arrivals("closed", n, None, 1.0, why)
+        if n > FIRST_ROUND_MAX:
+            why += (
+                f", running before the window began; its first round ({n} requests, over "
+                f"{FIRST_ROUND_MAX}) simulated as a wave and counted: too long to simulate apart"
+            )
+            return Arrivals("closed", n, None, 1.0, why)
+        why += ", running before the window began (its first round simulated, not counted)"
+        return Arrivals("closed", n, None, 1.0, why, steady=True)
     # the dispersion of the counts over the steady intervals (the ramp and the drain of a
     # finite load are not its burstiness): the middle 80% of the span the rate is taken over
     # (a queue draining after the last arrival is busy without arrivals: follow-misconf-r2's

@@ -355,6 +355,29 @@ def test_the_front_ends_share_replaces_the_wait_for_the_step_in_flight() -> None
     assert out.ttft[0] == pytest.approx(0.022) and out.ttft[2] == pytest.approx(0.022)
 
 
+def test_a_steady_loops_first_round_is_simulated_and_not_counted() -> None:
+    """A closed loop already running when the window began: its clients all start together in
+    the simulation (as a loop starts), and what is counted is the requests after each client's
+    first: the latencies, the shares meeting the targets and goodput's share. Throughput is every
+    request's. Here the eight clients' first prompts are prefilled in one 512-token budget's
+    steps at once, the later ones one by one as a client's request ends: the wave's TTFT is not
+    the loop's."""
+    model = SimpleNamespace(fit=StepTime(0.010, 0.0, 2e-5, "decode", 10, None), config=pm.Config(
+        max_num_seqs=8, max_num_batched_tokens=512, kv_cache_tokens=64_000, kv_cache_memory_bytes=None,
+        gpu_memory_utilization=None, gpu_memory_bytes=None, block_size=16,
+    ), frontend_seconds=0.0)  # fmt: skip
+    wave = wl.Arrivals("closed", 8, None, 1.0, "")
+    steady = wl.Arrivals("closed", 8, None, 1.0, "", steady=True)
+    reqs = wl.requests(100 + steady.first_round, (256, None), (64, 96), steady, seed=2)
+    targets = {"ttft_p95_seconds": 0.05}
+    a = simulated.outcome(model, model.config, reqs, wave, targets)  # type: ignore[arg-type]
+    b = simulated.outcome(model, model.config, reqs, steady, targets)  # type: ignore[arg-type]
+    assert (a.finished, b.finished) == (108, 100)
+    assert a.output_tokens_per_second == b.output_tokens_per_second  # the same run
+    assert a.ttft[1] is not None and b.ttft[1] is not None and b.ttft[1] < a.ttft[1]
+    assert b.meets["all"] is not None and a.meets["all"] is not None and b.meets["all"] > a.meets["all"]
+
+
 # ---------------------------------------------------------------- the decode fast-forward
 
 _ENGINES = st.builds(

@@ -202,6 +202,35 @@ def test_a_page_catching_clients_between_requests_is_still_the_closed_loop() -> 
     assert "client gap" in arr.why
 
 
+def test_a_closed_loop_running_before_the_window_is_steady_and_one_started_in_it_is_not() -> None:
+    """A live server's loop has no start in the window: its first round is simulated and not
+    counted (the loop as the window saw it). A window holding the loop's start (an interval
+    before the first busy one, or waiting + running rising from under half the plateau) is
+    simulated as it began, all clients at once; so is a loop of more clients than a first round
+    simulated apart may cost."""
+    load = [24.0] + [24.0, 24.0, 20.0, 24.0] * 5
+    fin = [0.0 if x == 24.0 else 4.0 for x in load[1:]]
+    rows = _page_rows(load, fin)
+    live = wl.fit_arrivals(rows)
+    assert (live.kind, live.clients, live.steady, live.first_round) == ("closed", 24, True, 24), live.why
+    assert "running before the window began" in live.why
+    # the same with an idle interval before the first busy one in the window
+    idle = Tally(rows[0].t - rows[0].dt, 2.0, 0.0, 1)
+    tallied = [idle] + [
+        Tally(r.t, r.dt, r.finished + (r.in_system_end or 0) - (r.in_system_start or 0), 1) for r in rows
+    ]
+    began = wl.fit_arrivals(rows, tallied)
+    assert (began.kind, began.steady, began.first_round) == ("closed", False, 0), began.why
+    assert "started in the window" in began.why
+    # a ramp to the plateau in the window's pages
+    ramp = wl.fit_arrivals(_page_rows([2.0, 12.0, *load], [0.0, 0.0, *fin]))
+    assert (ramp.kind, ramp.steady) == ("closed", False), ramp.why
+    # more clients than a first round simulated apart
+    big = wl.fit_arrivals(_page_rows([600.0] * 12, [0.0] * 11))
+    assert (big.kind, big.clients, big.steady) == ("closed", 600, False), big.why
+    assert f"over {wl.FIRST_ROUND_MAX}" in big.why
+
+
 def test_a_fall_from_the_top_that_lasts_is_open() -> None:
     """The same dips held for two pages, or deeper than the finishes before them: open arrivals
     (a closed loop's clients are back within a scrape interval)."""
