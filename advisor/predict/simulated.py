@@ -29,10 +29,9 @@ from advisor.predict import workload as wl
 from advisor.predict.intake import Row
 from advisor.predict.simulator import Done, Engine, simulate
 
-REQUESTS = (
-    400  # simulated requests counted per candidate: bounds the work (steps ~ requests x output / batch);
-)
+# simulated requests counted per candidate: bounds the work (steps ~ requests x output / batch);
 # a steady closed loop simulates its first round before them (at most workload.FIRST_ROUND_MAX)
+REQUESTS = 400
 MAX_STEPS = 400_000
 DEFAULT_ENGINE = Engine(max_num_seqs=256, max_num_batched_tokens=8192, kv_blocks=10**9)
 QUANTILES = (0.5, 0.95, 0.99)

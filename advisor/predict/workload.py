@@ -70,7 +70,7 @@ class Arrivals:
     @property
     def first_round(self) -> int:
         """Requests simulated before the counted ones: a steady loop's first round."""
-        return self.clients or 0 if self.steady else 0
+        return (self.clients or 0) if self.steady else 0
 
 
 def _at_page(r: Row) -> float:
