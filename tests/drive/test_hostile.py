@@ -10,6 +10,7 @@ is being bounded).
 from __future__ import annotations
 
 import gc
+import http.server
 import json
 import os
 import resource
@@ -195,9 +196,10 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
     advised: tuple[Daemon, Clock, StandIn], tmp_path: Path, mode: str
 ) -> None:
     """A 290 KB gzip body decoding to 64 MiB, and a 36 MB page: the scrape stops at the 32 MiB
-    limit (decoded bytes are counted), `record` stores nothing, and the process's memory is
-    back within 16 MiB of where it was once the fault is over (it was +56 MiB with a growing
-    buffer, 2.1 GB in `record` before the limit)."""
+    limit (decoded bytes are counted; the page, declaring its length, is refused from its
+    headers), `record` stores nothing, and the process's memory is back within 16 MiB of where
+    it was once the fault is over (it was +56 MiB with a growing buffer, 2.1 GB in `record`
+    before the limit)."""
 
     d, clock, standin = advised
     standin.mode = mode
@@ -216,6 +218,29 @@ def test_gzip_bomb_and_huge_page_are_bounded_and_memory_comes_back(
     assert d.state().up is True
     after = _rss()
     assert after - before < 16 * 2**20, f"RSS grew by {(after - before) / 2**20:.0f} MiB"
+
+
+def test_an_answer_declared_larger_than_the_limit_is_too_large_unread() -> None:
+    """An answer whose Content-Length is over the limit is refused from its headers, its body
+    not read: here the body never comes, and the answer is too_large at once, not a timeout
+    (the daemon's test of a 36 MB page read the 8 MiB limit's worth first, and on a busy
+    machine that outlasted its 1 s timeout: counted a timeout, a make test run of 2026-12-06)."""
+
+    class Declared(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(10**10))
+            self.end_headers()
+            self.wfile.flush()
+            time.sleep(3.0)  # no body: a client reading it would time out
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    with serving(Declared) as url, pytest.raises(http_src.FetchError) as err:
+        http_src.Client(max_bytes=1 << 20).get(f"{url}/metrics", timeout=2.0)
+    assert err.value.kind == "too_large" and "10000000000 bytes" in str(err.value), err.value
 
 
 def test_the_limit_counts_decoded_bytes() -> None:
