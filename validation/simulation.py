@@ -169,14 +169,7 @@ def evaluate(
         if not completed:
             pair.skipped = "the base run's benchmark completed no request"
             continue
-        reqs = wl.requests(
-            min(requests or completed, completed),
-            (model.prompt_mean, model.prompt_p95),
-            (model.output_mean, model.output_p95),
-            arr,
-            seed=seed,
-            sigmas=(model.prompt_sigma, model.output_sigma),
-        )
+        reqs = simulated.requests_of(model, arr, min(requests or completed, completed), seed)
         cfg1, _ = pm.with_knob(model, knob, value)
         try:
             # today's knobs as the advice's scorer calibrates and simulates them, then the change
@@ -482,14 +475,7 @@ def steady_row(run: str) -> SteadyRow | None:
     got = []
     for steady in (False, True):
         a = replace(arr, kind="closed", clients=clients, steady=steady)
-        reqs = wl.requests(
-            simulated.REQUESTS + a.first_round,
-            (model.prompt_mean, model.prompt_p95),
-            (model.output_mean, model.output_p95),
-            a,
-            0,
-            sigmas=(model.prompt_sigma, model.output_sigma),
-        )
+        reqs = simulated.requests_of(model, a)
         _, o = simulated.outcome_today(model, reqs, a, TARGETS)
         got.append((o.ttft[0] or math.nan, o.ttft[1] or math.nan))
     measured = (wl.quantile_sorted(after, 0.5) or math.nan, wl.quantile_sorted(after, 0.95) or math.nan)

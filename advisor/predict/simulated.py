@@ -27,7 +27,7 @@ from typing import Any
 from advisor.predict import perfmodel as pm
 from advisor.predict import workload as wl
 from advisor.predict.intake import Row
-from advisor.predict.simulator import Done, Engine, simulate
+from advisor.predict.simulator import Done, Engine, Request, simulate
 
 # simulated requests counted per candidate: bounds the work (steps ~ requests x output / batch);
 # a steady closed loop simulates its first round before them (at most workload.FIRST_ROUND_MAX)
@@ -336,6 +336,22 @@ def outcome(
     return _outcome_of(_run(model, cfg, reqs, arr), targets, model.frontend_seconds)
 
 
+def requests_of(model: pm.Model, arr: wl.Arrivals, counted: int = REQUESTS, seed: int = 0) -> list[Request]:
+    """``counted`` requests with the model's fitted lengths under ``arr``, after the requests a
+    steady loop's first round takes (simulated, not counted); the same seed, the same requests.
+    ValueError where the lengths are unknown."""
+    if not model.prompt_mean or not model.output_mean:
+        raise ValueError("the prompt and output lengths are unknown")
+    return wl.requests(
+        counted + arr.first_round,
+        (model.prompt_mean, model.prompt_p95),
+        (model.output_mean, model.output_p95),
+        arr,
+        seed,
+        sigmas=(model.prompt_sigma, model.output_sigma),
+    )
+
+
 def simulate_change(
     model: pm.Model,
     knob: str,
@@ -354,14 +370,7 @@ def simulate_change(
         raise ValueError("the prompt and output lengths are unknown")
     arr = wl.fit_arrivals(rows, model.tallies)
     cfg1, _ = pm.with_knob(model, knob, value)
-    reqs = wl.requests(
-        requests + arr.first_round,
-        (model.prompt_mean, model.prompt_p95),
-        (model.output_mean, model.output_p95),
-        arr,
-        seed,
-        sigmas=(model.prompt_sigma, model.output_sigma),
-    )
+    reqs = requests_of(model, arr, requests, seed)
     model, now = outcome_today(model, reqs, arr, targets)
     assert model.fit is not None  # calibrated keeps a fit
     return Simulated(
@@ -438,14 +447,7 @@ class Scorer:
         if len(m.rows) < 2:
             return "fewer than two busy intervals to infer the load from"
         self.arrivals = wl.fit_arrivals(m.rows, m.tallies)
-        self._reqs = wl.requests(
-            self.requests + self.arrivals.first_round,
-            (m.prompt_mean, m.prompt_p95),
-            (m.output_mean, m.output_p95),
-            self.arrivals,
-            self.seed,
-            sigmas=(m.prompt_sigma, m.output_sigma),
-        )
+        self._reqs = requests_of(m, self.arrivals, self.requests, self.seed)
         self.runs += 1
         m, run = today(m, self._reqs, self.arrivals)
         if m is not self.model:

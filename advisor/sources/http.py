@@ -225,9 +225,8 @@ class Client:
             body, raw = self._body(resp, headers.get("content-encoding", "").strip().lower(), url, limit)
             if watch.fired is not None:  # the socket was shut under the read: not a whole answer
                 raise OSError(watch.fired)
-            length = headers.get("content-length", "").strip()
-            if length.isdigit() and raw != int(length):
-                raise http.client.IncompleteRead(b"", int(length) - raw)
+            if declared.isdigit() and raw != int(declared):
+                raise http.client.IncompleteRead(b"", int(declared) - raw)
             return Response(url, resp.status, resp.reason or "", headers, body, 0.0, raw)
         except FetchError:
             raise
