@@ -19,6 +19,10 @@ from pathlib import Path
 from advisor.sources.session import Session
 from tests.http_standin import serving
 
+# built once: making 36 MB for each request held the answer's headers back past a 1 s scrape
+# timeout on a busy machine (counted a timeout where too_large is true, make test 2026-12-06)
+HUGE_PAGE = b"# HELP x y\n" + b"vllm:junk 1\n" * 3_000_000
+
 
 class StandIn:
     def __init__(self, pages: list[str]) -> None:
@@ -99,7 +103,7 @@ def serve(standin: StandIn) -> Iterator[str]:
                 body = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
                 ctype = "text/html"
             elif mode == "huge":
-                body = b"# HELP x y\n" + b"vllm:junk 1\n" * 3_000_000
+                body = HUGE_PAGE
                 ctype = "text/plain"
             elif mode == "garbage":
                 body = b"\x00\xff\xfe garbage { not prometheus\n"
