@@ -74,7 +74,17 @@ def test_real_server_metrics_load_and_recorded_session(
     try:
         _wait_running(server, load, timeout_s=120)
         t0 = time.time()
-        res = record(server.url, tmp_path / "session", duration_s=10, interval_s=2, log_file=server.log_path)
+        # a page deadline of 10 s, not the recorder's 5 s: a make test run of 2026-12-06 had the
+        # loaded server, beside the suite on two cores, answer one page after 5 s (``errors`` held
+        # "timed out after 5s (reading the body)"); this test is about what a recording keeps
+        res = record(
+            server.url,
+            tmp_path / "session",
+            duration_s=12,
+            interval_s=2,
+            log_file=server.log_path,
+            timeout_s=10.0,
+        )
         t1 = time.time()
         lr = load.wait()
     finally:
@@ -92,14 +102,15 @@ def test_real_server_metrics_load_and_recorded_session(
     bench = lr.result()
     assert bench["completed"] == PROMPTS and bench["total_output_tokens"] == PROMPTS * 256
 
-    # the recording loads back: scrapes on a 2 s grid over 10 s (6 slots; a scrape slower than
+    # the recording loads back: scrapes on a 2 s grid over 12 s (7 slots; a scrape slower than
     # 2 s skips the next slot rather than firing late: the loaded server's page took longer than
-    # that twice in one make test on a busy 2-core machine, 4 scrapes, so at least half the slots;
+    # that twice in one make test on a busy 2-core machine, 4 scrapes of a 10 s recording, and
+    # another gave 2 (pages of 2-5 s each), so at least two;
     # a late one is followed by the next slot on time, so one gap may be short: a CI run saw
     # 2.54 s then 1.46 s, but never under half an interval), stamped with the times they were
     # taken (how late a stalled machine takes the last one is not bounded: a run with three
     # test workers on two cores took it 2 s late), running seen, stats lines in the log
-    assert res.errors == [] and 3 <= res.scrapes <= 6, res
+    assert res.errors == [] and 2 <= res.scrapes <= 7, res
     s = Session.load(tmp_path / "session")
     assert len(s.scrapes) == res.scrapes
     gaps = [b[0] - a[0] for a, b in zip(s.scrapes, s.scrapes[1:], strict=False)]
