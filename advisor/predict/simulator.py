@@ -28,6 +28,10 @@ The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` ap
   limit into RUNNING, ``Scheduler.max_num_active_reqs``; ``max_num_seqs`` then only sizes the
   model runner) and budget is left: each takes its prompt (less the prefix-cache hit, in whole
   blocks) up to the budget left; the first one whose blocks do not fit stops the admission.
+  The blocks asked are its whole sequence's (prompt, and the outputs a preempted one recomputes),
+  not only its first chunk's (``full_sequence_must_fit``: ``scheduler_reserve_full_isl``, on by
+  default in 0.25-0.33, ``allocate_slots(full_sequence_must_fit=...)``): a long prompt is not
+  admitted to be preempted chunks later.
   With a ``watermark`` (0.24+) a waiting or preempted request is admitted only while the blocks
   it takes leave ``int(watermark x blocks)`` free, when something is already running
   (``KVCacheManager.allocate_slots``: ``required = blocks + watermark_blocks``, applied to
@@ -85,6 +89,10 @@ class Engine:
     # the largest decode batch replayed as one full CUDA graph: a decode-only step of more
     # requests runs piecewise, at the fit's piecewise_s (advisor/predict/graphs.py; None: alike)
     full_graph_limit: int | None = None
+    # a waiting or preempted request is admitted only while its whole sequence so far (prompt,
+    # and outputs to recompute) fits in the free blocks, not only its first chunk (vLLM's
+    # ``scheduler_reserve_full_isl``, on by default in 0.25-0.33)
+    full_sequence_must_fit: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
@@ -399,7 +407,12 @@ def simulate(
                 if cap > 0:
                     new = min(new, cap)
                 new = min(new, budget)
-                if not grow(r, new, engine.watermark_blocks if running else 0):
+                keep = engine.watermark_blocks if running else 0
+                if engine.full_sequence_must_fit and (
+                    math.ceil((r.prompt + r.generated) / bs) - r.blocks + keep > free
+                ):
+                    break  # its whole sequence does not fit: it waits (nothing is preempted for it)
+                if not grow(r, new, keep):
                     break
                 waiting.popleft()
                 running.append(r)
@@ -543,7 +556,8 @@ def _decode_run(
         if cap > 0:
             new = min(new, cap)
         new = min(new, budget)
-        head_blocks = math.ceil((computed + new) / bs) - r.blocks + engine.watermark_blocks
+        need = r.prompt + r.generated if engine.full_sequence_must_fit else computed + new
+        head_blocks = math.ceil(need / bs) - r.blocks + engine.watermark_blocks
     # a decode takes a new block in the step that starts with its computed tokens a whole number
     # of blocks: the requests by computed tokens modulo the block size say how many in each step
     phase = [0] * bs

@@ -130,6 +130,25 @@ def test_a_watermark_cuts_repeated_preemption_on_a_load_that_thrashes() -> None:
     assert _thrash(watermark=0.02)[0] == pre0
 
 
+def test_a_long_prompt_waits_until_its_whole_sequence_fits() -> None:
+    """vLLM 0.25-0.33 (``scheduler_reserve_full_isl``, on by default: ``allocate_slots`` with
+    ``full_sequence_must_fit``): a waiting request is admitted only when its whole sequence fits
+    in the free blocks, not only its first chunk, so a long prompt is not started to be preempted
+    chunks later. 10 blocks of 16: a request of 64 prompt tokens decoding to 8 blocks, and a
+    prompt of 100 tokens (7 blocks) arriving in chunks of 32 while 6 blocks are free."""
+    reqs = [Request(64, 60, 0.0), Request(100, 2, 0.05)]
+    eng = _eng(kv_blocks=10, max_num_batched_tokens=32)
+    whole = simulate(eng, FIT, reqs, max_steps=2000)
+    chunk = simulate(replace(eng, full_sequence_must_fit=False), FIT, reqs, max_steps=2000)
+    assert len(whole.done) == len(chunk.done) == 2
+    # admitted by its first chunk, the long prompt is started, then preempted (or preempts)
+    assert chunk.preemptions >= 1
+    # admitted by its whole sequence, it waits for the blocks and nothing is preempted
+    assert whole.preemptions == 0
+    by = {d.idx: d for d in whole.done}
+    assert by[1].arrival + by[1].ttft >= by[0].arrival + by[0].e2e  # it started once the first was done
+
+
 def test_max_num_active_seqs_is_the_admission_limit_below_max_num_seqs() -> None:
     pre0, _, batch0 = _thrash()
     pre1, _, batch1 = _thrash(max_num_active_seqs=5)
