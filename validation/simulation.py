@@ -383,37 +383,59 @@ def render_seeds(runs: list[list[Pair]]) -> str:
     return "\n".join(lines)
 
 
+def own_load(run: str) -> tuple[pm.Model, list[Request], wl.Arrivals, dict[str, Any]] | None:
+    """A run's own fit, its benchmark's own requests (their start times under open arrivals,
+    their lengths) and load (its clients under a closed loop), and the benchmark; None where
+    the run has no step fit or no request times."""
+    model, _, _ = predictions.fitted(run)
+    b = report.bench(report.RUNS / run)
+    if model.fit is None or not b.get("start_times"):
+        return None
+    rate = b.get("request_rate")
+    closed = rate in (None, "inf", float("inf"))
+    t0 = b["start_times"][0]
+    reqs = [
+        Request(int(i), int(o), None if closed else float(t) - t0)
+        for i, o, t in zip(b["input_lens"], b["output_lens"], b["start_times"], strict=True)
+    ]
+    arr = wl.Arrivals(
+        "closed" if closed else "open",
+        int(b.get("max_concurrency") or len(reqs)) if closed else None,
+        None if closed else float(rate),
+        1.0,
+        "the benchmark's own requests",
+    )
+    return model, reqs, arr, b
+
+
+def own_preemptions(run: str) -> tuple[float | None, float] | None:
+    """(measured, simulated) preemptions of a run on its own fit and requests (:func:`own_load`)."""
+    own = own_load(run)
+    if own is None:
+        return None
+    model, reqs, arr, _ = own
+    _, now = simulated.outcome_today(model, reqs, arr, TARGETS)
+    return report.preemptions(report.RUNS / run), now.preemptions_per_request * len(reqs)
+
+
 def reproduce(runs: list[str]) -> str:
-    """Each run simulated on its own step fit and its own benchmark's requests (their start
-    times under open arrivals, their clients under a closed loop, their lengths): how well the
-    simulator reproduces the TTFT it was fitted beside, with vLLM's asynchronous scheduling as
-    the server ran it and, for comparison, without it (synchronous: a request's first step is
-    the one after the step it arrived in). Not a prediction: the check the advice's scorer makes
-    on today's run (``measured_over_simulated_now``), on the recorded runs."""
+    """Each run simulated on its own step fit and its own benchmark's requests (:func:`own_load`):
+    how well the simulator reproduces the TTFT and the preemptions it was fitted beside, with
+    vLLM's asynchronous scheduling as the server ran it and, for comparison, without it
+    (synchronous: a request's first step is the one after the step it arrived in). Not a
+    prediction: the check the advice's scorer makes on today's run
+    (``measured_over_simulated_now``), on the recorded runs."""
     lines = [
-        "run | async | TTFT p50 measured: simulated, sync | TTFT p95 measured: simulated, sync",
-        "---|---|---|---",
+        "run | async | TTFT p50 measured: simulated, sync | TTFT p95 measured: simulated, sync | preemptions measured: simulated",
+        "---|---|---|---|---",
     ]
     errs: dict[str, list[float]] = {"p50": [], "p95": [], "p50 sync": [], "p95 sync": []}
+    pre: list[tuple[float, float]] = []  # (measured, simulated) where either preempted
     for run in runs:
-        model, _, _ = predictions.fitted(run)
-        b = report.bench(report.RUNS / run)
-        if model.fit is None or not b.get("start_times"):
+        own = own_load(run)
+        if own is None:
             continue
-        rate = b.get("request_rate")
-        closed = rate in (None, "inf", float("inf"))
-        t0 = b["start_times"][0]
-        reqs = [
-            Request(int(i), int(o), None if closed else float(t) - t0)
-            for i, o, t in zip(b["input_lens"], b["output_lens"], b["start_times"], strict=True)
-        ]
-        arr = wl.Arrivals(
-            "closed" if closed else "open",
-            int(b.get("max_concurrency") or len(reqs)) if closed else None,
-            None if closed else float(rate),
-            1.0,
-            "the benchmark's own requests",
-        )
+        model, reqs, arr, b = own
         # TTFT p50, p95 (ms) with the server's scheduling (as the advice's scorer calibrates and
         # simulates it) and synchronous (the same run where the server is synchronous)
         model, now = simulated.outcome_today(model, reqs, arr, TARGETS)
@@ -431,6 +453,11 @@ def reproduce(runs: list[str]) -> str:
             if sim is not None and syn is not None and meas:
                 errs[q].append(abs(sim / meas - 1))
                 errs[f"{q} sync"].append(abs(syn / meas - 1))
+        measured_pre = report.preemptions(report.RUNS / run)
+        sim_pre = now.preemptions_per_request * len(reqs)
+        cells.append(f"{_fmt(measured_pre)}: {sim_pre:.0f}")
+        if measured_pre is not None and (measured_pre or sim_pre):
+            pre.append((measured_pre, sim_pre))
         lines.append(f"{run} | {'on' if model.config.async_scheduling else 'off'} | " + " | ".join(cells))
     lines.append("")
     for key, xs in errs.items():
@@ -438,6 +465,12 @@ def reproduce(runs: list[str]) -> str:
             lines.append(
                 f"TTFT {key}: median error {statistics.median(xs):.0%}, within 30% on {sum(x <= 0.3 for x in xs)}/{len(xs)}"
             )
+    if pre:
+        near = sum(abs(s - m) <= max(0.3 * m, 5.0) for m, s in pre)
+        lines.append(
+            f"preemptions, where either side preempted: within 30% (or 5) on {near}/{len(pre)}; "
+            f"simulated over measured in all {sum(s for _, s in pre):.0f} / {sum(m for m, _ in pre):.0f}"
+        )
     return "\n".join(lines)
 
 
