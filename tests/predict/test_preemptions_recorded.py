@@ -64,3 +64,15 @@ def test_simulated_preemptions_are_near_the_measured_on_the_runs_that_preempted(
     over = [run for run, (m, s) in chunked.items() if not _near(m, s) and s > m]
     # 2026-12-06: 6 (follow-misconf.after 30, r3 59 and 40, r4 55, queue-steps 85, queue-probe 69)
     assert len(over) >= 5, chunked
+
+
+def test_a_data_parallel_sessions_cache_is_each_engines_whole() -> None:
+    """dense-kv-tp.data-parallel-size-2 (two H200s, DP 2): each engine logs its own cache of
+    968,448 tokens and the model reads it as one engine's (it was divided by the engines once
+    more: half the cache simulated, 360 preemptions on the run's own requests where the server
+    had none). At 512 running each engine used ~60% of its cache, ~1,150 tokens a request."""
+    sim = validation_module("simulation")
+    run = "dense-kv-tp.data-parallel-size-2"
+    model, _, _ = validation_module("predictions").fitted(run)
+    assert model.engines == 2 and model.config.kv_cache_tokens == 968_448
+    assert sim.own_preemptions(run) == (0.0, 0.0)
