@@ -168,7 +168,7 @@ def judge(
         if beyond and not missing:
             reasons += [f"Improved beyond its targets: {d.describe(conf)}." for d in beyond]
             reasons += traded
-            reasons.append(f"Nothing got worse by more than {tol * 100:.0f}%: keep the new value.")
+            reasons.append(f"No other guard got worse by more than {tol * 100:.0f}%: keep the new value.")
             return "keep", reasons
         reasons.append("Inconclusive: keep the old value or replay a longer load.")
         return "inconclusive", reasons
