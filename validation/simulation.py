@@ -408,6 +408,16 @@ def own_load(run: str) -> tuple[pm.Model, list[Request], wl.Arrivals, dict[str, 
     return model, reqs, arr, b
 
 
+def preemptions_near(measured: float, sim: float) -> bool:
+    """A simulated preemption count within 30% of the measured one, or within 5 of it."""
+    return abs(sim - measured) <= max(0.3 * measured, 5.0)
+
+
+def _preemptions(run: str, now: simulated.Outcome, requests: int) -> tuple[float | None, float]:
+    """(measured over the run's session, simulated over its ``requests``)."""
+    return report.preemptions(report.RUNS / run), now.preemptions_per_request * requests
+
+
 def own_preemptions(run: str) -> tuple[float | None, float] | None:
     """(measured, simulated) preemptions of a run on its own fit and requests (:func:`own_load`)."""
     own = own_load(run)
@@ -415,7 +425,7 @@ def own_preemptions(run: str) -> tuple[float | None, float] | None:
         return None
     model, reqs, arr, _ = own
     _, now = simulated.outcome_today(model, reqs, arr, TARGETS)
-    return report.preemptions(report.RUNS / run), now.preemptions_per_request * len(reqs)
+    return _preemptions(run, now, len(reqs))
 
 
 def reproduce(runs: list[str]) -> str:
@@ -453,8 +463,7 @@ def reproduce(runs: list[str]) -> str:
             if sim is not None and syn is not None and meas:
                 errs[q].append(abs(sim / meas - 1))
                 errs[f"{q} sync"].append(abs(syn / meas - 1))
-        measured_pre = report.preemptions(report.RUNS / run)
-        sim_pre = now.preemptions_per_request * len(reqs)
+        measured_pre, sim_pre = _preemptions(run, now, len(reqs))
         cells.append(f"{_fmt(measured_pre)}: {sim_pre:.0f}")
         if measured_pre is not None and (measured_pre or sim_pre):
             pre.append((measured_pre, sim_pre))
@@ -466,7 +475,7 @@ def reproduce(runs: list[str]) -> str:
                 f"TTFT {key}: median error {statistics.median(xs):.0%}, within 30% on {sum(x <= 0.3 for x in xs)}/{len(xs)}"
             )
     if pre:
-        near = sum(abs(s - m) <= max(0.3 * m, 5.0) for m, s in pre)
+        near = sum(preemptions_near(m, s) for m, s in pre)
         lines.append(
             f"preemptions, where either side preempted: within 30% (or 5) on {near}/{len(pre)}; "
             f"simulated over measured in all {sum(s for _, s in pre):.0f} / {sum(m for m, _ in pre):.0f}"
