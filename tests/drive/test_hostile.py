@@ -813,25 +813,27 @@ def test_explain_url_keeps_watching_past_a_first_page_that_was_slow() -> None:
             url, Config(), load_rules(), 3.0, 1.0, sleep=sleep, progress=False
         )
     assert advisor.stats.scrapes.get("timeout") == 1
-    # the whole window was watched, and one interval more for the page lost (this sleep passes no
-    # time: the window's pages span milliseconds, short of any window)
-    assert advisor.stats.scrapes.get("success") == 4
-    assert len(sleeps) == 4
+    # the whole window was watched, and one window more while it held too little (this sleep
+    # passes no time: the window's pages span milliseconds, short of any window)
+    assert advisor.stats.scrapes.get("success") == 7
+    assert len(sleeps) == 7
     assert advisor.up, d.reason
 
     # the last page of the window slow (CI: a real Prometheus's stand-in fleet, on a busy
     # machine, answered after the 0.8 s deadline and a 30 s window of good pages ended
-    # "insufficient-data"): asked again, the window's diagnosis stands
+    # "insufficient-data"): asked again, the window's diagnosis stands. The sleeps pass their
+    # time and the diagnosis needs 1 s, so the window holds what it needs without its last page
     slow_last = StandIn(session_pages(DEMO_SESSION))
     sleeps.clear()
 
     def sleep_then_hang(s: float) -> None:
         sleeps.append(s)
         slow_last.mode = "hang" if len(sleeps) == 3 else "ok"
+        time.sleep(s)
 
     with serve(slow_last) as url:
         advisor, d = daemon_mod.observe_advisor(
-            url, Config(), load_rules(), 3.0, 1.0, sleep=sleep_then_hang, progress=False
+            url, Config(min_window_s=1.0), load_rules(), 3.0, 1.0, sleep=sleep_then_hang, progress=False
         )
     assert advisor.stats.scrapes.get("timeout") == 1 and advisor.stats.scrapes.get("success") == 4
     assert len(sleeps) == 4  # one interval more than the window
@@ -849,7 +851,8 @@ def test_explain_url_keeps_watching_past_a_first_page_that_was_slow() -> None:
 def test_explain_url_watches_on_for_pages_lost_while_its_window_is_short_of_data() -> None:
     """Pages lost past their deadline leave a watch short of the data it needs (a make test run:
     "only 16s of data (need 20s)" from a 30 s watch of a busy server): ``explain --url`` watches
-    on, one interval for each page lost, and no longer once the window holds what it needs."""
+    on while the window is short, one more window at most, and no longer once it holds what it
+    needs."""
     standin = StandIn(session_pages(DEMO_SESSION))
     standin.mode = "hang"
     sleeps: list[float] = []
@@ -863,7 +866,8 @@ def test_explain_url_watches_on_for_pages_lost_while_its_window_is_short_of_data
             url, Config(), load_rules(), 3.0, 1.0, sleep=sleep, progress=False
         )
     assert advisor.stats.scrapes.get("timeout") == 2
-    assert advisor.stats.scrapes.get("success") == 4 and len(sleeps) == 5  # 4 pages, 2 lost: 2 more
+    # 4 cycles, 2 pages lost; no time passes, so the window stays short: 4 more, one window
+    assert advisor.stats.scrapes.get("success") == 6 and len(sleeps) == 7
 
     # a window that holds what it needs is not watched on for its lost page: a 2 s watch at 1 s
     # (a 0.8 s deadline, as above: 0.4 s was missed by a good page beside a make test) whose
@@ -882,3 +886,24 @@ def test_explain_url_watches_on_for_pages_lost_while_its_window_is_short_of_data
         )
     assert advisor.stats.scrapes.get("timeout") == 1 and advisor.stats.scrapes.get("success") == 2
     assert len(sleeps) == 2 and advisor.window.duration() >= 2.0
+
+
+def test_explain_url_watches_on_while_the_window_it_reads_is_short_though_its_pages_span_more() -> None:
+    """The window the diagnosis reads is the last ``--window`` seconds of pages. A watch stretched
+    on a busy machine (a make test run: "only 17s of data (need 20s)" from a 30 s watch) held
+    pages spanning more than it needs in all, and was not watched on: here a 3 s watch at 1 s,
+    needing 2 s, its first sleep stretched to 3.5 s, holds 3.5 s of pages in all and ~0 s in its
+    last 3 s; it watches on until those hold 2 s."""
+    standin = StandIn(session_pages(DEMO_SESSION))
+    sleeps: list[float] = []
+
+    def sleep(s: float) -> None:
+        sleeps.append(s)
+        time.sleep(3.5 if len(sleeps) == 1 else (0.0 if len(sleeps) < 4 else 1.0))
+
+    cfg = Config(min_window_s=2.0)
+    with serve(standin) as url:
+        advisor, d = daemon_mod.observe_advisor(url, cfg, load_rules(), 3.0, 1.0, sleep=sleep, progress=False)
+    assert advisor.stats.scrapes.get("success", 0) > 4, sleeps  # watched on past its 4 cycles
+    assert advisor.window.duration(3.0) >= 2.0
+    assert d.gate != "window-too-short", d.reason
