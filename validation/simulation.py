@@ -5,6 +5,8 @@ second table of docs/prediction.md.
 usage: .venv/bin/python validation/simulation.py [--check] [--table] [--seeds K] [--requests N]
        .venv/bin/python validation/simulation.py --own [RUN ...]
        .venv/bin/python validation/simulation.py --steady
+       .venv/bin/python validation/simulation.py --draws [--check]
+       .venv/bin/python validation/simulation.py --table --benchmark-draw
 
 Writes the block between the ``<!-- simulator:begin -->`` and ``<!-- simulator:end -->`` markers
 of docs/prediction.md; ``--check`` exits 1 when that block is not what the committed runs give (a
@@ -16,7 +18,11 @@ N``: at most N simulated requests per candidate (the docs' block is written with
 the simulator reproduces the TTFT it was fitted beside, with and without asynchronous
 scheduling); ``--steady`` prints each closed-loop run's TTFT as the requests after each client's
 first measured it, beside today simulated with the loop counted as the wave it started as and as
-a steady loop (its first round not counted: what a daemon beside a live loop simulates).
+a steady loop (its first round not counted: what a daemon beside a live loop simulates);
+``--draws`` writes the block between ``<!-- draws:begin -->`` and ``<!-- draws:end -->`` (how
+much of the miss is the draw: the simulator on the benchmark's own requests, and one draw of its
+own against another), ``--benchmark-draw`` with ``--table`` simulates each pair on its base run's
+benchmark requests.
 
 For every committed run that changes one knob of another (validation/runs/, the pairs of
 validation/predictions.py), both models are fitted to the base run's recorded session only
@@ -66,6 +72,7 @@ from advisor.predict.simulator import Request  # noqa: E402
 
 DOC = REPO / "docs" / "prediction.md"
 BEGIN, END = "<!-- simulator:begin -->", "<!-- simulator:end -->"
+DRAWS_BEGIN, DRAWS_END = "<!-- draws:begin -->", "<!-- draws:end -->"
 COLS = (  # (label, bench key, closed-form metric)
     ("tok/s", "output_throughput", "output_tokens_per_second"),
     ("TTFT p50", "p50_ttft_ms", "ttft_seconds_p50"),
@@ -143,10 +150,15 @@ def _numbers(o: simulated.Outcome) -> dict[str, float | None]:
 
 
 def evaluate(
-    requests: int | None = DEFAULT_REQUESTS, seed: int = 0, only: set[str] | None = None
+    requests: int | None = DEFAULT_REQUESTS,
+    seed: int = 0,
+    only: set[str] | None = None,
+    benchmark_draw: bool = False,
 ) -> list[Pair]:
     """Every pair (``only``: those whose after-run is named there), its requests drawn with
-    ``seed`` (the docs' block: 0)."""
+    ``seed`` (the docs' block: 0); ``benchmark_draw``: the base run's benchmark's own requests
+    instead (its arrival times and lengths, which every run of a scenario shares: the benchmark's
+    seed is fixed), so that what is left is the fit's error, not the draw's."""
     out = []
     for base, after, knob, value in predictions.pairs():
         if only is not None and after not in only:
@@ -169,7 +181,14 @@ def evaluate(
         if not completed:
             pair.skipped = "the base run's benchmark completed no request"
             continue
-        reqs = simulated.requests_of(model, arr, min(requests or completed, completed), seed)
+        if benchmark_draw:
+            own = own_load(base)
+            if own is None:
+                pair.skipped = "no request times in the base run's benchmark"
+                continue
+            reqs, arr = own[1], own[2]
+        else:
+            reqs = simulated.requests_of(model, arr, min(requests or completed, completed), seed)
         cfg1, _ = pm.with_knob(model, knob, value)
         try:
             # today's knobs as the advice's scorer calibrates and simulates them, then the change
@@ -383,6 +402,62 @@ def render_seeds(runs: list[list[Pair]]) -> str:
     return "\n".join(lines)
 
 
+DRAWS = 5  # seeds of the inferred load drawn for the draws block
+
+
+def draw_ceiling(runs: list[list[Pair]]) -> dict[str, tuple[float, int]]:
+    """Per metric: how many pairs one draw of the simulator's prediction is expected to put within
+    the goal of another draw of itself (each ordered pair of ``runs``, one evaluation per seed,
+    weighed alike), and the pairs counted. A model exact but for its draw scores this against a
+    measurement that is one draw of its load as well; where the draws spread past the goal, no
+    model's single prediction is within it reliably."""
+    out: dict[str, tuple[float, int]] = {}
+    for label in LABELS:
+        total, counted = 0.0, 0
+        for i, pair in enumerate(runs[0]):
+            if pair.skipped or pair.cells.get(label, (None, {}))[0] is None:
+                continue
+            preds = [run[i].cells[label][1].get("simulator") for run in runs]
+            if any(x is None for x in preds):
+                continue
+            hits = []
+            for a, b in ((a, b) for a in range(len(runs)) for b in range(len(runs)) if a != b):
+                probe = replace(pair, cells={label: (preds[b], {"simulator": preds[a]})})
+                h = probe.hit(label, "simulator")
+                if h is not None:
+                    hits.append(h)
+            if hits:
+                total += sum(hits) / len(hits)
+                counted += 1
+        out[label] = (total, counted)
+    return out
+
+
+def render_draws(drawn: list[list[Pair]], measured_draw: list[Pair]) -> str:
+    """The draws block: the simulator within the goals on a draw of the inferred load (the
+    simulator block's row), on the benchmark's own requests (the draw measured), and what one
+    draw scores against another (:func:`draw_ceiling`)."""
+    first, bench = shares(drawn[0])["simulator"], shares(measured_draw)["simulator"]
+    ceiling = draw_ceiling(drawn)
+    lines = [
+        "| The simulator's requests | "
+        + " | ".join(f"{label} ({GOALS[label]:.0%})" for label in LABELS)
+        + " |",
+        "|---|" + "---|" * len(LABELS),
+        "| a draw of the load inferred from the base run's pages (seed 0: the block above) | "
+        + " | ".join(f"{first[label][0]}/{first[label][1]}" for label in LABELS)
+        + " |",
+        "| the base run's benchmark's own requests (the draw the after-run measured too) | "
+        + " | ".join(f"{bench[label][0]}/{bench[label][1]}" for label in LABELS)
+        + " |",
+        f"| one draw of the inferred load against another ({len(drawn)} seeds, every ordered pair of them) | "
+        + " | ".join(f"{ceiling[label][0]:.1f}/{ceiling[label][1]}" for label in LABELS)
+        + " |",
+        "| the goal | " + " | ".join(f"{SHARES[label]:.0%}" for label in LABELS) + " |",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def own_load(run: str) -> tuple[pm.Model, list[Request], wl.Arrivals, dict[str, Any]] | None:
     """A run's own fit, its benchmark's own requests (their start times under open arrivals,
     their lengths) and load (its clients under a closed loop), and the benchmark; None where
@@ -397,6 +472,7 @@ def own_load(run: str) -> tuple[pm.Model, list[Request], wl.Arrivals, dict[str, 
     reqs = [
         Request(int(i), int(o), None if closed else float(t) - t0)
         for i, o, t in zip(b["input_lens"], b["output_lens"], b["start_times"], strict=True)
+        if int(o) > 0  # a request that failed (no token came back) is not the load's
     ]
     arr = wl.Arrivals(
         "closed" if closed else "open",
@@ -574,7 +650,32 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="print each closed-loop run's TTFT after its first round beside today simulated as a wave and as a steady loop",
     )
+    ap.add_argument(
+        "--benchmark-draw",
+        action="store_true",
+        help="with --table: simulate each pair on its base run's benchmark requests (the draw the runs measured) instead of a draw of the inferred load",
+    )
+    ap.add_argument(
+        "--draws",
+        action="store_true",
+        help="write (with --check: check) docs/prediction.md's draws block: the misses that are the draw's",
+    )
     args = ap.parse_args(argv)
+    if args.draws:
+        return report.write_block(
+            ["--check"] if args.check else [],
+            DOC,
+            DRAWS_BEGIN,
+            DRAWS_END,
+            lambda: render_draws(
+                [evaluate(seed=seed) for seed in range(DRAWS)], evaluate(benchmark_draw=True)
+            ),
+            "draws",
+            __doc__ or "",
+            "validation/simulation.py --draws",
+        )
+    if args.benchmark_draw and not args.table:
+        ap.error("--benchmark-draw goes with --table (the docs' block simulates the inferred load)")
     if args.steady:
         runs = sorted(p.name for p in report.RUNS.iterdir() if (p / "bench.json.gz").exists())
         print(render_steady([r for r in map(steady_row, runs) if r is not None]))
@@ -590,7 +691,7 @@ def main(argv: list[str]) -> int:
         print(render_seeds([evaluate(args.requests, seed) for seed in range(args.seeds)]))
         return 0
     if args.table:
-        print(render_long(evaluate(args.requests)))
+        print(render_long(evaluate(args.requests, benchmark_draw=args.benchmark_draw)))
         return 0
     if args.requests != DEFAULT_REQUESTS:
         ap.error("the docs' block is written with the default --requests (use --table to try others)")

@@ -13,7 +13,10 @@ statistics; it returns values. Nothing here does I/O.
   rate, with their burstiness: the per-interval arrival counts' variance over their mean (1 for
   Poisson) gives the gamma shape of the gaps (``1 / dispersion``), as ``vllm bench serve
   --burstiness`` draws them, once what sampling noise can make of Poisson arrivals is taken off
-  (:data:`DISPERSION_Z`). :class:`Arrivals` says which was inferred and from what.
+  (:data:`DISPERSION_Z`). :class:`Arrivals` says which was inferred and from what. A draw of
+  open arrivals is scaled to the rate inferred exactly (its last arrival at n / rate, as
+  ``vllm bench serve`` scales its own), so that a decision is asked at the measured rate and not
+  at a draw's, a few percent off, which near the knee would decide the queue alone.
 - **A loop already running** when the window began (its start not in the window: no interval
   before the first busy one, and waiting + running not rising to the plateau from under half
   of it) is simulated as a loop starts, every client at once, and its first round (each
@@ -252,6 +255,13 @@ def requests(
             t += rng.gammavariate(arrivals.shape, 1.0 / (arrivals.shape * arrivals.rate))
             at = t
         out.append(Request(p, g, at))
+    if arrivals.kind == "open" and t > 0 and arrivals.rate:
+        # at the rate inferred, exactly: the n-th arrival at n / rate, the gaps' pattern the
+        # draw's (as ``vllm bench serve`` scales its draws). The decision is asked at the rate
+        # the window measured; a draw's own rate, a few percent either way, is noise that near
+        # the knee decides the queue alone
+        scale = n / arrivals.rate / t
+        out = [Request(r.prompt, r.output, (r.arrival or 0.0) * scale) for r in out]
     return out
 
 

@@ -35,6 +35,12 @@ KNOWN_MISSES = {
     "cpu-two-rules-cap": "closed",
 }
 
+# open arrivals sent burstier than their flag: cpu-knee-draws' Poisson load (--burstiness 1) at
+# the knee of a 2-core box, where the benchmark's client, starved of CPU beside the saturated
+# server, sent in clumps (its send times' gaps: CV 1.4-1.7, a gamma shape of 0.35-0.49). The
+# shape is read below 1, as sent (0.31-0.91 over ~25 intervals), not checked against the flag
+SENT_BURSTIER = ("cpu-knee-draws.",)
+
 KNOWN_CLIENTS = {
     # 32 clients sending an image each on slow storage: the API server's 8 media loading threads
     # hold the rest before the engine sees them (its waiting + running never passes 8)
@@ -120,7 +126,9 @@ def test_closed_loops_read_as_closed_open_arrivals_as_open(
         # over every interval, idle ones included: the bursty CPU runs that the server drains
         # between scrapes read 2.8/s for 1.2/s over their busy intervals alone
         assert arr.rate == pytest.approx(load["rate"], rel=0.1), (name, arr.why)
-    if arr.kind == "open" and load["burstiness"]:
+    if arr.kind == "open" and name.startswith(SENT_BURSTIER):
+        assert arr.shape < 1.0, (name, arr.why)
+    elif arr.kind == "open" and load["burstiness"]:
         # the gaps' gamma shape, vllm bench serve's --burstiness (1: Poisson): before the
         # dispersion's sampling noise was taken off (workload.beyond_noise), Poisson arrivals
         # read 0.63-1.06 over these runs (open-cap-past.max-num-seqs-32: 0.63); now 0.87-1.0,

@@ -231,6 +231,36 @@ def test_docs_simulator_table_is_current(capsys: pytest.CaptureFixture[str]) -> 
     assert _load("simulation").main(["--check"]) == 0, capsys.readouterr().err
 
 
+@FITS
+@pytest.mark.slow  # the simulator on every committed pair, six times: ~70 s
+def test_docs_draws_table_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    """How much of the simulator's miss is the draw: on the benchmark's own requests, and one
+    draw of its own against another."""
+    assert _load("simulation").main(["--draws", "--check"]) == 0, capsys.readouterr().err
+
+
+def test_the_draw_ceiling_counts_how_often_one_draw_is_within_the_goal_of_another() -> None:
+    sim = _load("simulation")
+
+    def pair(ttft_p95: float) -> Any:
+        p = sim.Pair("b", "a", "max_num_seqs", 2.0, throughput_after=100.0)
+        p.cells = {
+            "TTFT p95": (1.0, {"simulator": ttft_p95}),
+            "goodput": (50.0, {"simulator": 50.0}),
+        }
+        return p
+
+    # pair 0: the draws agree; pair 1: one draw of three is twice the others
+    draws = [[pair(1.0), pair(1.0)], [pair(1.1), pair(1.0)], [pair(0.95), pair(2.0)]]
+    got = sim.draw_ceiling(draws)
+    assert got["goodput"] == (2.0, 2)
+    # pair 1: of the 6 ordered pairs of draws, the 2 between the draws of 1.0 are within 30%
+    assert got["TTFT p95"][1] == 2
+    assert got["TTFT p95"][0] == pytest.approx(1.0 + 2 / 6)
+    # a metric no draw predicts is not counted
+    assert got["TPOT p95"] == (0.0, 0)
+
+
 def _steps(predictions: Any, fitted: str, stepped: str) -> float:
     """The Steps column: ``stepped``'s intervals priced by ``fitted``'s step fit, relative to
     ``fitted``'s own (1: it stepped as the fit says)."""
