@@ -439,22 +439,24 @@ def render_draws(drawn: list[list[Pair]], measured_draw: list[Pair]) -> str:
     draw scores against another (:func:`draw_ceiling`)."""
     first, bench = shares(drawn[0])["simulator"], shares(measured_draw)["simulator"]
     ceiling = draw_ceiling(drawn)
-    lines = [
-        "| The simulator's requests | "
-        + " | ".join(f"{label} ({GOALS[label]:.0%})" for label in LABELS)
-        + " |",
-        "|---|" + "---|" * len(LABELS),
-        "| a draw of the load inferred from the base run's pages (seed 0: the block above) | "
-        + " | ".join(f"{first[label][0]}/{first[label][1]}" for label in LABELS)
-        + " |",
-        "| the base run's benchmark's own requests (the draw the after-run measured too) | "
-        + " | ".join(f"{bench[label][0]}/{bench[label][1]}" for label in LABELS)
-        + " |",
-        f"| one draw of the inferred load against another ({len(drawn)} seeds, every ordered pair of them) | "
-        + " | ".join(f"{ceiling[label][0]:.1f}/{ceiling[label][1]}" for label in LABELS)
-        + " |",
-        "| the goal | " + " | ".join(f"{SHARES[label]:.0%}" for label in LABELS) + " |",
+    rows = [
+        ("The simulator's requests", [f"{label} ({GOALS[label]:.0%})" for label in LABELS]),
+        (
+            "a draw of the load inferred from the base run's pages (seed 0: the block above)",
+            [f"{first[label][0]}/{first[label][1]}" for label in LABELS],
+        ),
+        (
+            "the base run's benchmark's own requests (the draw the after-run measured too)",
+            [f"{bench[label][0]}/{bench[label][1]}" for label in LABELS],
+        ),
+        (
+            f"one draw of the inferred load against another ({len(drawn)} seeds, every ordered pair of them)",
+            [f"{ceiling[label][0]:.1f}/{ceiling[label][1]}" for label in LABELS],
+        ),
+        ("the goal", [f"{SHARES[label]:.0%}" for label in LABELS]),
     ]
+    lines = [f"| {title} | " + " | ".join(cells) + " |" for title, cells in rows]
+    lines.insert(1, "|---|" + "---|" * len(LABELS))
     return "\n".join(lines) + "\n"
 
 
@@ -662,16 +664,14 @@ def main(argv: list[str]) -> int:
     )
     args = ap.parse_args(argv)
     if args.draws:
-        return report.write_block(
-            ["--check"] if args.check else [],
-            DOC,
+        return _write_block(
+            args.check,
             DRAWS_BEGIN,
             DRAWS_END,
             lambda: render_draws(
                 [evaluate(seed=seed) for seed in range(DRAWS)], evaluate(benchmark_draw=True)
             ),
             "draws",
-            __doc__ or "",
             "validation/simulation.py --draws",
         )
     if args.benchmark_draw and not args.table:
@@ -695,15 +695,15 @@ def main(argv: list[str]) -> int:
         return 0
     if args.requests != DEFAULT_REQUESTS:
         ap.error("the docs' block is written with the default --requests (use --table to try others)")
+    return _write_block(
+        args.check, BEGIN, END, lambda: render_block(evaluate()), "simulator", "validation/simulation.py"
+    )
+
+
+def _write_block(check: bool, begin: str, end: str, render: Any, what: str, script: str) -> int:
+    """One of docs/prediction.md's blocks written, or with ``check`` checked (report.write_block)."""
     return report.write_block(
-        ["--check"] if args.check else [],
-        DOC,
-        BEGIN,
-        END,
-        lambda: render_block(evaluate()),
-        "simulator",
-        __doc__ or "",
-        "validation/simulation.py",
+        ["--check"] if check else [], DOC, begin, end, render, what, __doc__ or "", script
     )
 
 
