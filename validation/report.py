@@ -78,6 +78,7 @@ NO_PAIR = {
     "moe-ep": "its before-run alone",
     "queue-steps-b8192": "its before-run alone: queue-steps' cap 18 with an 8192-token budget, on another H100 lease",
     "cpu-knee-draws": "one configuration under four draws of its load (the benchmark's seed) and seed 0 again: the draw's spread",
+    "knee-draws": "the same on an H100: follow-misconf's load at cap 27 under four draws and seed 0 again",
 }
 # scenarios run again under another's load, on another lease: their runs are judged against the
 # best measured under that load in either

@@ -20,8 +20,9 @@ scheduling); ``--steady`` prints each closed-loop run's TTFT as the requests aft
 first measured it, beside today simulated with the loop counted as the wave it started as and as
 a steady loop (its first round not counted: what a daemon beside a live loop simulates);
 ``--draws`` writes the block between ``<!-- draws:begin -->`` and ``<!-- draws:end -->`` (how
-much of the miss is the draw: the simulator on the benchmark's own requests, and one draw of its
-own against another), ``--benchmark-draw`` with ``--table`` simulates each pair on its base run's
+much of the miss is the draw: the simulator on the benchmark's own requests, one draw of its
+own against another, and each run of a configuration recorded under several draws of its load
+beside the simulator), ``--benchmark-draw`` with ``--table`` simulates each pair on its base run's
 benchmark requests.
 
 For every committed run that changes one knob of another (validation/runs/, the pairs of
@@ -50,6 +51,7 @@ TTFT p50 and p95 within 30% on >= 80%, goodput within 20% on >= 80%.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -460,6 +462,104 @@ def render_draws(drawn: list[list[Pair]], measured_draw: list[Pair]) -> str:
     return "\n".join(lines) + "\n"
 
 
+DRAW_SCENARIOS = ("cpu-knee-draws", "knee-draws")
+"""Scenarios recorded as one configuration under several draws of its load (``_seed``, the
+benchmark's seed: validation/suite.py's DRAWS), no knob changed."""
+
+
+def draw_runs(scenario: str) -> list[tuple[str, int]]:
+    """A draws scenario's runs and the benchmark's seed of each: its base first (seed 0), then its
+    repeat of seed 0, then the other seeds in order."""
+    results = json.loads(report.RESULTS.read_text())["runs"]
+    runs = [
+        (run, int(r["serve"].get("_seed", 0)), r.get("phase") != "before")
+        for run, r in results.items()
+        if r.get("scenario") == scenario and (report.RUNS / run / "bench.json.gz").exists()
+    ]
+    return [(run, seed) for run, seed, _ in sorted(runs, key=lambda x: (x[1], x[2], x[0]))]
+
+
+def _bench_requests(b: dict[str, Any], closed: bool = False) -> list[Request]:
+    """A benchmark's own requests: their lengths and, under open arrivals (not ``closed``), their
+    start times."""
+    t0 = b["start_times"][0]
+    return [
+        Request(int(i), int(o), None if closed else float(t) - t0)
+        for i, o, t in zip(b["input_lens"], b["output_lens"], b["start_times"], strict=True)
+        if int(o) > 0  # a request that failed (no token came back) is not the load's
+    ]
+
+
+def render_draw_runs() -> str:
+    """Each run of :data:`DRAW_SCENARIOS`, measured beside the simulator fitted to the scenario's
+    first run alone and given that run's own requests (what a model fitted once scores against
+    each draw, the same draw twice included); then what the simulator's own draws of the load
+    inferred from the first run's pages spread over (the seeds of the draws block)."""
+    lines = [
+        "| run (the benchmark's seed) | TTFT p50 ms, measured: simulated | TTFT p95 ms | TPOT p95 ms | goodput tok/s | preemptions |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def row(label: str, cells: list[tuple[float | None, float | None]]) -> None:
+        lines.append(f"| {label} | " + " | ".join(f"{_g(m)}: {_g(s)}" for m, s in cells) + " |")
+
+    for scn in DRAW_SCENARIOS:
+        runs = draw_runs(scn)
+        if not runs:
+            continue
+        own = own_load(runs[0][0])
+        if own is None:
+            continue
+        model, reqs, arr, _ = own
+        model, _ = simulated.outcome_today(model, reqs, arr, TARGETS)  # calibrated to its own run
+        for run, seed in runs:
+            b = report.bench(report.RUNS / run)
+            rq = _bench_requests(b)
+            o = simulated.outcome(model, model.config, rq, arr, TARGETS)
+            row(
+                f"{run} ({seed})",
+                [
+                    (b["p50_ttft_ms"], o.ttft[0] * 1e3),
+                    (b["p95_ttft_ms"], o.ttft[1] * 1e3),
+                    (b["p95_tpot_ms"], o.tpot[1] * 1e3),
+                    (report.measured_goodput(report.RUNS / run), o.goodput_tokens_per_second),
+                    (report.preemptions(report.RUNS / run), o.preemptions_per_request * len(rq)),
+                ],
+            )
+        _, _, rows = predictions.fitted(runs[0][0])
+        inferred = wl.fit_arrivals(rows, model.tallies)
+        outs = [
+            simulated.outcome(
+                model,
+                model.config,
+                simulated.requests_of(model, inferred, len(reqs), seed),
+                inferred,
+                TARGETS,
+            )
+            for seed in range(DRAWS)
+        ]
+        spread = [
+            [o.ttft[0] * 1e3 for o in outs],
+            [o.ttft[1] * 1e3 for o in outs],
+            [o.tpot[1] * 1e3 for o in outs],
+            [o.goodput_tokens_per_second for o in outs],
+            [o.preemptions_per_request * len(reqs) for o in outs],
+        ]
+        lines.append(
+            f"| {scn}: the simulator's own {DRAWS} draws of the load inferred from {runs[0][0]}'s pages | "
+            + " | ".join(f"{_g(min(v))}-{_g(max(v))}" for v in spread)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _g(x: float | None) -> str:
+    """A cell's number: three significant figures, thousands grouped (-- where none)."""
+    if x is None:
+        return "--"
+    return f"{float(f'{x:.3g}'):,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def own_load(run: str) -> tuple[pm.Model, list[Request], wl.Arrivals, dict[str, Any]] | None:
     """A run's own fit, its benchmark's own requests (their start times under open arrivals,
     their lengths) and load (its clients under a closed loop), and the benchmark; None where
@@ -470,12 +570,7 @@ def own_load(run: str) -> tuple[pm.Model, list[Request], wl.Arrivals, dict[str, 
         return None
     rate = b.get("request_rate")
     closed = rate in (None, "inf", float("inf"))
-    t0 = b["start_times"][0]
-    reqs = [
-        Request(int(i), int(o), None if closed else float(t) - t0)
-        for i, o, t in zip(b["input_lens"], b["output_lens"], b["start_times"], strict=True)
-        if int(o) > 0  # a request that failed (no token came back) is not the load's
-    ]
+    reqs = _bench_requests(b, closed)
     arr = wl.Arrivals(
         "closed" if closed else "open",
         int(b.get("max_concurrency") or len(reqs)) if closed else None,
@@ -668,8 +763,10 @@ def main(argv: list[str]) -> int:
             args.check,
             DRAWS_BEGIN,
             DRAWS_END,
-            lambda: render_draws(
-                [evaluate(seed=seed) for seed in range(DRAWS)], evaluate(benchmark_draw=True)
+            lambda: (
+                render_draws([evaluate(seed=seed) for seed in range(DRAWS)], evaluate(benchmark_draw=True))
+                + "\n"
+                + render_draw_runs()
             ),
             "draws",
             "validation/simulation.py --draws",

@@ -397,8 +397,8 @@ SCENARIOS_H200 += [
 # from no queue to tens of seconds of TTFT (docs/prediction.md, "How much of the miss is the
 # draw"): the same server under four draws of its load (``_seed``: the benchmark's seed; seed 0
 # is the one queue-steps, queue-probe and follow-misconf-r3 measured at cap 27 on other leases).
-# Declared 2026-12-07 and not run yet (that session had 502 s of device time); cpu-knee-draws
-# below is the same measurement on the CPU box, recorded.
+# Recorded on an H100 on 2026-12-07 (docs/validation.md, item 13); cpu-knee-draws below is the
+# same measurement on the CPU box.
 
 # the benchmark's seeds 1-3 beside the base's 0, then seed 0 again last: the server's own noise
 # on the same draw (``_seed``, a rig setting: the runs differ in nothing else)

@@ -239,6 +239,19 @@ def test_docs_draws_table_is_current(capsys: pytest.CaptureFixture[str]) -> None
     assert _load("simulation").main(["--draws", "--check"]) == 0, capsys.readouterr().err
 
 
+def test_a_draws_scenario_lists_its_base_then_the_same_draw_again_then_the_other_seeds() -> None:
+    """The per-run table of the draws block reads a configuration's runs in this order: the
+    server's repeat of one draw sits beside its first run."""
+    sim = _load("simulation")
+    assert sim.draw_runs("knee-draws") == [
+        ("knee-draws.before", 0),
+        ("knee-draws.seed-0-again", 0),
+        ("knee-draws.seed-1", 1),
+        ("knee-draws.seed-2", 2),
+        ("knee-draws.seed-3", 3),
+    ]
+
+
 def test_the_draw_ceiling_counts_how_often_one_draw_is_within_the_goal_of_another() -> None:
     sim = _load("simulation")
 

@@ -258,6 +258,9 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         # follow mode held out (an H100, 2026-12-06): 6,000-token prompts at 4 req/s from cap 4
         # and a 2048-token budget; then the cache (8 GiB -> 12 GiB) on the next step
         "follow-long.before": "--max-num-seqs 4 -> 16",
+        # follow-misconf's load at cap 27 (an H100, 2026-12-07), the first of five draws: the
+        # cache (4 GiB) preempts at the knee; every draw's daemon gave the same advice
+        "knee-draws.before": "--kv-cache-memory-bytes 4294967296 -> 6442450944 (4 GiB -> 6 GiB)",
     }
     # follow mode: the next step the daemon advised on the first one's server, then nothing
     assert RESULTS["follow-misconf.after"]["advice"]["recommendation"]["change"] == (
