@@ -319,10 +319,22 @@ def render() -> str:
     return "\n".join(out) + "\n"
 
 
-DRAWS_NOISE = ("knee-draws", "cpu-knee-draws")
-"""Scenarios of one configuration under several draws of one open load (the benchmark's seed),
-tabulated as run-to-run noise beside NOISE_RUNS: what a before/after comparison of two runs
-under the same load sees where nothing changed."""
+DRAWS_SCENARIOS = ("knee-draws", "cpu-knee-draws")
+"""Scenarios of one configuration under several draws of one open load (``_seed``, the
+benchmark's seed: validation/suite.py's DRAWS), no knob changed: tabulated as run-to-run noise
+beside NOISE_RUNS (what a before/after comparison of two runs under the same load sees where
+nothing changed), and beside the simulator in docs/prediction.md."""
+
+
+def draw_runs(results: dict[str, Any], scenario: str) -> list[tuple[str, int]]:
+    """A draws scenario's runs and the benchmark's seed of each: its base first (seed 0), then its
+    repeat of seed 0, then the other seeds in order."""
+    runs = [
+        (run, int(r["serve"].get("_seed", 0)), r.get("phase") != "before")
+        for run, r in results.items()
+        if r.get("scenario") == scenario and (RUNS / run / "bench.json.gz").exists()
+    ]
+    return [(run, seed) for run, seed, _ in sorted(runs, key=lambda x: (x[1], x[2], x[0]))]
 
 
 def render_noise(results: dict[str, Any]) -> list[str]:
@@ -333,12 +345,8 @@ def render_noise(results: dict[str, Any]) -> list[str]:
         {r: w for r, w in NOISE_RUNS.items() if r in results},
         "Run-to-run noise: one configuration (kv-seqs-bind: cap 48, 8 GiB KV) under the same load, four times:",
     )
-    for scn in DRAWS_NOISE:
-        runs = {
-            r: f"the benchmark's seed {rec['serve'].get('_seed', 0)}"
-            for r, rec in results.items()
-            if rec.get("scenario") == scn
-        }
+    for scn in DRAWS_SCENARIOS:
+        runs = {r: f"the benchmark's seed {seed}" for r, seed in draw_runs(results, scn)}
         out += _noise_table(
             results,
             runs,

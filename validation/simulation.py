@@ -462,23 +462,6 @@ def render_draws(drawn: list[list[Pair]], measured_draw: list[Pair]) -> str:
     return "\n".join(lines) + "\n"
 
 
-DRAW_SCENARIOS = ("cpu-knee-draws", "knee-draws")
-"""Scenarios recorded as one configuration under several draws of its load (``_seed``, the
-benchmark's seed: validation/suite.py's DRAWS), no knob changed."""
-
-
-def draw_runs(scenario: str) -> list[tuple[str, int]]:
-    """A draws scenario's runs and the benchmark's seed of each: its base first (seed 0), then its
-    repeat of seed 0, then the other seeds in order."""
-    results = json.loads(report.RESULTS.read_text())["runs"]
-    runs = [
-        (run, int(r["serve"].get("_seed", 0)), r.get("phase") != "before")
-        for run, r in results.items()
-        if r.get("scenario") == scenario and (report.RUNS / run / "bench.json.gz").exists()
-    ]
-    return [(run, seed) for run, seed, _ in sorted(runs, key=lambda x: (x[1], x[2], x[0]))]
-
-
 def _bench_requests(b: dict[str, Any], closed: bool = False) -> list[Request]:
     """A benchmark's own requests: their lengths and, under open arrivals (not ``closed``), their
     start times."""
@@ -491,7 +474,7 @@ def _bench_requests(b: dict[str, Any], closed: bool = False) -> list[Request]:
 
 
 def render_draw_runs() -> str:
-    """Each run of :data:`DRAW_SCENARIOS`, measured beside the simulator fitted to the scenario's
+    """Each run of ``report.DRAWS_SCENARIOS``, measured beside the simulator fitted to the scenario's
     first run alone and given that run's own requests (what a model fitted once scores against
     each draw, the same draw twice included); then what the simulator's own draws of the load
     inferred from the first run's pages spread over (the seeds of the draws block)."""
@@ -503,8 +486,9 @@ def render_draw_runs() -> str:
     def row(label: str, cells: list[tuple[float | None, float | None]]) -> None:
         lines.append(f"| {label} | " + " | ".join(f"{_g(m)}: {_g(s)}" for m, s in cells) + " |")
 
-    for scn in DRAW_SCENARIOS:
-        runs = draw_runs(scn)
+    results = json.loads(report.RESULTS.read_text())["runs"]
+    for scn in report.DRAWS_SCENARIOS:
+        runs = report.draw_runs(results, scn)
         if not runs:
             continue
         own = own_load(runs[0][0])

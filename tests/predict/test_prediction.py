@@ -242,8 +242,8 @@ def test_docs_draws_table_is_current(capsys: pytest.CaptureFixture[str]) -> None
 def test_a_draws_scenario_lists_its_base_then_the_same_draw_again_then_the_other_seeds() -> None:
     """The per-run table of the draws block reads a configuration's runs in this order: the
     server's repeat of one draw sits beside its first run."""
-    sim = _load("simulation")
-    assert sim.draw_runs("knee-draws") == [
+    report = _load("report")
+    assert report.draw_runs(json.loads(report.RESULTS.read_text())["runs"], "knee-draws") == [
         ("knee-draws.before", 0),
         ("knee-draws.seed-0-again", 0),
         ("knee-draws.seed-1", 1),
