@@ -41,6 +41,22 @@ from advisor.verify.ledger import Ledger, LedgerError, record_from_comparison
     help="The metric(s) the change was meant to move, e.g. itl_p95 (default: the --knob's, else all).",
 )
 @click.option("--preemptions", help="A:B counts of vllm:num_preemptions_total during each run.")
+@click.option(
+    "--a-again",
+    "a_again",
+    multiple=True,
+    type=click.Path(),
+    help="Another run of A's configuration under the same load (repeatable): how far the runs of "
+    "one side differ is the noise a difference between A and B must pass. Near a knee under open "
+    "arrivals one run each is not enough.",
+)
+@click.option(
+    "--b-again",
+    "b_again",
+    multiple=True,
+    type=click.Path(),
+    help="Another run of B's configuration under the same load (repeatable), likewise.",
+)
 @click.option("--ledger", "ledger_path", type=click.Path(), help="Also record the verdict in this ledger.")
 @click.option(
     "--ttft-p95-target",
@@ -64,6 +80,8 @@ def compare(
     knob: str | None,
     target: str | None,
     preemptions: str | None,
+    a_again: tuple[str, ...],
+    b_again: tuple[str, ...],
     ledger_path: str | None,
     ttft_p95_target: float,
     itl_p95_target: float,
@@ -75,7 +93,8 @@ def compare(
     table as pasted, with the command above it.
 
     A is the baseline, B the run with the changed knob, under the same load. Exit 1 when the
-    loads differ (the comparison is refused)."""
+    loads differ (the comparison is refused). With --a-again/--b-again, more runs of either
+    side set the run-to-run noise the difference must pass."""
 
     try:  # the flags: a wrong one is a usage error (2)
         pre = tuple(float(x) for x in preemptions.split(":")) if preemptions else None
@@ -109,6 +128,8 @@ def compare(
             preemptions=pre,
             settings=samples.Settings(slo=slo),
             guards=guards,
+            a_again=a_again,
+            b_again=b_again,
         )
     except (samples.ExperimentError, ValueError) as e:
         fail(str(e))

@@ -374,13 +374,20 @@ def compare_bench_files(
     preemptions: tuple[float, float] | None = None,
     settings: Settings | None = None,
     guards: Sequence[str] = GUARDS,
+    a_again: Sequence[str | Path | BenchRun] = (),
+    b_again: Sequence[str | Path | BenchRun] = (),
 ) -> Comparison:
     """Load and compare two ``vllm bench serve --save-result --save-detailed`` files.
     ``preemptions``: (count during A, count during B) from ``vllm:num_preemptions_total``, since
     benchmark files carry none; the exposure is each run's completed requests. A run already
-    loaded (:func:`load_bench`) may stand for its path."""
+    loaded (:func:`load_bench`) may stand for its path. ``a_again``, ``b_again``: more runs of
+    A's and of B's configuration under the same load: how far apart they came is the run-to-run
+    noise of this server and load (:func:`replicate_floors`), and a difference between A and B
+    within it is not counted."""
     a = a_src if isinstance(a_src, BenchRun) else load_bench(a_src)
     b = b_src if isinstance(b_src, BenchRun) else load_bench(b_src)
+    sides = [[a, *(x if isinstance(x, BenchRun) else load_bench(x) for x in a_again)]]
+    sides.append([b, *(x if isinstance(x, BenchRun) else load_bench(x) for x in b_again)])
     extra: dict[str, tuple[MetricSample, MetricSample]] = {}
     if preemptions is not None:
         extra["preemptions"] = (
@@ -388,8 +395,107 @@ def compare_bench_files(
             CountSample(preemptions[1], float(b.completed or b.num_prompts or 1)),
         )
     edges = parse_buckets(buckets) if isinstance(buckets, str) else buckets
+    settings = settings or Settings()
+    notes = input_notes(a, b)
+    if a_again or b_again:
+        floors, note = replicate_floors(sides, settings)
+        settings = replace(settings, noise_floor={**settings.noise_floor, **floors})
+        notes.append(note)
     c = compare_runs(a, b, edges, target, extra, settings, guards=guards)
-    return replace(c, reasons=tuple(input_notes(a, b)) + c.reasons)
+    return replace(c, reasons=tuple(notes) + c.reasons)
+
+
+def replicate_floors(sides: Sequence[Sequence[BenchRun]], settings: Settings) -> tuple[dict[str, float], str]:
+    """The run-to-run noise floor of each metric measured from repeated runs of one side's
+    configuration (each side's runs, its first the one compared): the largest factor between two
+    runs of one side, where it is above the floor already set, and the sentence that says so.
+    Near a knee under open arrivals two runs of one configuration and load differ by more than
+    the interval of either run shows (an H100 at 4.5 req/s: TTFT p95 1.87 s and 0.95 s, the same
+    arrivals; docs/validation.md, item 13), since the requests of one burst queue together; the
+    replicates measure that for the server and load at hand. Refuses runs whose load is not the
+    side's first run's."""
+    # per metric: the log of each replicate over its side's first run, and the degrees of freedom
+    logs: dict[str, list[list[float]]] = {}
+    labels: dict[str, str] = {}
+    counts = []
+    for k, (side, label) in enumerate(zip(sides, "AB", strict=True)):
+        counts.append(f"{len(side)} of {label}")
+        for y in side[1:]:
+            same, diffs = same_load(side[0], y)
+            if not same:
+                raise ExperimentError(
+                    f"{y.source} is not a run of {side[0].source}'s load, so it cannot measure its noise: "
+                    + "; ".join(diffs)
+                )
+            overall = compare_runs(side[0], y, settings=settings).overall
+            for name, d in (overall.metrics if overall else {}).items():
+                if d.change is not None and d.change > -1:
+                    logs.setdefault(name, [[0.0] for _ in sides])[k].append(math.log1p(d.change))
+                    labels[name] = d.spec.label
+    floors = {}
+    for name, per_side in logs.items():
+        # the pooled spread of one run's log value within a side, and how far one run of A and one
+        # of B may then differ at the comparison's confidence (Student's t on the sides' freedom)
+        df = sum(len(v) - 1 for v in per_side)
+        if df < 1:
+            continue
+        ss = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in per_side)
+        f = math.expm1(student_t(1 - (1 - settings.confidence) / 2, df) * math.sqrt(2 * ss / df))
+        if f > max(settings.noise_floor.get(name, 0.0), settings.min_effect):
+            floors[name] = f
+    shown = ", ".join(f"{labels[n]} x{1 + f:.2f}" for n, f in sorted(floors.items(), key=lambda kv: -kv[1]))
+    note = (
+        f"Run-to-run noise measured from {' and '.join(counts)} (the same configuration and load each): "
+        + (
+            f"{shown} between runs of one side; a difference between A and B within that counts as noise."
+            if floors
+            else f"every metric within {settings.min_effect:.0%} or its usual floor between runs of one side."
+        )
+    )
+    return floors, note
+
+
+def student_t(p: float, df: int) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (p > 0.5), by bisection on
+    its distribution function (the regularized incomplete beta, :func:`_betainc`)."""
+    lo, hi = 0.0, 1e3
+    for _ in range(100):
+        t = (lo + hi) / 2
+        # P(T <= t) for t >= 0
+        if 1 - 0.5 * _betainc(df / 2, 0.5, df / (df + t * t)) < p:
+            lo = t
+        else:
+            hi = t
+    return (lo + hi) / 2
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz)."""
+    if x <= 0 or x >= 1:
+        return 0.0 if x <= 0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _betainc(b, a, 1 - x)
+    front = (
+        math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+        / a
+    )
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1 + num * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1) < 1e-14:
+            break
+    return front * f
 
 
 def input_notes(a: BenchRun, b: BenchRun) -> list[str]:
