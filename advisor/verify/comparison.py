@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.verify.bench import AGG_METRICS, BenchRun, RequestRow, load_bench
-from advisor.verify.differences import compare_samples, fmt_pct, quantile
+from advisor.verify.differences import compare_samples, fmt_pct, quantile, student_t
 from advisor.verify.samples import (
     GUARDS,
     MEAN_Q,
@@ -407,8 +407,10 @@ def compare_bench_files(
 
 def replicate_floors(sides: Sequence[Sequence[BenchRun]], settings: Settings) -> tuple[dict[str, float], str]:
     """The run-to-run noise floor of each metric measured from repeated runs of one side's
-    configuration (each side's runs, its first the one compared): the largest factor between two
-    runs of one side, where it is above the floor already set, and the sentence that says so.
+    configuration (each side's runs, its first the one compared): how far one run of A and one of
+    B may differ by noise alone at the comparison's confidence (the pooled spread of one run's
+    log value within a side, times Student's t on the sides' degrees of freedom), where that is
+    above the floor already set; and the sentence that says so.
     Near a knee under open arrivals two runs of one configuration and load differ by more than
     the interval of either run shows (an H100 at 4.5 req/s: TTFT p95 1.87 s and 0.95 s, the same
     arrivals; docs/validation.md, item 13), since the requests of one burst queue together; the
@@ -453,49 +455,6 @@ def replicate_floors(sides: Sequence[Sequence[BenchRun]], settings: Settings) ->
         )
     )
     return floors, note
-
-
-def student_t(p: float, df: int) -> float:
-    """The p-quantile of Student's t with ``df`` degrees of freedom (p > 0.5), by bisection on
-    its distribution function (the regularized incomplete beta, :func:`_betainc`)."""
-    lo, hi = 0.0, 1e3
-    for _ in range(100):
-        t = (lo + hi) / 2
-        # P(T <= t) for t >= 0
-        if 1 - 0.5 * _betainc(df / 2, 0.5, df / (df + t * t)) < p:
-            lo = t
-        else:
-            hi = t
-    return (lo + hi) / 2
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz)."""
-    if x <= 0 or x >= 1:
-        return 0.0 if x <= 0 else 1.0
-    if x > (a + 1) / (a + b + 2):
-        return 1 - _betainc(b, a, 1 - x)
-    front = (
-        math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-        / a
-    )
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1 / (d if abs(d) > tiny else tiny)
-    f = d
-    for m in range(1, 300):
-        for num in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1 + num * d
-            d = 1 / (d if abs(d) > tiny else tiny)
-            c = 1 + num / c
-            c = c if abs(c) > tiny else tiny
-            f *= c * d
-        if abs(c * d - 1) < 1e-14:
-            break
-    return front * f
 
 
 def input_notes(a: BenchRun, b: BenchRun) -> list[str]:

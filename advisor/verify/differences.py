@@ -147,6 +147,50 @@ def _ci_from(reps: list[float], confidence: float) -> tuple[float, float]:
     return quantile(reps, alpha), quantile(reps, 1 - alpha)
 
 
+def student_t(p: float, df: int) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (p > 0.5), by bisection on
+    its distribution function (the regularized incomplete beta, :func:`_betainc`): the one
+    quantile the comparison needs, written here rather than a dependency on scipy."""
+    lo, hi = 0.0, 1e3
+    for _ in range(100):
+        t = (lo + hi) / 2
+        # P(T <= t) for t >= 0
+        if 1 - 0.5 * _betainc(df / 2, 0.5, df / (df + t * t)) < p:
+            lo = t
+        else:
+            hi = t
+    return (lo + hi) / 2
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (Lentz)."""
+    if x <= 0 or x >= 1:
+        return 0.0 if x <= 0 else 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _betainc(b, a, 1 - x)
+    front = (
+        math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+        / a
+    )
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 300):
+        for num in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1 + num * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1) < 1e-14:
+            break
+    return front * f
+
+
 def _bucket_bounds(h: Histogram, q: float) -> tuple[float, float]:
     """The (lower, upper) bounds of the bucket holding the q-quantile: the resolution of the
     quantile estimate. Upper is +inf when the rank falls in the ``+Inf`` bucket."""

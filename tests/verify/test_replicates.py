@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from advisor.cli import main
 from advisor.verify.bench import BenchRun, load_bench
-from advisor.verify.comparison import compare_bench_files, student_t
+from advisor.verify.comparison import compare_bench_files
+from advisor.verify.differences import student_t
 from advisor.verify.samples import ExperimentError
 from tests.paths import REPO
 
