@@ -66,7 +66,10 @@ and in `vllm-advisor explain` ("Other findings").
 3. **Verify** with the signals listed in the rule's section below, before vs after, under
    comparable load: the daemon compares the windows by itself and records keep / revert /
    inconclusive (`vllm-advisor history`, `vllm_advisor_experiment_info`); for per-request-length
-   buckets, compare two `vllm bench serve` result files with `vllm-advisor compare`.
+   buckets, compare two `vllm bench serve` result files with `vllm-advisor compare`. Near the
+   server's knee (a queue that comes and goes under arrivals at a rate), one run a side cannot
+   tell the knob from the draw: run each side twice and pass the second runs with `--a-again` and
+   `--b-again`.
 4. **Roll back** (restore the previous value) as the rule's section says when the signals
    did not improve, or when vLLM fails to start.
 
