@@ -124,6 +124,8 @@ class Comparison:
     settings: Settings
     a_source: str = "A"
     b_source: str = "B"
+    a_again: tuple[str, ...] = ()  # more runs of each side, whose spread set the noise floors
+    b_again: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         s = self.settings
@@ -132,6 +134,8 @@ class Comparison:
             "reasons": list(self.reasons),
             "a": self.a_source,
             "b": self.b_source,
+            "a_again": list(self.a_again),
+            "b_again": list(self.b_again),
             "targets": list(self.targets) or "all",
             "load": self.load.to_json(),
             "overall": self.overall.to_json() if self.overall else None,
@@ -402,7 +406,8 @@ def compare_bench_files(
         settings = replace(settings, noise_floor={**settings.noise_floor, **floors})
         notes.append(note)
     c = compare_runs(a, b, edges, target, extra, settings, guards=guards)
-    return replace(c, reasons=tuple(notes) + c.reasons)
+    again = [tuple(r.source for r in side[1:]) for side in sides]
+    return replace(c, reasons=tuple(notes) + c.reasons, a_again=again[0], b_again=again[1])
 
 
 def replicate_floors(sides: Sequence[Sequence[BenchRun]], settings: Settings) -> tuple[dict[str, float], str]:

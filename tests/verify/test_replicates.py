@@ -10,6 +10,7 @@ is a configuration that serves that load without a queue, on another H100 lease.
 from __future__ import annotations
 
 import itertools
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -91,6 +92,21 @@ def test_cli_takes_the_replicates_and_says_what_they_measured(tmp_path: Path) ->
     assert r.exit_code == 0, r.output
     assert r.output.startswith("Verdict: INCONCLUSIVE")
     assert "Run-to-run noise measured from 2 of A and 2 of B" in r.output
+    r = CliRunner().invoke(
+        main,
+        [
+            *args,
+            "--a-again",
+            str(paths["seed-0-again"]),
+            "--b-again",
+            str(paths["seed-2"]),
+            "--format",
+            "json",
+        ],
+    )
+    j = json.loads(r.output)
+    assert (j["a_again"], j["b_again"]) == ([str(paths["seed-0-again"])], [str(paths["seed-2"])])
+    assert j["verdict"] == "inconclusive" and j["settings"]["noise_floor_pct"]["ttft_p95"] > 40
     other = RUNS / "cpu-knee-draws.before" / "bench.json.gz"
     r = CliRunner().invoke(main, [*args, "--a-again", str(other)])
     assert r.exit_code == 1 and "is not a run of" in r.output, r.output
