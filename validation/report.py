@@ -356,6 +356,8 @@ def render_noise(results: dict[str, Any]) -> list[str]:
 
 
 def _noise_table(results: dict[str, Any], runs_where: dict[str, str], title: str) -> list[str]:
+    """One A/A table: ``runs_where`` (run -> where it ran), which must share one configuration
+    but for the rig's own settings; nothing where fewer than two are recorded."""
     runs = [r for r in runs_where if (RUNS / r).exists()]
     if len(runs) < 2:
         return []

@@ -393,10 +393,10 @@ SCENARIOS_H200 += [
 ]
 
 # The draw at the knee (2026-12-07): every run above used the benchmark's seed 0, so every run of a
-# scenario saw the same arrivals and lengths. The simulator's draws of this load at cap 27 spread
-# from no queue to tens of seconds of TTFT (docs/prediction.md, "How much of the miss is the
-# draw"): the same server under four draws of its load (``_seed``: the benchmark's seed; seed 0
-# is the one queue-steps, queue-probe and follow-misconf-r3 measured at cap 27 on other leases).
+# scenario saw the same arrivals and lengths, and near a knee one draw queues where another does
+# not (docs/prediction.md, "How much of the miss is the draw"): the same server under four draws
+# of its load (``_seed``: the benchmark's seed; seed 0 is the one queue-steps, queue-probe and
+# follow-misconf-r3 measured at cap 27 on other leases).
 # Recorded on an H100 on 2026-12-07 (docs/validation.md, item 13); cpu-knee-draws below is the
 # same measurement on the CPU box.
 

@@ -428,14 +428,13 @@ def replicate_floors(sides: Sequence[Sequence[BenchRun]], settings: Settings) ->
     for k, (side, label) in enumerate(zip(sides, "AB", strict=True)):
         counts.append(f"{len(side)} of {label}")
         for y in side[1:]:
-            same, diffs = same_load(side[0], y)
-            if not same:
+            c = compare_runs(side[0], y, settings=settings)  # refused (no metrics) where the loads differ
+            if not c.load.same:
                 raise ExperimentError(
                     f"{y.source} is not a run of {side[0].source}'s load, so it cannot measure its noise: "
-                    + "; ".join(diffs)
+                    + "; ".join(c.load.differences)
                 )
-            overall = compare_runs(side[0], y, settings=settings).overall
-            for name, d in (overall.metrics if overall else {}).items():
+            for name, d in (c.overall.metrics if c.overall else {}).items():
                 if d.change is not None and d.change > -1:
                     logs.setdefault(name, [[0.0] for _ in sides])[k].append(math.log1p(d.change))
                     labels[name] = d.spec.label
