@@ -95,7 +95,9 @@ def test_trickling_server_times_out_and_up_falls_within_two_intervals(
     clock.t += 2.0
     d.cycle()
     took = time.monotonic() - t0
-    assert took < 1.0 + 0.5, f"the scrape took {took:.1f}s with a 1s deadline"
+    # Without an overall deadline the scrape would read the trickle to its end (240 bytes, 120 s);
+    # the bound leaves a busy 2-core machine room (a hang check, not a speed target).
+    assert took < 1.0 + 4.0, f"the scrape took {took:.1f}s with a 1s deadline"
     text = exported(d)
     assert value(text, 'vllm_advisor_scrapes_total{result="timeout"}') == 1.0
     assert value(text, "vllm_advisor_up") == 0.0
@@ -180,7 +182,10 @@ def test_every_fetcher_has_one_deadline(preempting: StandIn, tmp_path: Path) -> 
         res = session.record(url, tmp_path / "rec", duration_s=0.0, interval_s=1.0, timeout_s=0.7)
         took = time.monotonic() - t0
     assert res.scrapes == 0 and "timed out after 0.7s" in res.errors[0]["error"]
-    assert took < 4 * 0.7 + 1.0, took  # three fetches and /version: each cut at 0.7 s
+    # Three fetches and /version, each cut at 0.7 s: 2.8 s, read 4.2 s once on CI's shared 2-core
+    # machine. Any one of them without its deadline would read the trickle to its end (120 s);
+    # the bound is a hang check with room for a busy machine, not a speed target.
+    assert took < 4 * 0.7 + 10.0, took
 
 
 # ------------------------------------------------------------------ memory: bomb and huge page
