@@ -254,11 +254,16 @@ class Advisor:
         new = self._resolve()
         self.engine = new
         changed = []
+        new_run = self._startup_restarted()
         for k in TRACKED_KNOBS:
             a, b = old.values.get(k), new.values.get(k)
             if a is None or b is None or a.value == b.value:
                 continue
-            if a.source == "default" and b.source != "default" and not restarted:
+            # a value set in the arguments of a run the log shows starting after another: the run
+            # before had the default (vLLM's DP 1 -> `--data-parallel-size 2`, its args read
+            # before the first page of the new server), a change
+            set_anew = new_run and b.source == "log" and b.detail == "non-default args"
+            if a.source == "default" and b.source != "default" and not restarted and not set_anew:
                 continue  # learned the real value, not a change
             if a.source == "default" and b.source == "default" and not restarted:
                 # a default derived again from facts learned since (the device, from a new run's

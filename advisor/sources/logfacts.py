@@ -67,6 +67,12 @@ def _flatten_scalar(value: Any) -> Any:
     return value
 
 
+# Knobs whose engine config line is one engine's view, not the server's: under data parallelism
+# each engine core prints its own config (vLLM 0.25, `--data-parallel-size 2`: the line of
+# "(EngineCore_DP0 ...)" says data_parallel_size=1), so the user's argument stands.
+ARGS_OVER_CONFIG_LINE = ("data_parallel_size",)
+
+
 def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
     """Knobs and facts from the startup lines of the LAST run in the log (source "log").
 
@@ -118,6 +124,9 @@ def from_log_events(events: Iterable[LogEvent]) -> dict[str, Provenanced]:
                     )
     out = dict(args)
     out.update(resolved)
+    for name in ARGS_OVER_CONFIG_LINE:
+        if name in args:
+            out[name] = args[name]
     for name, graph_fact in _graph_facts(out.get("compilation_config")).items():
         if name == "max_cudagraph_capture_size" and name not in args:
             out[name] = graph_fact  # the size vLLM resolved, over what the config line's keys said

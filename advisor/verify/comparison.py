@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from advisor.verify.bench import AGG_METRICS, BenchRun, RequestRow, load_bench
-from advisor.verify.differences import compare_samples, fmt_pct, quantile, student_t
+from advisor.verify.differences import (
+    MetricDelta,
+    compare_samples,
+    describe_floors,
+    fmt_pct,
+    quantile,
+    spread_floors,
+)
 from advisor.verify.samples import (
     GUARDS,
     MEAN_Q,
@@ -421,12 +428,11 @@ def replicate_floors(sides: Sequence[Sequence[BenchRun]], settings: Settings) ->
     arrivals; docs/validation.md, item 13), since the requests of one burst queue together; the
     replicates measure that for the server and load at hand. Refuses runs whose load is not the
     side's first run's."""
-    # per metric: the log of each replicate over its side's first run, and the degrees of freedom
-    logs: dict[str, list[list[float]]] = {}
-    labels: dict[str, str] = {}
+    repeats: list[list[Mapping[str, MetricDelta]]] = []
     counts = []
-    for k, (side, label) in enumerate(zip(sides, "AB", strict=True)):
+    for side, label in zip(sides, "AB", strict=True):
         counts.append(f"{len(side)} of {label}")
+        repeats.append([])
         for y in side[1:]:
             c = compare_runs(side[0], y, settings=settings)  # refused (no metrics) where the loads differ
             if not c.load.same:
@@ -434,22 +440,10 @@ def replicate_floors(sides: Sequence[Sequence[BenchRun]], settings: Settings) ->
                     f"{y.source} is not a run of {side[0].source}'s load, so it cannot measure its noise: "
                     + "; ".join(c.load.differences)
                 )
-            for name, d in (c.overall.metrics if c.overall else {}).items():
-                if d.change is not None and d.change > -1:
-                    logs.setdefault(name, [[0.0] for _ in sides])[k].append(math.log1p(d.change))
-                    labels[name] = d.spec.label
-    floors = {}
-    for name, per_side in logs.items():
-        # the pooled spread of one run's log value within a side, and how far one run of A and one
-        # of B may then differ at the comparison's confidence (Student's t on the sides' freedom)
-        df = sum(len(v) - 1 for v in per_side)
-        if df < 1:
-            continue
-        ss = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in per_side)
-        f = math.expm1(student_t(1 - (1 - settings.confidence) / 2, df) * math.sqrt(2 * ss / df))
-        if f > max(settings.noise_floor.get(name, 0.0), settings.min_effect):
-            floors[name] = f
-    shown = ", ".join(f"{labels[n]} x{1 + f:.2f}" for n, f in sorted(floors.items(), key=lambda kv: -kv[1]))
+            repeats[-1].append(c.overall.metrics if c.overall else {})
+    # one run of A is compared with one of B
+    floors = spread_floors(repeats, (1, 1), settings)
+    shown = describe_floors(floors)
     note = (
         f"Run-to-run noise measured from {' and '.join(counts)} (the same configuration and load each): "
         + (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from advisor.sources import engine_config as engine_config_src
 from advisor.sources import host as host_src
 from advisor.sources import logfacts as logfacts_src
 from advisor.sources.engine_config import EngineSourceError
-from tests.paths import FIXTURES
+from tests.paths import FIXTURES, REPO
 
 ENGINE_FIX = FIXTURES / "engine"
 PAGES = FIXTURES / "pages"
@@ -530,6 +531,21 @@ def test_real_logs_through_the_log_parser(log: str, expected: dict[str, object])
     v = vals(logfacts_src.from_log_events(events))
     for k, want in expected.items():
         assert v[k] == want, k
+
+
+def test_data_parallelism_is_the_argument_not_one_engine_cores_config_line() -> None:
+    """vLLM 0.25 with --data-parallel-size 2 (an H200 run): the non-default args say 2, the
+    engine core's config line ("(EngineCore_DP0 ...)") says data_parallel_size=1. The server's
+    size is 2; read as 1, a daemon saw the change 1 -> 2 as two (2 -> 1 from the log, then 1 -> 2
+    from the command line), voided its experiment and had no baseline (validation/live.py)."""
+    path = REPO / "validation" / "runs" / "dense-kv-tp.data-parallel-size-2" / "vllm.log.gz"
+    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    assert "data_parallel_size=1" in text and "'data_parallel_size': 2" in text
+    events = list(logs.parse_lines(text.splitlines(keepends=True)))
+    got = logfacts_src.from_log_events(events)
+    assert got["data_parallel_size"].value == 2
+    assert got["data_parallel_size"].detail == "non-default args"
 
 
 def test_real_log_restart_splits_runs() -> None:
