@@ -13,8 +13,9 @@ after it), the engine's command line as the rig started it. Its verdict stands b
 (docs/validation.md's results table): the live windows have the server's histograms only, and
 no per-request values.
 
-The A/A rows replay two runs of one configuration under one load (the draws scenarios: seeds of
-one open load, and seed 0 twice), every ordered pair; the second run's command line is read with
+The A/A rows replay two runs of one configuration under one load (kv-seqs-bind's runs on three
+device leases, report.NOISE_RUNS; the draws scenarios: seeds of one open load, and seed 0
+twice), every ordered pair; the second run's command line is read with
 ``--max-num-seqs`` one higher, so that the daemon sees a change and judges it, where nothing
 changed on the server. Any keep or revert there is wrong. Each verdict is shown as the daemon
 gives it (each window measured in batches whose spread is its noise:
@@ -170,8 +171,17 @@ def render() -> str:
         "|---|---|---|---|",
     ]
     results = json.loads(report.RESULTS.read_text())["runs"]
-    for scn in report.DRAWS_SCENARIOS:
-        runs = [r for r, _ in report.draw_runs(results, scn)]
+    groups = [
+        ("kv-seqs-bind's A/A runs (a closed loop of 256 clients, three leases)", list(report.NOISE_RUNS)),
+        *(
+            (
+                f"{scn} (open arrivals near a knee, seeds 0-3 and 0 again)",
+                [r for r, _ in report.draw_runs(results, scn)],
+            )
+            for scn in report.DRAWS_SCENARIOS
+        ),
+    ]
+    for label, runs in groups:
         batched: Counter[str | None] = Counter()
         alone_n: Counter[str | None] = Counter()
         for a, b in itertools.permutations(runs, 2):
@@ -182,8 +192,7 @@ def render() -> str:
             batched[exp.verdict if exp is not None else None] += 1
             alone_n[one] += 1
         n = len(runs) * (len(runs) - 1)
-
-        rows.append(f"| {scn} ({len(runs)} runs) | {n} | {_counts(batched)} | {_counts(alone_n)} |")
+        rows.append(f"| {label}: {len(runs)} runs | {n} | {_counts(batched)} | {_counts(alone_n)} |")
     return "\n".join(rows) + "\n"
 
 

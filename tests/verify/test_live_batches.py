@@ -119,3 +119,18 @@ def test_live_block_of_docs_validation_is_current() -> None:
         [sys.executable, str(REPO / "validation" / "live.py"), "--check"], capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_a_change_of_data_parallelism_is_seen_and_judged() -> None:
+    """DP 1 (unstated) -> `--data-parallel-size 2` on one H200 host: the daemon sees the change
+    from the new run's arguments, before its first page (vLLM prints `api_server_count` 2 with
+    them), and judges it as `compare` does. It had no verdict: the engine core's config line
+    said DP 1, and a value the run before left at its default was taken for one learned."""
+    exp, _ = live.replay("dense-kv-tp.before", "dense-kv-tp.data-parallel-size-2")
+    assert exp is not None
+    assert [(c.knob, c.old, c.new) for c in exp.changes] == [
+        ("data_parallel_size", 1, 2),
+        ("api_server_count", 1, 2),
+    ]
+    assert exp.verdict == "keep", exp.reasons
+    assert any(r.startswith("Several knobs changed at once") for r in exp.reasons)
