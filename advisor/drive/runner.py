@@ -96,6 +96,9 @@ class Advisor:
         self.log_near = log_near  # year-less log stamps take the year nearest this (default: now)
         self.joiner = logwrap.LineJoiner()
         self.startup_events: list[LogEvent] = []
+        self._run_first: LogEvent | None = None  # the first start-up event of the log's current run
+        # the engine as it stood when the log showed a new run start after another
+        self._engine_before_run: EngineInfo | None = None
         self.stats = Stats()
         self.up = False
         self.changes: list[KnobChange] = []
@@ -225,6 +228,12 @@ class Advisor:
                 # keep the current run only: the last restart boundary onwards
                 runs = logfacts_src.split_at_restarts(self.startup_events)
                 self.startup_events = runs[-1] if runs else []
+            runs = logfacts_src.split_at_restarts(self.startup_events)
+            first = runs[-1][0] if runs and runs[-1] else None
+            if first is not self._run_first:
+                if self._run_first is not None:
+                    self._engine_before_run = self.engine
+                self._run_first = first
             self._refresh_engine(ev.t or self.clock(), restarted=False)
 
     def _count_scrape(self, result: str) -> None:
@@ -254,15 +263,19 @@ class Advisor:
         new = self._resolve()
         self.engine = new
         changed = []
-        new_run = self._startup_restarted()
+        # Once the log shows a new run's arguments, the new knobs are set against the run before
+        # as it stood (self._engine_before_run), not against what the new run's first lines
+        # resolved alone (defaults, which would hide a change to the default's value and take a
+        # value set anew for one learned). A value the new run's arguments set where the run
+        # before had another (its default included: DP 1 -> `--data-parallel-size 2`, read before
+        # the first page of the new server) is a change.
+        read = self._engine_before_run is not None and self._startup_restarted()
+        ref = self._engine_before_run if read and self._engine_before_run is not None else old
         for k in TRACKED_KNOBS:
-            a, b = old.values.get(k), new.values.get(k)
+            a, b = ref.values.get(k), new.values.get(k)
             if a is None or b is None or a.value == b.value:
                 continue
-            # a value set in the arguments of a run the log shows starting after another: the run
-            # before had the default (vLLM's DP 1 -> `--data-parallel-size 2`, its args read
-            # before the first page of the new server), a change
-            set_anew = new_run and b.source == "log" and b.detail == "non-default args"
+            set_anew = read and b.source == "log" and b.detail == "non-default args"
             if a.source == "default" and b.source != "default" and not restarted and not set_anew:
                 continue  # learned the real value, not a change
             if a.source == "default" and b.source == "default" and not restarted:
@@ -270,11 +283,15 @@ class Advisor:
                 # start-up lines read one by one): the server set neither
                 continue
             changed.append(KnobChange(t, k, a.value, b.value, b.source))
+        if read:
+            self._engine_before_run = None
         if changed and (restarted or self._startup_restarted()):
             self.changes.extend(changed)
             self.last_change_t = t
             self.evaluator.reset()
-            restart_t = max(self._seen_restarts, default=t)
+            # a change the log shows before the new server's first page starts at its line, not
+            # at a restart seen before it
+            restart_t = max(self._seen_restarts, default=t) if restarted else t
             prev = self.experiment.after_start if self.experiment is not None else None
             if self.experiment is not None and self.experiment.state == "observing":
                 # changed again before the verdict: that experiment is void

@@ -16,7 +16,6 @@ from typing import Any
 
 from advisor.core.model import Histogram
 from advisor.verify.samples import (
-    _SPEC,
     MEAN_Q,
     METRICS,
     PER_REQUEST_QUANTITIES,
@@ -165,42 +164,46 @@ def student_t(p: float, df: int) -> float:
 
 def spread_floors(
     repeats: Sequence[Sequence[Mapping[str, MetricDelta]]],
-    averaged: Sequence[int],
+    averaged: Sequence[int] | None,
     settings: Settings,
 ) -> dict[str, float]:
     """Each metric's run-to-run noise floor measured from repeated measurements of two sides.
     ``repeats[k]``: for each measurement of side k after its first, its metrics against that
-    first (:func:`compare_samples`' deltas); ``averaged[k]``: how many of those measurements the
-    value compared for side k stands for (one run compared as it is: 1; a window compared whole
-    and measured as its K consecutive batches: K, the batch means of simulation output
-    analysis). The floor: the pooled spread of one measurement's log value within a side, times
-    Student's t on the sides' degrees of freedom at the comparison's confidence, times
-    sqrt(1/averaged_a + 1/averaged_b); kept only where above the floor already set and the
-    minimum effect. A repeat whose metric has no ratio (a side unmeasured) adds nothing."""
+    first (:func:`compare_samples`' deltas); ``averaged[k]``: how many measurements the value
+    compared for side k stands for (one run compared as it is: 1), or None where it is the mean
+    of all of them that measured the metric (a window compared whole and measured as its
+    consecutive batches: the batch means of simulation output analysis). The floor: the pooled
+    spread of one measurement's log value within a side, times Student's t on the sides'
+    degrees of freedom at the comparison's confidence, times sqrt(1/averaged_a + 1/averaged_b); kept only where above the floor already
+    set and the minimum effect. A delta without a ratio (a side unmeasured) adds nothing; each
+    measurement is whole enough to stand for its side (a batch holds its share of requests)."""
     logs: dict[str, list[list[float]]] = {}
     for k, side in enumerate(repeats):
         for deltas in side:
             for name, d in deltas.items():
                 if d.change is not None and d.change > -1:
                     logs.setdefault(name, [[0.0] for _ in repeats])[k].append(math.log1p(d.change))
-    scale = math.sqrt(sum(1 / max(1, m) for m in averaged))
     floors = {}
     for name, per_side in logs.items():
         df = sum(len(v) - 1 for v in per_side)
         if df < 1:
             continue
         ss = sum(sum((x - sum(v) / len(v)) ** 2 for x in v) for v in per_side)
-        f = math.expm1(student_t(1 - (1 - settings.confidence) / 2, df) * math.sqrt(ss / df) * scale)
+        counts = averaged if averaged is not None else [len(v) for v in per_side]
+        var = ss / df * sum(1 / max(1, m) for m in counts)
+        f = math.expm1(student_t(1 - (1 - settings.confidence) / 2, df) * math.sqrt(var))
         if f > max(settings.noise_floor.get(name, 0.0), settings.min_effect):
             floors[name] = f
     return floors
 
 
+_LABELS = {m.name: m.label for m in (*METRICS, *SUMMARY_METRICS)}
+
+
 def describe_floors(floors: Mapping[str, float]) -> str:
     """``TTFT p95 x9.0, E2E p95 x1.8``: the floors, largest first."""
     return ", ".join(
-        f"{_SPEC[n].label if n in _SPEC else n} x{1 + f:.2f}"
-        for n, f in sorted(floors.items(), key=lambda kv: -kv[1])
+        f"{_LABELS.get(n, n)} x{1 + f:.2f}" for n, f in sorted(floors.items(), key=lambda kv: -kv[1])
     )
 
 

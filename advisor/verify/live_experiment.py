@@ -199,29 +199,34 @@ def plugin_samples(w: Window) -> PluginSamples | None:
 def batches(w: Window, most: int = MAX_BATCHES) -> list[Window]:
     """The window as consecutive slices that finish about equal numbers of requests, at least
     BATCH_REQUESTS each and at most ``most`` of them: its batches (the window alone where it
-    finished too few for two). Neighbouring slices share their boundary page, so their deltas
-    cover the window once."""
+    finished too few for two). A slice is cut once it holds its share of the window's requests
+    and enough are left for another; what the last would hold short of BATCH_REQUESTS (coarse
+    pages, an idle tail) joins the one before. Neighbouring slices share their boundary page,
+    so their deltas cover the window once."""
     done, total = [], 0.0
     prev = None
     for t, c in w.totals(n.REQUEST_SUCCESS):
         if c is None:
             continue
-        total += max(0.0, c - prev) if prev is not None else 0.0
+        if prev is not None:
+            total += c if c < prev else c - prev  # a counter reset counts from zero
         prev = c
         done.append((t, total))
     k = min(most, int(total // BATCH_REQUESTS))
     if k < 2:
         return [w]
-    cuts = [done[0][0]]
-    for j in range(1, k):
-        t = next(t for t, c in done if c >= total * j / k)
-        if t > cuts[-1]:
+    cuts, at = [done[0][0]], 0.0
+    for t, c in done[1:-1]:
+        if c - at >= total / k and total - c >= BATCH_REQUESTS and len(cuts) < k:
             cuts.append(t)
+            at = c
     cuts.append(done[-1][0])
-    return [w.slice(a, b) for a, b in pairwise(cuts) if b > a]
+    if len(cuts) < 3:
+        return [w]
+    return [w.slice(a, b) for a, b in pairwise(cuts)]
 
 
-def _inputs(w: Window, plugin: bool) -> dict[str, samples.MetricSample]:
+def _batch_samples(w: Window, plugin: bool) -> dict[str, samples.MetricSample]:
     s = window_samples(w)[0]
     p = plugin_samples(w) if plugin else None
     return {**s, **p.overall} if p is not None else s
@@ -238,11 +243,11 @@ def batch_floors(
     differ (validation/live.py: 11 of 20 A/A pairs of an H100's runs judged keep or revert
     without it). ``plugin``: the plugin's sketches stand for the latencies, as in the verdict;
     ``most``: batches per window at most (1: none, the window's own intervals alone)."""
-    sides = [[_inputs(b, plugin) for b in batches(w, most)] for w in (before, after)]
-    if all(len(side) < 2 for side in sides):
+    sides = [[_batch_samples(b, plugin) for b in batches(w, most)] for w in (before, after)]
+    if any(len(side) < 2 for side in sides):  # a window of one batch: its spread unknown
         return {}, None
     repeats = [[compare_samples(side[0], b, settings, key="batch") for b in side[1:]] for side in sides]
-    floors = spread_floors(repeats, [len(side) for side in sides], settings)
+    floors = spread_floors(repeats, None, settings)  # a window's value: the mean of its batches'
     if not floors:
         return {}, None
     return floors, (

@@ -17,13 +17,16 @@ import sys
 import pytest
 
 from advisor.core import names as n
+from advisor.core.config import Config
 from advisor.derive.window import Window
+from advisor.diagnose.ruleset import load_rules
+from advisor.drive.runner import Advisor, ReplayClock
 from advisor.sources.metrics import parse_page
 from advisor.sources.session import Session
 from advisor.verify import live_experiment as lx
 from advisor.verify.differences import MetricDelta, spread_floors
 from advisor.verify.samples import METRICS, Settings
-from tests.paths import REPO
+from tests.paths import FIXTURES, REPO
 
 pytestmark = pytest.mark.xdist_group("validation-runs")
 
@@ -134,3 +137,26 @@ def test_a_change_of_data_parallelism_is_seen_and_judged() -> None:
     ]
     assert exp.verdict == "keep", exp.reasons
     assert any(r.startswith("Several knobs changed at once") for r in exp.reasons)
+
+
+def _log_twice(first: str, second: str) -> Advisor:
+    """An advisor without a command line reading a real vLLM log, then another run's log
+    appended to it (a restart the log shows before any page of the new server)."""
+    adv = Advisor(Config(), load_rules(), clock=ReplayClock())
+    for name in (first, second):
+        with open(FIXTURES / "logs" / name, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                adv.on_log_line(line)
+    return adv
+
+
+def test_a_restart_with_the_same_arguments_read_from_the_log_is_no_change() -> None:
+    """The same H200 log twice: the new run's first lines resolve its knobs to defaults before
+    its `non-default args` line sets them again, as the run before had them (a value learned,
+    not a change); a run with other arguments is one."""
+    same = _log_twice("h200-0.25-A_s256.log", "h200-0.25-A_s256.log")
+    assert same.changes == [] and same.experiment is None
+    other = _log_twice("h200-0.25-A_s256.log", "h200-0.25-C_b2048.log")
+    got = {c.knob: (c.old, c.new) for c in other.changes}
+    assert got["max_num_batched_tokens"] == (8192, 2048)
+    assert got["kv_cache_memory_bytes"] == (6442450944, 38654705664)

@@ -78,8 +78,11 @@ def test_a_budget_change_is_judged_per_prompt_bucket_from_the_plugins_sketches()
 def test_the_buckets_move_differently_under_the_budget_change() -> None:
     """What the per-bucket verdicts stand on, read from the recordings: a 64-token budget splits a
     600-1140-token prefill over 10-18 steps, a short prompt's over a few, so the long prompts'
-    TTFT rose more, and only their TPOT p95 and e2e p95 got worse beyond noise (the short
-    bucket has too few requests for a p95 interval, and its p50s stayed within noise)."""
+    TTFT rose more, and only their e2e p95 got worse beyond noise (the short bucket has too few
+    requests for a p95 interval, and its p50s stayed within noise). Their TPOT p95 rose more
+    than the short prompts' (+30% against +16%), beyond its interval but within what the
+    windows' three batches of ~43 requests spread it by (x1.41: live_experiment.batch_floors;
+    it was called worse before the batches measured that)."""
     exp = judged(BEFORE, AFTER)
     assert exp.comparison is not None
     buckets = {b["range"]: b for b in exp.comparison["buckets"]}
@@ -87,8 +90,9 @@ def test_the_buckets_move_differently_under_the_budget_change() -> None:
     long_b, long_a = (last_page_quantile(s, pn.REQUEST_TTFT, "513-2048", 0.5) for s in (BEFORE, AFTER))
     assert long_a > long_b
     assert long_["ttft_p50"]["change_pct"] > short["ttft_p50"]["change_pct"] > 0
-    for m in ("tpot_p95", "e2e_p95"):
-        assert long_[m]["direction"] == "worse" and short[m]["direction"] == "same", m
+    assert long_["e2e_p95"]["direction"] == "worse" and short["e2e_p95"]["direction"] == "same"
+    assert long_["tpot_p95"]["change_pct"] > short["tpot_p95"]["change_pct"] > 0
+    assert long_["tpot_p95"]["direction"] == "same" and long_["tpot_p95"]["under_noise_floor_pct"] > 30
     assert short["tpot_p50"]["direction"] == short["e2e_p50"]["direction"] == "same"
     assert buckets["0-512"]["verdict"] == buckets["513-2048"]["verdict"] == "revert"
 
