@@ -111,7 +111,7 @@ def replay(a: str, b: str, argv_b: list[str] | None = None) -> tuple[lx.LiveExpe
             if item.kind == "scrape" and item.t is not None:
                 clock.t = item.t + offset
                 adv.on_page(_moved(item.text, offset), clock.t)
-                adv.diagnose(clock.t)
+                adv.advance_experiment(clock.t)  # what each diagnosis does first: the verdict alone
             else:
                 adv.on_log_line(_moved_line(item.text, offset, s.started.year))
     exp = adv.finished_experiments[-1] if adv.finished_experiments else None

@@ -341,7 +341,10 @@ class Advisor:
         return len(runs) > 1 and any(ev.fields.get("fact") == "non_default_args" for ev in runs[-1])
 
     # ---------------------------------------------------------------- output
-    def _advance_experiment(self, now: float) -> None:
+    def advance_experiment(self, now: float) -> None:
+        """Count the experiment being observed up to ``now`` and judge it once it has seen
+        enough (what each diagnosis does first; a replay that wants the verdict alone calls it
+        instead)."""
         exp = self.experiment
         if exp is None or exp.state == "done":
             return
@@ -361,7 +364,7 @@ class Advisor:
 
     def diagnose(self, now: float | None = None) -> Diagnosis:
         now = self.clock() if now is None else now
-        self._advance_experiment(now)
+        self.advance_experiment(now)
         exp = self.experiment
         observing = exp is not None and exp.state == "observing"
         # one change at a time: while an experiment runs, no new advice; once it is judged,

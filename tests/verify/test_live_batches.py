@@ -116,7 +116,7 @@ def test_spread_floors_is_students_t_on_the_pooled_spread() -> None:
     assert spread_floors(tight, (2, 2), Settings(noise_floor={})) == {}
 
 
-@pytest.mark.slow  # ~80 replays of two runs each: ~3 minutes of one core
+@pytest.mark.slow  # 91 replays of two runs each: ~30 s of one core
 def test_live_block_of_docs_validation_is_current() -> None:
     r = subprocess.run(
         [sys.executable, str(REPO / "validation" / "live.py"), "--check"], capture_output=True, text=True
