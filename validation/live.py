@@ -121,10 +121,13 @@ def replay(a: str, b: str, argv_b: list[str] | None = None) -> tuple[lx.LiveExpe
     return exp, alone.verdict
 
 
-def _direction(base: str, knob: str, value: float) -> str:
-    old = _argv(base)
-    flag = "--" + knob.replace("_", "-")
-    return "increase" if flag not in old or value > float(old[old.index(flag) + 1]) else "decrease"
+def aa_argv(run: str) -> list[str]:
+    """``run``'s command line with ``--max-num-seqs`` one higher: how an A/A pair's second run is
+    read, so that the daemon judges a change where the server has none."""
+    argv = _argv(run)
+    i = argv.index("--max-num-seqs")
+    argv[i + 1] = str(int(argv[i + 1]) + 1)
+    return argv
 
 
 def _value(knob: str, value: float) -> str:
@@ -148,11 +151,11 @@ def render() -> str:
         "| Pair (base -> change) | `compare` (benchmark files) | the daemon, live | one window alone | why (the daemon's first reason) |",
         "|---|---|---|---|---|",
     ]
+    results = json.loads(report.RESULTS.read_text())["runs"]
     agree = agree_alone = total = 0
     for base, after, knob, value in predictions.pairs():
-        bench, _ = report.bench_verdict(
-            base, after, {"knob": knob, "direction": _direction(base, knob, value)}
-        )
+        _, direction = report.changed_knob(results[base]["serve"], results[after]["serve"])
+        bench, _ = report.bench_verdict(base, after, {"knob": knob, "direction": direction})
         exp, alone = replay(base, after)
         live = exp.verdict if exp is not None else None
         total += 1
@@ -170,7 +173,6 @@ def render() -> str:
         "| A/A pairs (one configuration, one load) | pairs | the daemon, live | one window alone |",
         "|---|---|---|---|",
     ]
-    results = json.loads(report.RESULTS.read_text())["runs"]
     groups = [
         ("kv-seqs-bind's A/A runs (a closed loop of 256 clients, three leases)", list(report.NOISE_RUNS)),
         *(
@@ -185,10 +187,7 @@ def render() -> str:
         batched: Counter[str | None] = Counter()
         alone_n: Counter[str | None] = Counter()
         for a, b in itertools.permutations(runs, 2):
-            argv = _argv(b)
-            i = argv.index("--max-num-seqs")
-            argv[i + 1] = str(int(argv[i + 1]) + 1)
-            exp, one = replay(a, b, argv)
+            exp, one = replay(a, b, aa_argv(b))
             batched[exp.verdict if exp is not None else None] += 1
             alone_n[one] += 1
         n = len(runs) * (len(runs) - 1)

@@ -39,10 +39,7 @@ _spec.loader.exec_module(live)
 def _aa(a: str, b: str) -> tuple[lx.LiveExperiment, str | None]:
     """Runs a then b of one configuration, b read with a cap one higher: a change the daemon
     judges where nothing changed on the server."""
-    argv = live._argv(b)
-    i = argv.index("--max-num-seqs")
-    argv[i + 1] = str(int(argv[i + 1]) + 1)
-    exp, alone = live.replay(a, b, argv)
+    exp, alone = live.replay(a, b, live.aa_argv(b))
     assert exp is not None and exp.state == "done"
     return exp, alone
 
