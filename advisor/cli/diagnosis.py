@@ -296,7 +296,10 @@ def predict(
     except daemon_errors() as e:
         fail(str(e))
         raise
-    if sp is not None:  # only the simulator prices this knob: the prediction is its
+    sim, why_not = None, None
+    if sp is None:  # the simulator's numbers where the advice would decide this change by them
+        sp, sim, why_not = predict_cmd.said_prediction(model, knob, value, p, rows, cfg.targets)
+    if sp is not None:  # the prediction is the simulator's
         if fmt == "json":
             doc = sp.to_json()
             if exact:
@@ -309,7 +312,6 @@ def predict(
             click.echo(prediction_out.render_simulator_text(sp, exact))
             click.echo(prediction_out.render_simulated(sp.sim, sp.not_deciding, model))
         return
-    sim, why_not = predict_cmd.simulated_change(model, knob, value, rows, cfg.targets)
     if fmt == "json":
         doc = p.to_json()
         doc["predicted_by"] = "closed form"

@@ -511,9 +511,10 @@ def left_standing(chosen: Scored, targets: Mapping[str, float]) -> list[str]:
 
 
 def considered_json(s: Scored) -> dict[str, Any]:
-    """A change arbitration weighed and did not choose, with what the model predicted of it."""
+    """A change arbitration weighed and did not choose, with what the model that decided it
+    predicted of it."""
     c, r = s.candidate, s.refined
-    pred = r.prediction.predicted if r is not None and r.prediction is not None else {}
+    pred = ((r.predicted or {}).get("predicted") or {}) if r is not None else {}
     if s.withdrawn:
         why_not = f"withdrawn: {s.withdrawn}"
     elif s.improvement is None or r is None:

@@ -158,13 +158,16 @@ def simulated_change(
 ) -> tuple[simulated.Simulated | None, str | None]:
     """The change through the scheduler simulator as the advice scores it (:class:`simulated.Scorer`:
     the decision's requests, today's knobs checked against today's measurement); where that scorer
-    would not decide, the simulation still and why it would not decide; None and why where it
-    cannot be simulated at all."""
+    would not decide (or the advice decides such a change by the closed form:
+    :data:`simulated.NOT_DECIDING`), the simulation still and why it would not decide; None and
+    why where it cannot be simulated at all."""
     scorer = simulated.Scorer(replace(model, rows=tuple(rows)), targets)
     why = scorer.why_not()
     try:
         if why is None:
-            return scorer.simulated(knob, value), None
+            got = scorer.simulated(knob, value)
+            why = simulated.not_deciding(knob, pm.with_knob(model, knob, value)[1], value)
+            return got, None if why is None else f"not deciding: {why}"
         return simulated.simulate_change(model, knob, value, rows, targets), f"not deciding: {why}"
     except ValueError as e:
         return None, str(e)
@@ -192,3 +195,21 @@ def simulator_prediction(
     if sim is None:
         raise ValueError(f"only the scheduler simulator prices {knob}, and it cannot run here: {why}")
     return simulated.predict_simulator_only(model, knob, value, sim, why)
+
+
+def said_prediction(
+    model: pm.Model,
+    knob: str,
+    value: float,
+    closed: pm.Prediction,
+    rows: Sequence[Row],
+    targets: Mapping[str, float],
+) -> tuple[simulated.SimulatorPrediction | None, simulated.Simulated | None, str | None]:
+    """The prediction to say for a knob the closed form prices: the numbers of the model the
+    advice would decide this change by. Where the simulator would (:func:`simulated_change`
+    without a reason not to), its prediction with ``closed`` beside it; else None, and the
+    simulation (None where it cannot run) with why it does not decide."""
+    sim, why = simulated_change(model, knob, value, rows, targets)
+    if sim is None or why is not None:
+        return None, sim, why
+    return simulated.predict_simulator_only(model, knob, value, sim, None, closed), sim, None

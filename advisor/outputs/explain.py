@@ -208,6 +208,9 @@ def _simulated(con: Console, pred: Mapping[str, Any]) -> None:
     line = prediction_out.decided_line(pred)
     if line:
         con.print(Text(line))
+    other = prediction_out.said_closed_form(pred)
+    if other:
+        con.print(Text(other[0].upper() + other[1:] + "."))
     sim = pred.get("simulated")
     if not isinstance(sim, Mapping):
         if line:
@@ -236,6 +239,9 @@ def _simulated_markdown(pred: Mapping[str, Any]) -> list[str]:
     line = prediction_out.decided_line(pred)
     if line:
         out += ["", line]
+    other = prediction_out.said_closed_form(pred)
+    if other:
+        out += ["", other[0].upper() + other[1:] + "."]
     sim = pred.get("simulated")
     if isinstance(sim, Mapping):
         head, why = prediction_out.simulated_header(sim)
@@ -622,10 +628,17 @@ MEASURED_STEADY = "measured (steady load)"
 def prediction_title(pred: Mapping[str, Any]) -> str:
 
     conf = pred.get("confidence")
+    by = pred.get("predicted_by") == "simulator"
+    head = "Predicted by the scheduler simulator" if by else "Predicted"
     if not isinstance(conf, int | float):
-        return "Predicted (same load)"
+        return f"{head} (same load)"
+    if by:  # the binding and the confidence are the closed form's reading
+        return (
+            f"{head} (same load; binding now: {pred.get('binding_now', '?')}, after: "
+            f"{pred.get('binding_after', '?')}, as the closed form reads it)"
+        )
     return (
-        f"Predicted (same load; confidence {conf:.2f}, typical error {prediction_out.interval_pct(conf)}; "
+        f"{head} (same load; confidence {conf:.2f}, typical error {prediction_out.interval_pct(conf)}; "
         f"binding now: {pred.get('binding_now', '?')}, after: {pred.get('binding_after', '?')})"
     )
 

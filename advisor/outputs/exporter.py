@@ -299,11 +299,12 @@ class AdvisorCollector(Collector):
 
 
 def _predicted_family(d: Any) -> Metric:
-    """The performance model's prediction of the advised change: the steady state after it per
-    metric (same load), and its confidence. Empty when there is no advice or no prediction."""
+    """The deciding model's prediction of the advised change: the steady state after it per
+    metric (same load), and the closed form's confidence. Empty when there is no advice or no prediction."""
     g = GaugeMetricFamily(
         names.output_name("predicted"),
-        "The advised change's predicted steady state under the same load (advisor/perfmodel.py).",
+        "The advised change's predicted steady state under the same load, by the model that "
+        "decided it (the scheduler simulator or the closed form).",
         labels=["metric"],
     )
     rec = d.recommendation

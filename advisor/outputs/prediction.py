@@ -97,18 +97,25 @@ NOT_SIMULATED = "n/a"  # a metric the simulator does not report (the closed form
 
 
 def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | None = None) -> str:
-    """A knob only the simulator prices: its prediction as the closed form's table (measured,
-    predicted, change), predicted by the simulator (the measured value times its simulated after
-    over now); the closed form's binding and confidence are not shown, the running batch marked
-    as not simulated. ``exact``: the stat-logger plugin's latencies, as :func:`render_text`."""
+    """The simulator's prediction as the closed form's table (measured, predicted, change): the
+    measured value times its simulated after over now. Where the closed form prices the knob
+    too, its binding and confidence head the table and its own numbers follow it in one line;
+    where it does not, they are not shown. ``exact``: the stat-logger plugin's latencies, as
+    :func:`render_text`."""
     cur = knobs.format_value(_int_if_whole(p.current)) if p.current is not None else "unknown"
+    cf = p.closed_form
     lines = [
         f"{p.knob}: {cur} -> {knobs.format_value(_int_if_whole(p.value))} (same load)",
         f"predicted by the scheduler simulator ({p.closed_form_why}):",
         "the measured value times the simulated after over the simulated now",
-        "",
-        f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}",
     ]
+    if cf is not None:
+        lines += [
+            f"binding now: {BINDING_WORDS.get(cf.binding_before, cf.binding_before)}; "
+            f"after: {BINDING_WORDS.get(cf.binding_after, cf.binding_after)} (the closed form's reading)",
+            f"confidence: {cf.confidence:.2f} (the closed form's typical error {interval_pct(cf.confidence)})",
+        ]
+    lines += ["", f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}"]
     measured: dict[str, Any] = dict(p.measured)
     predicted: dict[str, Any] = dict(p.predicted)
     marked = []
@@ -127,9 +134,10 @@ def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | N
             f"{label:<18}{fmt(measured.get(m), unit):>16}{pv:>16}"
             f"{'' if r is None else f'{(r - 1) * 100:+.0f}%':>9}"
         )
-    lines.append(
-        f"{NOT_SIMULATED}: the simulator does not say (the running batch is the closed form's alone)"
-    )
+    if any(predicted.get(m) is None for m in pm.METRICS):
+        lines.append(f"{NOT_SIMULATED}: the simulator does not say (unmeasured, or none simulated now)")
+    if cf is not None:
+        lines.append(closed_form_line(cf))
     if marked:
         lines.append(
             f"{EXACT_MARK.strip()} measured by the stat-logger plugin's sketches; predicted: the simulated change applied to it"
@@ -141,6 +149,40 @@ def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | N
             f"note: {p.not_deciding}; the advice would not rely on this simulation: take it as a direction, not a value"
         )
     return "\n".join(lines)
+
+
+CLOSED_FORM_METRICS = ("output_tokens_per_second", "ttft_seconds_p95", "tpot_seconds_p95")
+
+
+def closed_form_line(cf: pm.Prediction) -> str:
+    """The closed form's own prediction in one line, where the simulator's is said."""
+    return closed_form_words(cf.predicted, cf.measured)
+
+
+def closed_form_words(predicted: Mapping[str, Any], measured: Mapping[str, Any]) -> str:
+    """The closed form's predicted values (and their change over ``measured``) in one line."""
+    parts = []
+    for m in CLOSED_FORM_METRICS:
+        label, unit = LABELS[m]
+        v, was = predicted.get(m), measured.get(m)
+        if isinstance(v, int | float):
+            ch = f" ({(v / was - 1) * 100:+.0f}%)" if isinstance(was, int | float) and was else ""
+            parts.append(f"{label} {fmt(v, unit)}{ch}")
+    return "the closed form (two quantiles, a closed loop of the clients seen): " + (
+        ", ".join(parts) if parts else "no numbers"
+    )
+
+
+def said_closed_form(pred: Mapping[str, Any]) -> str | None:
+    """Where the simulator's numbers were said (a prediction's JSON), the closed form's own in
+    one line; None where the closed form's are the ones said, or it has none."""
+    cf = pred.get("closed_form")
+    if pred.get("predicted_by") != "simulator" or not isinstance(cf, Mapping):
+        return None
+    got = cf.get("predicted")
+    if not isinstance(got, Mapping):
+        return None
+    return closed_form_words(got, pred.get("measured") or {})
 
 
 def load_words(a: Mapping[str, Any]) -> str:

@@ -5,6 +5,7 @@ value, and set a prediction against what happened after the change. Pure.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -413,9 +414,13 @@ def _decision_json(
     data: dict[str, Any], sim: simulated.Scorer | None, why_not: str | None, knob: str, value: Any
 ) -> simulated.Simulated | None:
     """Add what decided (and the simulated view of the value) to a prediction's JSON; returns
-    the value simulated (None: the closed form decided)."""
+    the value simulated (None: the closed form decided). The numbers said are the deciding
+    model's: where the simulator decided, ``predicted`` is its prediction (each measured value
+    times the simulated after over now: :func:`simulated.predicted`) and the closed form's own
+    moves to ``closed_form``."""
     data["decided_by"] = SIMULATOR if sim is not None else CLOSED_FORM
     data["decided_by_why"] = why_not
+    data["predicted_by"] = CLOSED_FORM
     if sim is None:
         return None
     try:
@@ -423,7 +428,16 @@ def _decision_json(
     except ValueError:
         return None
     data["simulated"] = got.to_json()
+    said_by_simulator(data, got)
     return got
+
+
+def said_by_simulator(data: dict[str, Any], got: simulated.Simulated) -> None:
+    """A prediction's JSON with the simulator's numbers said (it decided): ``predicted`` from
+    ``got`` (:func:`simulated.predicted`), the closed form's own under ``closed_form``."""
+    data["closed_form"] = {k: data.get(k) for k in ("predicted", "binding_after", "confidence")}
+    data["predicted"] = simulated.predicted(got, data.get("measured") or {})
+    data["predicted_by"] = SIMULATOR
 
 
 def _within(knob: str, current: Any, value: float, limits: knob_steps.Limits) -> Any:
@@ -647,16 +661,25 @@ def predict_change(
     obs: Observed, engine: EngineInfo, targets: Mapping[str, float], knob: str, value: Any
 ) -> dict[str, Any] | None:
     """The model's prediction for a knob change, from the window before it (None: the model
-    cannot say: too little data, a knob it does not move, or an input it needs is unknown)."""
+    cannot say: too little data, a knob it does not move, or an input it needs is unknown): the
+    simulator's numbers where it would decide such a change (:func:`said_by_simulator`), else
+    the closed form's (``predicted_by`` says which)."""
     if knob not in pm.KNOBS:
         return None
     try:
         v = float(value)
         values = Values(Context(obs.window, engine, obs.seconds, dict(targets))).all()
         model = model_of(obs, engine, values)
-        out = predict(model, knob, v, values).to_json()
+        p = predict(model, knob, v, values)
     except (pm.InsufficientData, ValueError, TypeError):
         return None
+    out = p.to_json()
+    out["predicted_by"] = CLOSED_FORM
+    scorer, _ = deciding(simulated.Scorer(model, targets))
+    if scorer is not None and simulated.not_deciding(knob, p.current, v) is None:
+        # where the value cannot be simulated (a request the cache cannot hold): the closed form's
+        with contextlib.suppress(ValueError):
+            said_by_simulator(out, scorer.simulated(knob, v))
     fit = model.fit
     speed = (
         fit.speed_of(model.rows, model.config.kv_cache_tokens, model.config.full_limit())

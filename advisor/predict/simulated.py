@@ -74,6 +74,8 @@ class Outcome:
     truncated: bool
     finished: int = 0  # requests finished
     itl: tuple[float | None, ...] = (None, None, None)  # every inter-token latency, at QUANTILES
+    running: float | None = None  # requests running, on average over the run (every engine's)
+    preemptions_per_second: float = 0.0  # over the run
 
     @property
     def ttft_p95(self) -> float | None:
@@ -101,6 +103,7 @@ class Outcome:
             "preemptions_per_request": self.preemptions_per_request,
             "truncated": self.truncated,
             "itl_seconds": dist(self.itl),
+            "running": self.running,
         }
 
 
@@ -161,6 +164,7 @@ SIMULATED_METRICS = {
     "ttft_seconds_p95": lambda o: o.ttft[1],
     "tpot_seconds_p95": lambda o: o.tpot[1],
     "itl_seconds_p95": lambda o: o.itl[1],
+    "running": lambda o: o.running,
 }
 """The prediction's metrics (:data:`perfmodel.METRICS`) a simulated run gives, by name."""
 
@@ -169,8 +173,8 @@ def predicted(sim: Simulated, measured: Mapping[str, float | None]) -> dict[str,
     """The change as the simulator predicts it, in the closed form's terms (every key of
     :data:`perfmodel.METRICS`): each measured value times the simulated after over simulated now
     (as the closed form applies its ratio, so the simulator's own bias cancels). Preemptions/s
-    move with preemptions per request times throughput. None where the simulator does not say:
-    the running batch (it is not reported), a metric unmeasured, or a ratio over zero (none
+    move with preemptions per request times throughput; the running batch with the simulated
+    mean. None where the simulator does not say: a metric unmeasured, or a ratio over zero (none
     simulated now)."""
     out: dict[str, float | None] = {k: None for k in pm.METRICS}
     b, a = sim.before, sim.after
@@ -178,6 +182,7 @@ def predicted(sim: Simulated, measured: Mapping[str, float | None]) -> dict[str,
         m, x0, x1 = measured.get(k), get(b), get(a)
         out[k] = m * x1 / x0 if m is not None and x0 and x1 is not None else None
     m = measured.get("preemptions_per_second")
+    m_thr = measured.get("output_tokens_per_second")
     t0, t1 = b.output_tokens_per_second, a.output_tokens_per_second
     if m is not None and t0 and t1 is not None:
         if b.preemptions_per_request > 0:
@@ -186,6 +191,8 @@ def predicted(sim: Simulated, measured: Mapping[str, float | None]) -> dict[str,
             )
         elif a.preemptions_per_request == 0:
             out["preemptions_per_second"] = m  # none simulated before or after: what was measured
+        else:  # none simulated now, some after: the simulated rate, at the measured throughput
+            out["preemptions_per_second"] = a.preemptions_per_second * m_thr / t0 if m_thr else None
     return out
 
 
@@ -208,6 +215,7 @@ class _Run:
     preemptions: int
     truncated: bool
     counted: list[Done]  # those the latencies and goodput count (not a steady loop's first round)
+    running_s: float = 0.0  # requests running x seconds, summed over every engine's steps
 
 
 def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals) -> _Run:
@@ -216,7 +224,7 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
     eng = engine_of(cfg)
     done: list[Done] = []
     counted: list[Done] = []
-    end, preemptions, truncated = 0.0, 0, False
+    end, preemptions, truncated, running_s = 0.0, 0, False, 0.0
     # one engine's run at a time, its step trace dropped once counted: 16 data-parallel copies'
     # traces held at once were ~20 MiB of a daemon's peak memory (make bench, 16 engines)
     for share, clients in wl.split(reqs, arr, int(cfg.data_parallel_size)):
@@ -228,8 +236,9 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
         end = max(end, r.end)
         preemptions += r.preemptions
         truncated |= r.truncated
+        running_s += sum(s.running * s.dt for s in r.steps)
     t0 = min((d.arrival for d in done), default=0.0)
-    return _Run(done, end - t0, preemptions, truncated, counted)
+    return _Run(done, end - t0, preemptions, truncated, counted, running_s)
 
 
 def calibrated(model: pm.Model, run: _Run) -> pm.Model:
@@ -325,6 +334,8 @@ def _outcome_of(run: _Run, targets: Mapping[str, float], frontend: float = 0.0) 
         truncated=run.truncated,
         finished=len(done),
         itl=qs([x for d in done for x in d.itl]),
+        running=run.running_s / span if span > 0 else None,
+        preemptions_per_second=run.preemptions / span if span > 0 else 0.0,
     )
 
 
@@ -542,6 +553,15 @@ decide: on the recorded raises it chooses as measured (cpu-prefill-budget 64 -> 
 three after-runs by goodput; h200-C 2048 -> 16384: TTFT p95 flat, as measured), where the closed
 form over-prices the decodes' share of the longer steps (ITL p95 +161% predicted, +93% measured)."""
 
+
+def not_deciding(knob: str, current: float | None, value: float) -> str | None:
+    """Why the simulator does not decide a change of ``knob`` from ``current`` to ``value``
+    (:data:`NOT_DECIDING`), None where it does."""
+    if current is None or float(value) == float(current):
+        return None
+    return NOT_DECIDING.get((knob, "increase" if float(value) > float(current) else "decrease"))
+
+
 REUSE_S = 15.0  # the daemon simulates a decision's candidates at most this often while nothing changes
 
 
@@ -574,14 +594,16 @@ class Recent:
         return self._scorer
 
 
-# ------------------------------------------------------------------ a knob only the simulator prices
+# ------------------------------------------------------------------ the simulator's prediction
 @dataclass(frozen=True)
 class SimulatorPrediction:
-    """``predict --set`` of a knob the closed form cannot price (:data:`perfmodel.SIMULATED_ONLY`):
-    the prediction is the simulator's (:func:`predicted`); the closed form's columns
-    (binding, confidence, running batch) are None, not invented. ``not_deciding``: why the advice's
-    scorer would not trust this simulation (today's knobs not reproducing today's measurement),
-    None where it would."""
+    """``predict --set`` where the simulator's numbers are the prediction: a knob the closed
+    form cannot price (:data:`perfmodel.SIMULATED_ONLY`), or a change the advice's scorer would
+    decide by simulation (the numbers said are the deciding model's). The prediction is
+    :func:`predicted`; ``closed_form`` is the closed form's own (None where it cannot price the
+    knob: its binding and confidence are then None, not invented). ``not_deciding``: why the
+    advice's scorer would not trust this simulation (today's knobs not reproducing today's
+    measurement), None where it would."""
 
     knob: str
     current: float | None
@@ -591,9 +613,12 @@ class SimulatorPrediction:
     sim: Simulated
     not_deciding: str | None = None
     notes: tuple[str, ...] = ()
+    closed_form: pm.Prediction | None = None
 
     @property
     def closed_form_why(self) -> str:
+        if self.closed_form is not None:
+            return "the advice decides this change by simulation; the closed form's view is below"
         return f"the closed form cannot price {self.knob}: only the scheduler simulator does"
 
     def ratio(self, metric: str) -> float | None:
@@ -603,20 +628,32 @@ class SimulatorPrediction:
         return a / b
 
     def to_json(self) -> dict[str, Any]:
-        """The closed form's keys (``binding_after`` and ``confidence`` None: it has none), then
-        ``predicted_by`` and why the closed form did not."""
+        """The closed form's keys (``binding_after`` and ``confidence`` the closed form's, None
+        where it cannot price the knob), then ``predicted_by`` and the closed form's own numbers
+        (or why it has none)."""
+        cf = self.closed_form
         return {
             "knob": self.knob,
             "current": _whole(self.current),
             "value": _whole(self.value),
-            "binding_after": None,
+            "binding_after": cf.binding_after if cf is not None else None,
             "predicted": {k: self.predicted.get(k) for k in pm.METRICS},
             "measured": {k: self.measured.get(k) for k in pm.METRICS},
-            "confidence": None,
+            "confidence": cf.confidence if cf is not None else None,
             "predicted_by": "simulator",
-            "closed_form": {"unavailable": self.closed_form_why},
+            "closed_form": closed_form_json(cf) if cf is not None else {"unavailable": self.closed_form_why},
             "notes": list(self.notes),
         }
+
+
+def closed_form_json(p: pm.Prediction) -> dict[str, Any]:
+    """The closed form's prediction where the simulator's numbers are said instead: its
+    predicted values, binding after the change and confidence."""
+    return {
+        "predicted": {k: p.predicted.get(k) for k in pm.METRICS},
+        "binding_after": p.binding_after,
+        "confidence": p.confidence,
+    }
 
 
 LONG_PREFILL_MISS = (
@@ -628,10 +665,16 @@ LONG_PREFILL_MISS = (
 
 
 def predict_simulator_only(
-    model: pm.Model, knob: str, value: float, sim: Simulated, not_deciding: str | None = None
+    model: pm.Model,
+    knob: str,
+    value: float,
+    sim: Simulated,
+    not_deciding: str | None = None,
+    closed_form: pm.Prediction | None = None,
 ) -> SimulatorPrediction:
-    """The simulated change ``sim`` of ``knob=value`` as the prediction (ValueError where the
-    model cannot say what the value does: out of range)."""
+    """The simulated change ``sim`` of ``knob=value`` as the prediction, beside the closed
+    form's where it has one (ValueError where the model cannot say what the value does: out of
+    range)."""
     cfg, current = pm.with_knob(model, knob, value)
     notes = []
     if knob == "watermark":
@@ -651,6 +694,7 @@ def predict_simulator_only(
         sim,
         not_deciding,
         tuple(notes),
+        closed_form,
     )
 
 

@@ -130,7 +130,7 @@ def test_each_part_of_the_advice_is_on_the_page(replays: dict[str, tuple[Advisor
     shown = flat("".join(p.text))
     assert f"Change: {rec.change}" in shown
     assert "Also considered:" in shown and "Other findings:" in shown
-    assert "Predicted (same load; confidence" in shown
+    assert "Predicted by the scheduler simulator (same load; binding now" in shown
     assert '<meta http-equiv="refresh" content="5">' in body
     assert [a.get("data-chart") for t, a in p.attrs if t == "figure"] == [
         "kv",

@@ -93,7 +93,7 @@ def test_the_page_of_a_replaying_daemon_shows_the_change_beside_its_charts(
         text = page.inner_text("body")
         for words in (
             "preemptions_per_second",
-            "Predicted (same load; confidence",
+            "Predicted by the scheduler simulator (same load; binding now",
             "Left standing after the change:",
             "What should move",
             "Roll back",

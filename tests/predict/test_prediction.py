@@ -72,9 +72,17 @@ def test_predict_json_has_exactly_the_documented_shape() -> None:
         "confidence",
         "simulated",
         "predicted_by",
+        "closed_form",
+        "notes",
     }
-    assert d["predicted_by"] == "closed form"
+    # the advice decides a cap raise here by simulation, so the numbers said are the simulator's;
+    # the closed form's own stand beside them
+    assert d["predicted_by"] == "simulator"
     assert set(d["predicted"]) == keys and set(d["measured"]) == keys
+    cf = d["closed_form"]
+    assert set(cf) == {"predicted", "binding_after", "confidence"} and set(cf["predicted"]) == keys
+    assert (cf["binding_after"], cf["confidence"]) == (d["binding_after"], d["confidence"])
+    assert cf["predicted"] != d["predicted"]
     # the scheduler simulator beside it: the run's load was `vllm bench serve --max-concurrency
     # 256` (a closed loop), inferred from the pages alone; per-target goodput before and after
     sim = d["simulated"]
@@ -92,10 +100,20 @@ def test_predict_json_has_exactly_the_documented_shape() -> None:
     assert (d["knob"], d["current"], d["value"]) == ("max_num_seqs", 48, 72)
     # the cap binds now; 72 fits in the 12 GiB cache at the sizes seen (~76 requests)
     assert d["binding_after"] == "max_num_seqs"
-    assert d["predicted"]["running"] > d["measured"]["running"] * 1.3
-    assert d["predicted"]["output_tokens_per_second"] > d["measured"]["output_tokens_per_second"]
-    assert d["predicted"]["tpot_seconds_p95"] > d["measured"]["tpot_seconds_p95"]
-    assert d["predicted"]["ttft_seconds_p95"] < d["measured"]["ttft_seconds_p95"]
+    for pred in (d["predicted"], cf["predicted"]):  # the simulator's, then the closed form's
+        assert pred["running"] > d["measured"]["running"] * 1.3
+        assert pred["output_tokens_per_second"] > d["measured"]["output_tokens_per_second"]
+        assert pred["tpot_seconds_p95"] > d["measured"]["tpot_seconds_p95"]
+        assert pred["ttft_seconds_p95"] < d["measured"]["ttft_seconds_p95"]
+    # the simulator's prediction is its simulated change applied to the measured values
+    for k, get in (
+        ("output_tokens_per_second", lambda o: o["output_tokens_per_second"]),
+        ("running", lambda o: o["running"]),
+    ):
+        r = get(sim["after"]) / get(sim["before"])
+        assert d["predicted"][k] == pytest.approx(d["measured"][k] * r)
+    # measured none now, simulated some after (the after-run at 72 preempted 60 times): a rate
+    assert d["measured"]["preemptions_per_second"] == 0 and d["predicted"]["preemptions_per_second"] > 0
     assert 0 < d["confidence"] <= 1
 
 

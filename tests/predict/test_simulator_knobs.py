@@ -37,14 +37,16 @@ def _after_flag(name: str, flag: str) -> float:
 
 def test_predict_sets_a_simulator_only_knob_and_says_so() -> None:
     """The closed form cannot price the watermark: the prediction is the simulator's, said in
-    the text; the closed form's binding and confidence are absent, the running batch marked."""
+    the text; the closed form's binding and confidence are absent, the running batch the
+    simulated one's change."""
     res = CliRunner().invoke(main, ["predict", "--session", THRASH, "--set", "watermark=0.09"])
     assert res.exit_code == 0, res.output
     assert "watermark: 0 -> 0.09 (same load)" in res.output
     assert "predicted by the scheduler simulator" in res.output
     assert "confidence" not in res.output and "binding now" not in res.output
     running = next(ln for ln in res.output.splitlines() if ln.startswith("running batch"))
-    assert running.split()[-1] == "n/a"
+    assert running.split()[-1].endswith("%")  # the simulated mean batch's change
+    assert "n/a" not in res.output and "the closed form (" not in res.output
     assert "int(0.09 x 23 blocks) = 2 blocks" in res.output  # 24 blocks less the null block
 
 
@@ -68,13 +70,12 @@ def test_predict_json_of_a_simulator_only_knob_keeps_the_keys() -> None:
     assert (d["knob"], d["current"], d["value"]) == ("watermark", 0, 0.09)
     assert d["binding_after"] is None and d["confidence"] is None
     assert set(d["predicted"]) == set(pm.METRICS) == set(d["measured"])
-    assert d["predicted"]["running"] is None  # the simulator does not say: not invented
-    # the predicted values are the measured ones times the simulated change
+    # the predicted values are the measured ones times the simulated change (the running batch
+    # too: its mean over the simulated run)
     sim = d["simulated"]
-    thr = sim["after"]["output_tokens_per_second"] / sim["before"]["output_tokens_per_second"]
-    assert d["predicted"]["output_tokens_per_second"] == pytest.approx(
-        d["measured"]["output_tokens_per_second"] * thr
-    )
+    for k in ("output_tokens_per_second", "running"):
+        r = sim["after"][k] / sim["before"][k]
+        assert d["predicted"][k] == pytest.approx(d["measured"][k] * r)
 
 
 @pytest.mark.parametrize(
@@ -174,4 +175,5 @@ def test_simulated_prediction_scales_the_measured_values() -> None:
         a.output_tokens_per_second / b.output_tokens_per_second
     )
     assert p["preemptions_per_second"] == pytest.approx(model.measured["preemptions_per_second"] * rate)
-    assert p["running"] is None
+    assert b.running is not None and a.running is not None
+    assert p["running"] == pytest.approx(model.measured["running"] * a.running / b.running)
