@@ -392,6 +392,25 @@ SCENARIOS_H200 += [
     ),
 ]
 
+# A held-out load for the advice and its predictions (2026-12-07): decode-heavy requests (256
+# tokens in, 1,024 out) under open arrivals, the KV cache too small for the batch the rate asks
+# for, so the server preempts; no recorded run has this shape. Simulated on follow-misconf-r4's
+# H100 fit before it ran: at 2.5 GiB ~1.2 preemptions a request, TTFT p95 ~3.5 s (past the 2 s
+# target), TPOT p95 ~10 ms; with 4 GiB or more none, TTFT p95 ~0.5 s. The advice is followed up
+# to two restarts, 6 GiB of KV beside it.
+SCENARIOS_H200 += [
+    Scenario(
+        "decode-kv",
+        "Decode-heavy requests (256 in, 1,024 out) at 3.5 req/s of Poisson arrivals behind 2.5 GiB "
+        "of KV (cap 32): the server preempts; the advice followed up to two restarts, 6 GiB beside it.",
+        {"max-num-seqs": 32, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 5 * GiB // 2},
+        Load(input_len=256, output_len=1024, num_prompts=400, concurrency=None, rate=3.5, est_s=130),
+        "kv-preemption-capacity",
+        alternatives=({"kv-cache-memory-bytes": 6 * GiB},),
+        follow=2,
+    ),
+]
+
 # The draw at the knee (2026-12-07): every run above used the benchmark's seed 0, so every run of a
 # scenario saw the same arrivals and lengths, and near a knee one draw queues where another does
 # not (docs/prediction.md, "How much of the miss is the draw"): the same server under four draws
