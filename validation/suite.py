@@ -405,7 +405,7 @@ SCENARIOS_H200 += [
         "of KV (cap 32): the server preempts; the advice followed up to two restarts, 6 GiB beside it.",
         {"max-num-seqs": 32, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 5 * GiB // 2},
         Load(input_len=256, output_len=1024, num_prompts=400, concurrency=None, rate=3.5, est_s=130),
-        "kv-preemption-capacity",
+        "kv-preemption-seqs-bind",
         alternatives=({"kv-cache-memory-bytes": 6 * GiB},),
         follow=2,
     ),
