@@ -309,7 +309,7 @@ def predict(
                 doc["simulated"]["not_deciding"] = sp.not_deciding
             click.echo(jsonout.dumps(doc, indent=2))
         else:
-            click.echo(prediction_out.render_simulator_text(sp, exact))
+            click.echo(prediction_out.render_simulator_text(sp, exact, model))
             click.echo(prediction_out.render_simulated(sp.sim, sp.not_deciding, model))
         return
     if fmt == "json":

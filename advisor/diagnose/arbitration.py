@@ -493,7 +493,9 @@ def _decided(r: scoring.Refined | None) -> str:
 
 def left_standing(chosen: Scored, targets: Mapping[str, float]) -> list[str]:
     """The target breaches the chosen change is predicted to leave (the simulated p95s where the
-    simulator decided: TPOT p95 for the ITL target; else the closed form's)."""
+    simulator decided: TPOT p95 for the ITL target; else the closed form's). The simulated p95s
+    are the simulated requests' own, as the target checks and goodput count them, not the
+    Predicted table's measured x change: the line says so."""
     r = chosen.refined
     if r is None or (r.prediction is None and r.sim is None):
         return []
@@ -504,7 +506,7 @@ def left_standing(chosen: Scored, targets: Mapping[str, float]) -> list[str]:
         v, lim = p95.get(metric), t.get(target)
         how = "predicted"
         if r.sim is not None:  # TPOT p95 against the ITL target, as the simulated goodput counts it
-            label, how = {"ITL p95": "TPOT p95"}.get(label, label), "simulated"
+            label, how = {"ITL p95": "TPOT p95"}.get(label, label), "of the simulated requests"
         if v is not None and lim is not None and v > lim:
             out.append(f"{label} {how} {fmt(v, 's')}, over its {fmt(lim, 's')} target")
     return out

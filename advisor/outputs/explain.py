@@ -22,6 +22,7 @@ from advisor.diagnose.advise import Diagnosis, Evidence, Recommendation
 from advisor.diagnose.ruleset import Rule
 from advisor.outputs import prediction as prediction_out
 from advisor.predict.replicas import Desired, Point, Sizing
+from advisor.predict.scoring import SIMULATOR
 
 PERCENT_HINTS = ("usage", "hit_ratio", "share", "abort_ratio", "acceptance_ratio")
 
@@ -210,7 +211,7 @@ def _simulated(con: Console, pred: Mapping[str, Any]) -> None:
         con.print(Text(line))
     other = prediction_out.said_closed_form(pred)
     if other:
-        con.print(Text(other[0].upper() + other[1:] + "."))
+        con.print(Text(other))
     sim = pred.get("simulated")
     if not isinstance(sim, Mapping):
         if line:
@@ -241,7 +242,7 @@ def _simulated_markdown(pred: Mapping[str, Any]) -> list[str]:
         out += ["", line]
     other = prediction_out.said_closed_form(pred)
     if other:
-        out += ["", other[0].upper() + other[1:] + "."]
+        out += ["", other]
     sim = pred.get("simulated")
     if isinstance(sim, Mapping):
         head, why = prediction_out.simulated_header(sim)
@@ -628,7 +629,7 @@ MEASURED_STEADY = "measured (steady load)"
 def prediction_title(pred: Mapping[str, Any]) -> str:
 
     conf = pred.get("confidence")
-    by = pred.get("predicted_by") == "simulator"
+    by = pred.get("predicted_by") == SIMULATOR
     head = "Predicted by the scheduler simulator" if by else "Predicted"
     if not isinstance(conf, int | float):
         return f"{head} (same load)"

@@ -304,7 +304,8 @@ def _predicted_family(d: Any) -> Metric:
     g = GaugeMetricFamily(
         names.output_name("predicted"),
         "The advised change's predicted steady state under the same load, by the model that "
-        "decided it (the scheduler simulator or the closed form).",
+        "decided it (the scheduler simulator or the closed form); metric=confidence is the "
+        "closed form's.",
         labels=["metric"],
     )
     rec = d.recommendation

@@ -9,7 +9,7 @@ from typing import Any
 from advisor.core import knobs
 from advisor.core.units import fmt
 from advisor.predict import perfmodel as pm
-from advisor.predict.scoring import band, speed_note
+from advisor.predict.scoring import SIMULATOR, band, speed_note
 from advisor.predict.simulated import QUANTILES, Simulated, SimulatorPrediction
 
 LABELS = {
@@ -96,7 +96,9 @@ def render_text(
 NOT_SIMULATED = "n/a"  # a metric the simulator does not report (the closed form's alone)
 
 
-def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | None = None) -> str:
+def render_simulator_text(
+    p: SimulatorPrediction, exact: Mapping[str, float] | None = None, model: pm.Model | None = None
+) -> str:
     """The simulator's prediction as the closed form's table (measured, predicted, change): the
     measured value times its simulated after over now. Where the closed form prices the knob
     too, its binding and confidence head the table and its own numbers follow it in one line;
@@ -108,14 +110,9 @@ def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | N
         f"{p.knob}: {cur} -> {knobs.format_value(_int_if_whole(p.value))} (same load)",
         f"predicted by the scheduler simulator ({p.closed_form_why}):",
         "the measured value times the simulated after over the simulated now",
+        "",
+        f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}",
     ]
-    if cf is not None:
-        lines += [
-            f"binding now: {BINDING_WORDS.get(cf.binding_before, cf.binding_before)}; "
-            f"after: {BINDING_WORDS.get(cf.binding_after, cf.binding_after)} (the closed form's reading)",
-            f"confidence: {cf.confidence:.2f} (the closed form's typical error {interval_pct(cf.confidence)})",
-        ]
-    lines += ["", f"{'':<18}{'measured':>16}{'predicted':>16}{'change':>9}"]
     measured: dict[str, Any] = dict(p.measured)
     predicted: dict[str, Any] = dict(p.predicted)
     marked = []
@@ -138,6 +135,11 @@ def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | N
         lines.append(f"{NOT_SIMULATED}: the simulator does not say (unmeasured, or none simulated now)")
     if cf is not None:
         lines.append(closed_form_line(cf))
+        lines.append(
+            f"  it reads the binding limit now: {BINDING_WORDS.get(cf.binding_before, cf.binding_before)}; "
+            f"after: {BINDING_WORDS.get(cf.binding_after, cf.binding_after)}; its confidence "
+            f"{cf.confidence:.2f} (its typical error {interval_pct(cf.confidence)})"
+        )
     if marked:
         lines.append(
             f"{EXACT_MARK.strip()} measured by the stat-logger plugin's sketches; predicted: the simulated change applied to it"
@@ -148,6 +150,8 @@ def render_simulator_text(p: SimulatorPrediction, exact: Mapping[str, float] | N
         lines.append(
             f"note: {p.not_deciding}; the advice would not rely on this simulation: take it as a direction, not a value"
         )
+    if model is not None and model.missing:
+        lines.append(f"unknown inputs (lower confidence): {', '.join(model.missing)}")
     return "\n".join(lines)
 
 
@@ -168,21 +172,23 @@ def closed_form_words(predicted: Mapping[str, Any], measured: Mapping[str, Any])
         if isinstance(v, int | float):
             ch = f" ({(v / was - 1) * 100:+.0f}%)" if isinstance(was, int | float) and was else ""
             parts.append(f"{label} {fmt(v, unit)}{ch}")
-    return "the closed form (two quantiles, a closed loop of the clients seen): " + (
-        ", ".join(parts) if parts else "no numbers"
-    )
+    return f"{CLOSED_FORM_WORDS}: " + (", ".join(parts) if parts else "no numbers")
+
+
+CLOSED_FORM_WORDS = "the closed form (which takes the load for a closed loop and goodput from p50 and p95)"
 
 
 def said_closed_form(pred: Mapping[str, Any]) -> str | None:
-    """Where the simulator's numbers were said (a prediction's JSON), the closed form's own in
-    one line; None where the closed form's are the ones said, or it has none."""
+    """Where the simulator's numbers were said (a prediction's JSON), the closed form's own as a
+    sentence; None where the closed form's are the ones said, or it has none."""
     cf = pred.get("closed_form")
-    if pred.get("predicted_by") != "simulator" or not isinstance(cf, Mapping):
+    if pred.get("predicted_by") != SIMULATOR or not isinstance(cf, Mapping):
         return None
     got = cf.get("predicted")
-    if not isinstance(got, Mapping):
+    if not isinstance(got, Mapping) or not any(isinstance(v, int | float) for v in got.values()):
         return None
-    return closed_form_words(got, pred.get("measured") or {})
+    words = closed_form_words(got, pred.get("measured") or {})
+    return words[0].upper() + words[1:] + "."
 
 
 def load_words(a: Mapping[str, Any]) -> str:

@@ -79,19 +79,23 @@ another rule took priority).
 ## How the proposed value is chosen
 
 For `max_num_seqs`, `max_num_batched_tokens`, `kv_cache_memory_bytes` and
-`gpu_memory_utilization` the value is chosen by prediction, not by a fixed step: a performance
-model of the server, fitted from its own `/metrics` (step time per decode and prefill token, the
-batch the cap, the KV cache, the token budget and the offered load allow, the preemptions a
-batch larger than the cache causes), predicts the steady state after each candidate value under
-the same load. The value advised is the one with the best predicted goodput (throughput of
-requests within the TTFT and ITL targets) among those that keep every target it meets now
-(within the prediction's error) and do not worsen one already missed by more than 10%; of values
-within 1% of the best, the rule's own step, else the smallest move. More KV memory is advised
-only as far as the device's free memory goes (where it is unknown: no more than the rule's step).
-When every value would break a target, there is no advice (`inconclusive`, naming the target).
-`vllm-advisor explain` shows the prediction next to the measured state,
-`vllm_advisor_predicted{{metric}}` exports it, and `vllm-advisor predict --set KNOB=VALUE` asks
-the model about any value; docs/prediction.md measures it against the H200 runs.
+`gpu_memory_utilization` the value is chosen by prediction, not by a fixed step. Two models are
+fitted from the server's own `/metrics` (step time per KV token read and per prefill token, the
+load, the request lengths): a simulator of vLLM's scheduler, which replays the load it infers
+(a closed loop of clients or open arrivals at a rate) step by step and counts goodput per
+request, and a closed form of the steady state (the batch the cap, the KV cache, the token
+budget and the offered load allow, the preemptions a batch larger than the cache causes). The
+simulator decides where it has its inputs and reproduces today's measurement (not for a cut of
+the token budget); the closed form elsewhere. The value advised is the one with the best
+predicted goodput (throughput of requests within the TTFT and ITL targets) among those that keep
+every target it meets now (within the prediction's error) and do not worsen one already missed
+by more than 10%; of values within 1% of the best, the rule's own step, else the smallest move.
+More KV memory is advised only as far as the device's free memory goes (where it is unknown: no
+more than the rule's step). When every value would break a target, there is no advice
+(`inconclusive`, naming the target). `vllm-advisor explain` shows the deciding model's prediction
+next to the measured state and says which decided, `vllm_advisor_predicted{{metric}}` exports it,
+and `vllm-advisor predict --set KNOB=VALUE` asks about any value; docs/prediction.md measures
+both models against the recorded GPU and CPU runs.
 """
 
 RUNBOOK_REPLICAS = """\

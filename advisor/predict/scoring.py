@@ -425,7 +425,8 @@ def _decision_json(
         return None
     try:
         got = sim.simulated(knob, float(value))
-    except ValueError:
+    except ValueError as e:  # the closed form's numbers, then, and it is said so
+        data["decided_by"], data["decided_by_why"] = CLOSED_FORM, f"not simulated: {e}"
         return None
     data["simulated"] = got.to_json()
     said_by_simulator(data, got)
@@ -552,7 +553,7 @@ def refine_with(
             goodput_now=g0,
             prediction=p,
             decided_by=data["decided_by"],
-            decided_why=sim_why if got is None else None,
+            decided_why=data["decided_by_why"],
             sim=got,
             throughput_now=thr,
         )
@@ -605,20 +606,6 @@ def refine_with(
         )
     cp = choice.prediction  # None: a knob only the simulator prices
     if cp is not None:
-        pre0, pre1 = cp.measured.get("preemptions_per_second"), cp.predicted.get("preemptions_per_second")
-        more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
-        if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
-            notes.append(
-                "the model predicts preemptions will not fall: the batch grows into the new memory "
-                f"and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
-            )
-    if not choice.moves_target:
-        notes.append(
-            "the simulator finds goodput will not move with this knob"
-            if sim is not None
-            else "the model predicts goodput will not move with this knob"
-        )
-    if cp is not None:
         data = cp.to_json()
         data["binding_now"] = cp.binding_before
     else:
@@ -633,6 +620,21 @@ def refine_with(
             "binding_now": model.binding,
         }
     got = _decision_json(data, sim, sim_why, knob, choice.value)
+    # the numbers said: the deciding model's (the simulator's where it decided)
+    pre0 = data["measured"].get("preemptions_per_second")
+    pre1 = data["predicted"].get("preemptions_per_second")
+    more_kv = knob in ("kv_cache_memory_bytes", "gpu_memory_utilization")
+    if more_kv and pre0 and pre1 is not None and pre1 >= pre0 * 0.9:
+        notes.append(
+            f"the {'simulator' if got is not None else 'model'} predicts preemptions will not fall: "
+            f"the batch grows into the new memory and fills it again ({pre0:.2f}/s -> {pre1:.2f}/s)"
+        )
+    if not choice.moves_target:
+        notes.append(
+            "the simulator finds goodput will not move with this knob"
+            if sim is not None
+            else "the model predicts goodput will not move with this knob"
+        )
     measured_g = goodput(model.measured, targets)
     g0 = got.before.goodput_tokens_per_second if got is not None else measured_g
     data["goodput_tokens_per_second"] = {"measured": measured_g, "now": g0, "predicted": choice.goodput}
@@ -648,7 +650,7 @@ def refine_with(
         goodput_now=g0,
         prediction=cp,
         decided_by=data["decided_by"],
-        decided_why=sim_why,
+        decided_why=data["decided_by_why"],
         sim=got,
         throughput_now=got.before.output_tokens_per_second
         if got is not None
@@ -675,11 +677,14 @@ def predict_change(
         return None
     out = p.to_json()
     out["predicted_by"] = CLOSED_FORM
-    scorer, _ = deciding(simulated.Scorer(model, targets))
-    if scorer is not None and simulated.not_deciding(knob, p.current, v) is None:
-        # where the value cannot be simulated (a request the cache cannot hold): the closed form's
-        with contextlib.suppress(ValueError):
-            said_by_simulator(out, scorer.simulated(knob, v))
+    if simulated.not_deciding(knob, p.current, v) is None:
+        # the closed form's numbers stand where the simulator cannot decide, or the value cannot
+        # be simulated (a request the cache cannot hold), or the window's numbers break it: the
+        # change is still judged against a prediction
+        with contextlib.suppress(ValueError, ArithmeticError):
+            scorer, _ = deciding(simulated.Scorer(model, targets))
+            if scorer is not None:
+                said_by_simulator(out, scorer.simulated(knob, v))
     fit = model.fit
     speed = (
         fit.speed_of(model.rows, model.config.kv_cache_tokens, model.config.full_limit())

@@ -676,7 +676,7 @@ def predict_simulator_only(
     form's where it has one (ValueError where the model cannot say what the value does: out of
     range)."""
     cfg, current = pm.with_knob(model, knob, value)
-    notes = []
+    notes = list(closed_form.notes) if closed_form is not None else []  # what it knows of the knob
     if knob == "watermark":
         eng = engine_of(cfg)
         notes.append(

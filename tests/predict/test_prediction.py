@@ -123,8 +123,17 @@ def test_predict_text_and_flag_spellings() -> None:
     )
     assert res.exit_code == 0, res.output
     assert "kv_cache_memory_bytes: 12884901888 -> 19327352832" in res.output
-    assert "binding now: the max_num_seqs cap" in res.output
-    assert "confidence:" in res.output
+    # the simulator decides a KV raise here: its table, then the closed form's line with the
+    # binding limit and the confidence, each said to be the closed form's reading
+    assert "predicted by the scheduler simulator" in res.output
+    assert "it reads the binding limit now: the max_num_seqs cap" in res.output
+    assert "its confidence 0.85 (its typical error" in res.output
+    # a budget cut is the closed form's to decide: its table, its binding and confidence on top
+    cut = CliRunner().invoke(main, ["predict", "--session", R2_AFTER, "--set", "max_num_batched_tokens=4096"])
+    assert cut.exit_code == 0, cut.output
+    assert "predicted by the scheduler simulator" not in cut.output
+    assert "binding now: " in cut.output and "confidence: " in cut.output
+    assert "not deciding: the simulator's TTFT p95 for a token-budget cut" in cut.output
 
 
 @pytest.mark.parametrize(
@@ -399,6 +408,27 @@ def test_a_judged_change_says_when_the_server_stepped_at_another_speed() -> None
     assert "steps took" not in prediction_out.prediction_line(same)
     preempting, p_eng = _observed("follow-misconf.after")  # 13 preemptions
     assert scoring.prediction_error(pred, preempting, p_eng, targets)["steps"] is None
+
+
+def test_the_prediction_a_change_is_held_to_is_the_deciding_models() -> None:
+    """When the daemon sees a knob change it keeps the prediction the after-window is judged
+    against (``history``, the ledger): the simulator's numbers where the advice would decide such
+    a change by simulation, the closed form's beside them; the closed form's for a token-budget
+    cut, which it decides. follow-misconf.before (cap 12, 4.5 req/s of open arrivals): a faster
+    server gets no more requests, so the cap raise's throughput can rise to the arrival rate
+    (~2,300 tok/s: the after-run at cap 24 on another day measured 2,238), not past it as the
+    closed form, taking the load for a closed loop, says (+102%)."""
+    targets = dict(DEFAULT_TARGETS)
+    before, eng = _observed("follow-misconf.before")
+    raised = scoring.predict_change(before, eng, targets, "max_num_seqs", 24)
+    assert raised is not None and raised["predicted_by"] == "simulator"
+    assert set(raised["closed_form"]) == {"predicted", "binding_after", "confidence"}
+    thr0 = raised["measured"]["output_tokens_per_second"]
+    assert raised["predicted"]["output_tokens_per_second"] < 1.25 * thr0
+    assert raised["closed_form"]["predicted"]["output_tokens_per_second"] > 1.8 * thr0
+    assert raised["step_fit"]["speed"] == pytest.approx(1.0, abs=1e-3)  # the closed form's fit, kept
+    cut = scoring.predict_change(before, eng, targets, "max_num_batched_tokens", 512)
+    assert cut is not None and cut["predicted_by"] == "closed form" and "closed_form" not in cut
 
 
 def test_simulator_table_counts_a_goodput_of_none_on_both_sides_as_a_hit() -> None:
