@@ -9,7 +9,7 @@ from typing import Any
 from advisor.core import knobs
 from advisor.core.units import fmt
 from advisor.predict import perfmodel as pm
-from advisor.predict.scoring import SIMULATOR, band, speed_note
+from advisor.predict.scoring import CLOSED_FORM, SIMULATOR, band, speed_note
 from advisor.predict.simulated import QUANTILES, Simulated, SimulatorPrediction
 
 LABELS = {
@@ -381,4 +381,9 @@ def prediction_line(pred: Mapping[str, Any] | None) -> str:
         parts.append(f"{label} {fmt(p, unit)} predicted / {fmt(a, unit)} measured{e}")
     steps = pred.get("steps")
     note = speed_note(steps if isinstance(steps, int | float) else None)
-    return "; ".join(parts) + (f". {note}" if note else "")
+    by = PREDICTED_BY.get(str(pred.get("predicted_by")), "")  # ledger rows before 2026-12-07: unsaid
+    return by + "; ".join(parts) + (f". {note}" if note else "")
+
+
+PREDICTED_BY = {SIMULATOR: "by the scheduler simulator: ", CLOSED_FORM: "by the closed form: "}
+"""Which model's prediction a judged change is held to, as ``history`` says it."""

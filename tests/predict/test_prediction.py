@@ -476,8 +476,12 @@ def test_history_shows_predicted_against_measured(tmp_path: Path) -> None:
     assert "max_num_seqs 48 -> 72: KEEP" in res.output
     assert "output tokens/s 6,000 tok/s predicted / 5,927 tok/s measured (+1%)" in res.output
     assert "TTFT p95 17.00 s predicted / 18.10 s measured (-6%)" in res.output
+    assert "by the scheduler simulator" not in res.output  # a ledger row that does not say
     res = CliRunner().invoke(main, ["history", "--ledger", str(path), "--format", "json"])
     assert json.loads(res.stdout)[0]["prediction"]["error"]["output_tokens_per_second"] > 0
+    # a prediction that says which model made it: the line says so
+    line = prediction_out.prediction_line({**pred, "predicted_by": "simulator"})
+    assert line.startswith("by the scheduler simulator: output tokens/s 6,000 tok/s predicted")
 
 
 RULE_NEEDING_MEMORY = """\
