@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -98,6 +99,7 @@ def replay(a: str, b: str, argv_b: list[str] | None = None) -> tuple[lx.LiveExpe
         clock=clock,
         log_near=sessions[0].started.timestamp(),
     )
+    adv.simulate_from = math.inf  # the verdicts are wanted, not the predictions a change is held to
     offset, end = 0.0, None
     for s, argv in zip(sessions, argvs, strict=True):
         items = list(s.replay())

@@ -307,17 +307,19 @@ class Advisor:
             self.experiment = lx.start(
                 self.window, [lx.Change(c.knob, c.old, c.new, c.source) for c in changed], restart_t, prev
             )
-            self.experiment = dc_replace(self.experiment, prediction=self._predict(old, changed))
+            self.experiment = dc_replace(self.experiment, prediction=self._predict(old, changed, t))
 
-    def _predict(self, old: EngineInfo, changed: Sequence[KnobChange]) -> dict[str, Any] | None:
-        """What the model predicted for this change, from the window before it (one knob only)."""
+    def _predict(self, old: EngineInfo, changed: Sequence[KnobChange], t: float) -> dict[str, Any] | None:
+        """What the model predicted for this change, from the window before it (one knob only):
+        simulated as the decisions at ``t`` are (a replay's before its answer are not)."""
 
         exp = self.experiment
         if len(changed) != 1 or exp is None:
             return None
         c = changed[0]
         before = scoring.Observed.between(self.intake, self.window, *exp.before)
-        return scoring.predict_change(before, old, self.cfg.targets, c.knob, c.new)
+        simulate = t >= self.simulate_from
+        return scoring.predict_change(before, old, self.cfg.targets, c.knob, c.new, simulate=simulate)
 
     def discard_changes_since(self, t: float) -> int:
         """Forget knob changes noticed at ``t`` or later, and the experiments they started: they

@@ -660,12 +660,18 @@ def refine_with(
 
 # ------------------------------------------------------------------ closing the loop
 def predict_change(
-    obs: Observed, engine: EngineInfo, targets: Mapping[str, float], knob: str, value: Any
+    obs: Observed,
+    engine: EngineInfo,
+    targets: Mapping[str, float],
+    knob: str,
+    value: Any,
+    simulate: bool = True,
 ) -> dict[str, Any] | None:
     """The model's prediction for a knob change, from the window before it (None: the model
     cannot say: too little data, a knob it does not move, or an input it needs is unknown): the
     simulator's numbers where it would decide such a change (:func:`said_by_simulator`), else
-    the closed form's (``predicted_by`` says which)."""
+    the closed form's (``predicted_by`` says which). ``simulate`` False: the closed form's (a
+    replay's decisions before its answer are not simulated either)."""
     if knob not in pm.KNOBS:
         return None
     try:
@@ -677,7 +683,7 @@ def predict_change(
         return None
     out = p.to_json()
     out["predicted_by"] = CLOSED_FORM
-    if simulated.not_deciding(knob, p.current, v) is None:
+    if simulate and simulated.not_deciding(knob, p.current, v) is None:
         # the closed form's numbers stand where the simulator cannot decide, or the value cannot
         # be simulated (a request the cache cannot hold), or the window's numbers break it: the
         # change is still judged against a prediction
