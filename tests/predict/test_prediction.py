@@ -621,7 +621,7 @@ def test_the_step_fit_counts_the_recompute_the_counters_hide() -> None:
     assert now.ttft[0] * 1e3 == pytest.approx(bench["median_ttft_ms"], rel=0.10)
     assert now.ttft[1] * 1e3 == pytest.approx(bench["p95_ttft_ms"], rel=0.10)
     # the facts the fit reads: each preempted interval's prefill grows by its preemptions x r
-    obs, _ = _observed("decode-kv.before")
+    obs, eng = _observed("decode-kv.before")
     facts = obs.facts
     assert facts.with_recompute(0.0) is facts
     more = facts.with_recompute(r)
