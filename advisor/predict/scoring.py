@@ -49,14 +49,8 @@ class Observed:
 
 
 def model_of(obs: Observed, engine: EngineInfo, values: Mapping[str, float | None]) -> pm.Model:
-    """The fitted model; InsufficientData when the span cannot carry one. Where the span
-    preempted on a GPU, fitted again with the recompute its counters hide counted as prefill,
-    as much as today's knobs simulated recompute (:func:`simulated.recompute_per_preemption`)."""
-    model = pm.build(obs.facts, obs.window, engine, values, obs.seconds)
-    r = simulated.recompute_per_preemption(model)
-    if not r:
-        return model
-    return pm.build(obs.facts, obs.window, engine, values, obs.seconds, recompute_per_preemption=r)
+    """The fitted model; InsufficientData when the span cannot carry one."""
+    return pm.build(obs.facts, obs.window, engine, values, obs.seconds)
 
 
 def predict(model: pm.Model, knob: str, value: float, values: Mapping[str, float | None]) -> pm.Prediction:

@@ -216,7 +216,6 @@ class _Run:
     truncated: bool
     counted: list[Done]  # those the latencies and goodput count (not a steady loop's first round)
     running_s: float = 0.0  # requests running x seconds, summed over every engine's steps
-    recomputed: float = 0.0  # prefill tokens computed beyond the requests' prompts (preemptions')
 
 
 def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals) -> _Run:
@@ -225,7 +224,7 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
     eng = engine_of(cfg)
     done: list[Done] = []
     counted: list[Done] = []
-    end, preemptions, truncated, running_s, recomputed = 0.0, 0, False, 0.0, 0.0
+    end, preemptions, truncated, running_s = 0.0, 0, False, 0.0
     # one engine's run at a time, its step trace dropped once counted: 16 data-parallel copies'
     # traces held at once were ~20 MiB of a daemon's peak memory (make bench, 16 engines)
     for share, clients in wl.split(reqs, arr, int(cfg.data_parallel_size)):
@@ -238,10 +237,8 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
         preemptions += r.preemptions
         truncated |= r.truncated
         running_s += sum(s.running * s.dt for s in r.steps)
-        if r.preemptions:
-            recomputed += sum(s.prefill for s in r.steps) - sum(q.prompt for q in share)
     t0 = min((d.arrival for d in done), default=0.0)
-    return _Run(done, end - t0, preemptions, truncated, counted, running_s, max(0.0, recomputed))
+    return _Run(done, end - t0, preemptions, truncated, counted, running_s)
 
 
 def calibrated(model: pm.Model, run: _Run) -> pm.Model:
@@ -284,27 +281,6 @@ def calibrated(model: pm.Model, run: _Run) -> pm.Model:
             basis=f"{fit.basis}; prefill cost set to the engine's prefill time ({measured * 1e3:.3g} ms, simulated {sim * 1e3:.3g} ms before)",
         ),
     )
-
-
-def recompute_per_preemption(model: pm.Model, requests: int = REQUESTS, seed: int = 0) -> float | None:
-    """The tokens a preempted request computes again, on average, in today's knobs simulated on
-    the load the model's rows show (None where the window did not preempt, the engine is not a
-    GPU's, or the simulator lacks an input). vLLM's counters do not show that work
-    (:meth:`intake.IntakeView.with_recompute`); the simulation does: a preempted request's prompt
-    and outputs so far, less the blocks the prefix cache still holds when it is admitted again
-    (0.33-0.92 of its prompt and half its output on the recorded GPU runs)."""
-    if not model.gpu or model.fit is None or not any(r.preemptions > 0 for r in model.rows):
-        return None
-    if not model.prompt_mean or not model.output_mean or model.config.kv_cache_tokens is None:
-        return None
-    if len(model.rows) < 2:
-        return None
-    try:
-        arr = wl.fit_arrivals(model.rows, model.tallies)
-        run = _run(model, model.config, requests_of(model, arr, requests, seed), arr)
-    except ValueError:
-        return None
-    return run.recomputed / run.preemptions if run.preemptions else None
 
 
 def today(model: pm.Model, reqs: Sequence[Any], arr: wl.Arrivals) -> tuple[pm.Model, _Run]:
