@@ -436,7 +436,7 @@ def _decision_json(
 def said_by_simulator(data: dict[str, Any], got: simulated.Simulated) -> None:
     """A prediction's JSON with the simulator's numbers said (it decided): ``predicted`` from
     ``got`` (:func:`simulated.predicted`), the closed form's own under ``closed_form``."""
-    data["closed_form"] = {k: data.get(k) for k in ("predicted", "binding_after", "confidence")}
+    data["closed_form"] = simulated.closed_form_json(data)
     data["predicted"] = simulated.predicted(got, data.get("measured") or {})
     data["predicted_by"] = SIMULATOR
 

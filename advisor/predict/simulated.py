@@ -631,29 +631,25 @@ class SimulatorPrediction:
         """The closed form's keys (``binding_after`` and ``confidence`` the closed form's, None
         where it cannot price the knob), then ``predicted_by`` and the closed form's own numbers
         (or why it has none)."""
-        cf = self.closed_form
+        cf = self.closed_form.to_json() if self.closed_form is not None else None
         return {
             "knob": self.knob,
             "current": _whole(self.current),
             "value": _whole(self.value),
-            "binding_after": cf.binding_after if cf is not None else None,
+            "binding_after": cf["binding_after"] if cf is not None else None,
             "predicted": {k: self.predicted.get(k) for k in pm.METRICS},
             "measured": {k: self.measured.get(k) for k in pm.METRICS},
-            "confidence": cf.confidence if cf is not None else None,
+            "confidence": cf["confidence"] if cf is not None else None,
             "predicted_by": "simulator",
             "closed_form": closed_form_json(cf) if cf is not None else {"unavailable": self.closed_form_why},
             "notes": list(self.notes),
         }
 
 
-def closed_form_json(p: pm.Prediction) -> dict[str, Any]:
-    """The closed form's prediction where the simulator's numbers are said instead: its
-    predicted values, binding after the change and confidence."""
-    return {
-        "predicted": {k: p.predicted.get(k) for k in pm.METRICS},
-        "binding_after": p.binding_after,
-        "confidence": p.confidence,
-    }
+def closed_form_json(p: Mapping[str, Any]) -> dict[str, Any]:
+    """The closed form's prediction (its ``Prediction.to_json()``) where the simulator's numbers
+    are said instead: its predicted values, binding after the change and confidence."""
+    return {k: p.get(k) for k in ("predicted", "binding_after", "confidence")}
 
 
 LONG_PREFILL_MISS = (
