@@ -6,7 +6,9 @@ Pages: a busy session recorded from vLLM 0.25 on an H200 (advisor/data/sessions/
 KV cache preempts, a rule fires and the performance model is fitted and asked every cycle),
 relabelled to 1, 8 or 16 engines (engine="0".."N-1", tests/pages.py), replayed in a loop with
 its counters and histograms carried on (each loop adds the session's increase), so that no page
-looks like a restart and every page is new.
+looks like a restart and every page is new. Every advisor also reads the session's vLLM log (in
+process, before its first page; a daemon through ``--log-file``, written once it follows the
+file), as on a host where it knows the server's GPU: the model's GPU-only terms are fitted then.
 
 - cycle rows (in this process, interleaved: each round times one bare parse and one cycle of
   the same next page, in alternating order): parse + window update + signals + rules +
@@ -60,6 +62,8 @@ from advisor.sources.session import Session  # noqa: E402
 from tests.pages import with_engines  # noqa: E402
 
 SESSION = ROOT / "advisor" / "data" / "sessions" / "h200-A_s256"
+LOG = (SESSION / "vllm.log").read_text(errors="replace").splitlines()  # the server's own log
+LOG_AFTER_S = 5.0  # the daemons' log files get the server's lines this long after they start
 RETENTION_S = Config().retention_s
 MAX_FRAMES = 1000  # Window's max_snapshots
 _SAMPLE = re.compile(r"^(\S+(?:\{.*\})?) (\S+)$")
@@ -135,6 +139,9 @@ def cycle_rows(sessions: dict[int, Replay], configs: list[tuple[int, float]], ro
         rep = sessions[engines]
         clock = ReplayClock(1_800_000_000.0)
         adv = Advisor(Config(), rules, clock=clock)
+        for line in LOG:  # the server's log: what it is (a GPU's: the GPU-only paths of the model)
+            adv.on_log_line(line)
+        adv.flush_logs()
         fill = int(min(RETENTION_S / interval, MAX_FRAMES))
         for i in range(fill):  # the window as full as the daemon's after 15 minutes
             clock.t += interval
@@ -259,15 +266,23 @@ def run_daemons(sessions: dict[int, Replay], rows: list[DaemonRow]) -> None:
         cmd = [
             exe, "run", "--vllm-url", standin.url, "--interval", f"{row.interval_s:g}s",
             "--listen", listen, "--state-dir", str(tmp / f"d{i}"), "--run-seconds", f"{row.seconds:g}",
+            "--log-file", str(tmp / f"vllm{i}.log"),
         ]  # fmt: skip
+        (tmp / f"vllm{i}.log").write_text("")
         err = open(tmp / f"d{i}.log", "w")  # noqa: SIM115 (a pipe nobody reads would fill and block it)
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
         procs.append((row, standin, listen, p, psutil.Process(p.pid)))
     t0 = time.monotonic()
     last_prom = last_api = 0.0
+    logged = False
     try:
         while any(p.poll() is None for _, _, _, p, _ in procs):
             now = time.monotonic() - t0
+            if not logged and now >= LOG_AFTER_S:  # each daemon follows its file from its end by then
+                logged = True
+                for i in range(len(procs)):
+                    with open(tmp / f"vllm{i}.log", "a") as f:
+                        f.write("\n".join(LOG) + "\n")
             poll_api = now - last_api >= 10
             for row, standin, listen, p, ps in procs:
                 if p.poll() is not None:
@@ -349,7 +364,7 @@ def main() -> int:
 
     cpu = psutil.cpu_count()
     print(
-        f"Pages: {SESSION.name} (vLLM 0.25, H200, busy: a rule fires and the model is asked every cycle), "
+        f"Pages: {SESSION.name} (vLLM 0.25, H200, busy: a rule fires and the model is asked every cycle; its log read: a GPU), "
         f"{len(base)} recorded pages replayed with counters carried on, relabelled to N engines. Machine: "
         f"{cpu} CPUs, shared (load {os.getloadavg()[0]:.1f}); times are CPU time (thread for in-process, "
         f"process for the daemon); medians; ratios to the bare prometheus_client parse of the same pages."

@@ -311,7 +311,7 @@ def diagnose(
     if cands or breached:
         obs = observed if observed is not None else scoring.Observed.of_window(window, cfg.window_s)
         try:
-            model = scoring.model_of(obs, engine, values)
+            model = scoring.model_of(obs, engine, values, recent)
         except pm.InsufficientData:
             model = None
     # one scorer for the decision: every candidate of every rule simulated on the same requests

@@ -568,10 +568,13 @@ def build(
     engine: EngineInfo,
     values: Mapping[str, float | None],
     seconds: float | None = None,
+    recompute_per_preemption: float = 0.0,
 ) -> Model:
     """Fit the model to the facts of a span (``facts``, from :mod:`advisor.predict.intake`) and
     the latencies the window's histograms measured over its last ``seconds`` (None: all of it).
-    Raises InsufficientData when it cannot."""
+    ``recompute_per_preemption``: the tokens a preempted request computes again, which the step
+    fit counts as prefill (:meth:`IntakeView.with_recompute`; 0: none counted). Raises
+    InsufficientData when it cannot."""
     engines = int(values.get("engines") or 1)
     if facts.busy_rows == 0:
         raise InsufficientData("no interval with requests running and tokens generated")
@@ -618,27 +621,29 @@ def build(
         kv_per_running = steady["kv_per_running_dt"] / steady["kv_dt"] * kv_tokens_e
     offered = facts.offered_max if queued else None
     preempt = steady["preemptions"] / dt
+    # the step fit's facts: the prefill the counters hide counted (the rest reads them as counted)
+    work = facts.with_recompute(recompute_per_preemption)
     fit = exact_fit(window, seconds, step, decode, prefill) or fit_step_time(
-        facts.busy, facts.busy_rows, kv_tokens_e
+        work.busy, work.busy_rows, kv_tokens_e
     )
     if fit is not None and held:
         fit = _bounded_by_itl(
             fit,
             window.histogram_delta(n.ITL, seconds),
-            facts.busy,
+            work.busy,
             cfg,
             _num(values.get("prompt_tokens_mean")),
         )
     gpu = str(engine.get("device") or "").lower() not in ("cpu", "")
     if fit is not None and gpu and cfg.kv_cache_bytes and kv_tokens_e:
         weights = _gib(engine.get("model_weights_gib"))
-        fit = _kv_at_bandwidth(fit, facts.busy, kv_tokens_e, weights, cfg.kv_cache_bytes / kv_tokens_e)
+        fit = _kv_at_bandwidth(fit, work.busy, kv_tokens_e, weights, cfg.kv_cache_bytes / kv_tokens_e)
     if fit is None:
         missing.append("a step-time fit (too few busy intervals)")
     elif fit.k == 0 and fit.c > 0 and str(engine.get("device") or "").lower() == "cpu":
-        fit = _tokens_alike(facts.busy, fit)
+        fit = _tokens_alike(work.busy, fit)
     if fit is not None:
-        fit = with_graph_penalty(fit, facts.rows, kv_tokens_e, cfg.full_limit())
+        fit = with_graph_penalty(fit, work.rows, kv_tokens_e, cfg.full_limit())
 
     # measured latencies: the histograms' increase over the window (idle pages add nothing)
     def hq(name: str, q: float) -> float | None:

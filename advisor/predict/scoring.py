@@ -48,9 +48,26 @@ class Observed:
         return cls(window, Intake.of(window.snapshots(seconds)).view(), seconds)
 
 
-def model_of(obs: Observed, engine: EngineInfo, values: Mapping[str, float | None]) -> pm.Model:
-    """The fitted model; InsufficientData when the span cannot carry one."""
-    return pm.build(obs.facts, obs.window, engine, values, obs.seconds)
+def model_of(
+    obs: Observed,
+    engine: EngineInfo,
+    values: Mapping[str, float | None],
+    recent: simulated.Recent | None = None,
+) -> pm.Model:
+    """The fitted model; InsufficientData when the span cannot carry one. Where the span
+    preempted on a GPU, fitted again with the recompute its counters hide counted as prefill,
+    as much as today's knobs simulated recompute (:func:`simulated.recompute_per_preemption`;
+    ``recent``: the daemon's, which reads it off its last scorer's run of today's knobs)."""
+    model = pm.build(obs.facts, obs.window, engine, values, obs.seconds)
+    if not simulated.hides_recompute(model):
+        return model
+    if recent is None:
+        r = simulated.recompute_per_preemption(model)
+    else:
+        r = recent.recompute_per_preemption(model)
+    if not r:
+        return model
+    return pm.build(obs.facts, obs.window, engine, values, obs.seconds, recompute_per_preemption=r)
 
 
 def predict(model: pm.Model, knob: str, value: float, values: Mapping[str, float | None]) -> pm.Prediction:

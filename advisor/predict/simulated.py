@@ -216,6 +216,7 @@ class _Run:
     truncated: bool
     counted: list[Done]  # those the latencies and goodput count (not a steady loop's first round)
     running_s: float = 0.0  # requests running x seconds, summed over every engine's steps
+    recomputed: float = 0.0  # prefill tokens computed beyond the requests' prompts (preemptions')
 
 
 def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals) -> _Run:
@@ -224,7 +225,7 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
     eng = engine_of(cfg)
     done: list[Done] = []
     counted: list[Done] = []
-    end, preemptions, truncated, running_s = 0.0, 0, False, 0.0
+    end, preemptions, truncated, running_s, recomputed = 0.0, 0, False, 0.0, 0.0
     # one engine's run at a time, its step trace dropped once counted: 16 data-parallel copies'
     # traces held at once were ~20 MiB of a daemon's peak memory (make bench, 16 engines)
     for share, clients in wl.split(reqs, arr, int(cfg.data_parallel_size)):
@@ -237,8 +238,10 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
         preemptions += r.preemptions
         truncated |= r.truncated
         running_s += sum(s.running * s.dt for s in r.steps)
+        if r.preemptions:
+            recomputed += sum(s.prefill for s in r.steps) - sum(q.prompt for q in share)
     t0 = min((d.arrival for d in done), default=0.0)
-    return _Run(done, end - t0, preemptions, truncated, counted, running_s)
+    return _Run(done, end - t0, preemptions, truncated, counted, running_s, max(0.0, recomputed))
 
 
 def calibrated(model: pm.Model, run: _Run) -> pm.Model:
@@ -281,6 +284,33 @@ def calibrated(model: pm.Model, run: _Run) -> pm.Model:
             basis=f"{fit.basis}; prefill cost set to the engine's prefill time ({measured * 1e3:.3g} ms, simulated {sim * 1e3:.3g} ms before)",
         ),
     )
+
+
+def hides_recompute(model: pm.Model) -> bool:
+    """Whether the model's span has recompute its counters hide: a GPU's, fitted, preempting
+    (on a CPU the step fit has no KV-read term to price it into)."""
+    return model.gpu and model.fit is not None and any(r.preemptions > 0 for r in model.rows)
+
+
+def recompute_per_preemption(model: pm.Model, requests: int = REQUESTS, seed: int = 0) -> float | None:
+    """The tokens a preempted request computes again, on average, in today's knobs simulated on
+    the load the model's rows show (None where the window did not preempt, the engine is not a
+    GPU's, or the simulator lacks an input). vLLM's counters do not show that work
+    (:meth:`intake.IntakeView.with_recompute`); the simulation does: a preempted request's prompt
+    and outputs so far, less the blocks the prefix cache still holds when it is admitted again
+    (0.33-0.92 of its prompt and half its output on the recorded GPU runs)."""
+    if not hides_recompute(model):
+        return None
+    if not model.prompt_mean or not model.output_mean or model.config.kv_cache_tokens is None:
+        return None
+    if len(model.rows) < 2:
+        return None
+    try:
+        arr = wl.fit_arrivals(model.rows, model.tallies)
+        run = _run(model, model.config, requests_of(model, arr, requests, seed), arr)
+    except ValueError:
+        return None
+    return run.recomputed / run.preemptions if run.preemptions else None
 
 
 def today(model: pm.Model, reqs: Sequence[Any], arr: wl.Arrivals) -> tuple[pm.Model, _Run]:
@@ -435,6 +465,8 @@ class Scorer:
         self._at: dict[tuple[str, float], Outcome | str] = {}
         self.fidelity: Scale = ONE  # TTFT, TPOT, ITL: today's measured p95 over today's simulated
         self.runs = 0  # simulated runs so far (the cost: each bounded by REQUESTS and MAX_STEPS)
+        # today's run's recompute per preemption (:func:`recompute_per_preemption`), once it ran
+        self.recomputed: tuple[float | None] | None = None
 
     def why_not(self) -> str | None:
         if not self._ready:
@@ -461,6 +493,7 @@ class Scorer:
         self._reqs = requests_of(m, self.arrivals, self.requests, self.seed)
         self.runs += 1
         m, run = today(m, self._reqs, self.arrivals)
+        self.recomputed = (run.recomputed / run.preemptions if run.preemptions else None,)
         if m is not self.model:
             self.runs += 1
             self.model = m
@@ -578,6 +611,7 @@ class Recent:
         self._scorer: Scorer | None = None
         self._key: Any = None
         self._t = -math.inf
+        self._recompute: tuple[Any, float | None] | None = None  # (today's knobs, tokens)
 
     @classmethod
     def off(cls, why: str) -> Recent:
@@ -592,6 +626,20 @@ class Recent:
             return s
         self._scorer, self._key, self._t = Scorer(model, targets), key, now
         return self._scorer
+
+    def recompute_per_preemption(self, model: pm.Model) -> float | None:
+        """:func:`recompute_per_preemption` for today's knobs as the last scorer of the same knobs
+        simulated them (its run of today's knobs: no simulation of its own), simulated here only
+        where none has run since the knobs changed (None: scorers that simulate nothing)."""
+        if self._off is not None:
+            return None
+        s = self._scorer
+        if s is not None and s.recomputed is not None and s.model.config == model.config:
+            self._recompute = (model.config, s.recomputed[0])
+        c = self._recompute
+        if c is None or c[0] != model.config:
+            c = self._recompute = (model.config, recompute_per_preemption(model))
+        return c[1]
 
 
 # ------------------------------------------------------------------ the simulator's prediction

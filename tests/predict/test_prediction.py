@@ -600,3 +600,74 @@ def test_predict_says_where_decode_batches_outgrow_their_full_cuda_graph() -> No
         main, ["predict", "--session", run, "--set", "max_num_seqs=32", "--format", "json"]
     )
     assert json.loads(same.output)["simulated"]["cuda_graphs"]["full_decode_batch_after"] is None
+
+
+@FITS
+def test_the_step_fit_counts_the_recompute_the_counters_hide() -> None:
+    """decode-kv.before (an H100, 2026-12-07: 486 preemptions, 256 in and 1,024 out): vLLM counts
+    a prompt's tokens once, when its first token comes, so a preempted request's recompute is in
+    the steps' time and not in their tokens. Fitted as counted, the simulator charged it twice and
+    queued the run's own requests twice as long (TTFT p50 +112%, p95 +76%); fitted again with the
+    recompute today's simulation shows counted as prefill (~415 tokens a preemption: its prompt
+    and outputs so far less what the prefix cache kept), within 10%. A window that did not
+    preempt is fitted once, as before."""
+    sim = _load("simulation")
+    model, reqs, arr, bench = sim.own_load("decode-kv.before")
+    r = simulated.recompute_per_preemption(model)
+    assert r is not None and 300 < r < 600, r
+    assert any(row.preemptions > 0 for row in model.rows)
+    _, now = simulated.outcome_today(model, reqs, arr, dict(DEFAULT_TARGETS))
+    assert now.ttft[0] is not None and now.ttft[1] is not None
+    assert now.ttft[0] * 1e3 == pytest.approx(bench["median_ttft_ms"], rel=0.10)
+    assert now.ttft[1] * 1e3 == pytest.approx(bench["p95_ttft_ms"], rel=0.10)
+    # the facts the fit reads: each preempted interval's prefill grows by its preemptions x r
+    obs, _ = _observed("decode-kv.before")
+    facts = obs.facts
+    assert facts.with_recompute(0.0) is facts
+    more = facts.with_recompute(r)
+    added = sum(row.preemptions for row in facts.rows) * r
+    assert more.busy["prefill_steps"] - facts.busy["prefill_steps"] == pytest.approx(added, rel=1e-9)
+    assert more.busy["steps"] == facts.busy["steps"] and more.busy["dt"] == facts.busy["dt"]
+    calm, _, _ = _load("predictions").fitted("follow-misconf-r4.after2")  # no preemption
+    assert simulated.recompute_per_preemption(calm) is None
+
+
+@FITS
+def test_the_daemon_reads_the_recompute_off_its_scorer_and_simulates_it_once_per_knobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The recompute estimate is a run of today's knobs, which the daemon's scorer makes anyway:
+    ``simulated.Recent`` simulates it itself only where no scorer of today's knobs has run (its
+    first decision, the first after a knob change), then reads it off the scorer's run; a replay's
+    decisions before its answer (``Recent.off``) simulate nothing and fit without it. The
+    one-shot path (no ``recent``) simulates it each time; both fit the same model."""
+    obs, eng = _observed("decode-kv.before")
+    targets = dict(DEFAULT_TARGETS)
+    values = Values(Context(obs.window, eng, obs.seconds, targets)).all()
+    alone = pm.build(obs.facts, obs.window, eng, values, obs.seconds)
+    assert simulated.hides_recompute(alone)
+    calls: list[float | None] = []
+    real = simulated.recompute_per_preemption
+
+    def counted(model: pm.Model, *a: Any, **k: Any) -> float | None:
+        calls.append(real(model, *a, **k))
+        return calls[-1]
+
+    monkeypatch.setattr(simulated, "recompute_per_preemption", counted)
+    one_shot = scoring.model_of(obs, eng, values)
+    assert len(calls) == 1 and calls[0] is not None and 300 < calls[0] < 600
+    assert one_shot.fit != alone.fit  # fitted again with the recompute counted
+    recent = simulated.Recent()
+    first = scoring.model_of(obs, eng, values, recent)
+    assert len(calls) == 2 and first.fit == one_shot.fit  # its first decision: simulated once
+    again = scoring.model_of(obs, eng, values, recent)
+    assert len(calls) == 2 and again.fit == one_shot.fit  # the same knobs: not again
+    scorer = recent.scorer(first, targets, 0.0, "key")
+    assert scorer.why_not() is None and scorer.recomputed is not None
+    from_scorer = scorer.recomputed[0]
+    assert from_scorer is not None and 300 < from_scorer < 600
+    assert recent.recompute_per_preemption(first) == from_scorer and len(calls) == 2
+    other = replace(first, config=replace(first.config, max_num_seqs=(first.config.max_num_seqs or 0) + 1))
+    assert recent.recompute_per_preemption(other) is not None and len(calls) == 3  # knobs changed
+    assert scoring.model_of(obs, eng, values, simulated.Recent.off("a replay")).fit == alone.fit
+    assert len(calls) == 3
