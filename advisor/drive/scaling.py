@@ -73,7 +73,7 @@ class Sizer:
                 return s
         obs = scoring.Observed.between(adv.intake, adv.window, d.at - cfg.window_s, d.at)
         try:
-            model = scoring.model_of(obs, adv.engine, values)
+            model = scoring.model_of(obs, adv.engine, values, adv.recent)
         except pm.InsufficientData:
             sizing = None
         else:

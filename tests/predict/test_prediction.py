@@ -19,7 +19,7 @@ from advisor.core.model import EngineInfo
 from advisor.derive.signals import CATALOG, Context, Signal, Values
 from advisor.derive.window import Window
 from advisor.diagnose.ruleset import load_rules
-from advisor.drive import inputs
+from advisor.drive import inputs, scaling
 from advisor.drive import predict as predict_cmd
 from advisor.outputs import prediction as prediction_out
 from advisor.predict import perfmodel as pm
@@ -671,3 +671,8 @@ def test_the_daemon_reads_the_recompute_off_its_scorer_and_simulates_it_once_per
     assert recent.recompute_per_preemption(other) is not None and len(calls) == 3  # knobs changed
     assert scoring.model_of(obs, eng, values, simulated.Recent.off("a replay")).fit == alone.fit
     assert len(calls) == 3
+    # the daemon's replicas sizing fits the model beside the decision: it reads the same estimate
+    adv, d = inputs.from_session(RUNS / "decode-kv.before", Config(), load_rules())
+    assert d is not None and d.status == "advice" and len(calls) == 4  # its one simulated decision
+    n = len(calls)
+    assert scaling.Sizer()(adv, d, 1) is not None and len(calls) == n
