@@ -411,6 +411,23 @@ SCENARIOS_H200 += [
     ),
 ]
 
+# A held-out closed loop that preempts (2026-12-07, thirteenth session): recorded after the step
+# fit began counting the recompute vLLM's counters hide (docs/prediction.md), to test it on a load
+# of a shape no recorded run has: 48 clients of 1,024-token prompts and 256-token answers behind
+# 2 GiB of KV (~12 such requests) with the cap at 48 and a 4,096-token budget. The advice beside two
+# alternatives: the cap cut to what the cache holds, and 5 GiB of KV.
+SCENARIOS_H200 += [
+    Scenario(
+        "prefill-kv-closed",
+        "48 clients of 1,024 in / 256 out (a closed loop) behind 2 GiB of KV (cap 48, budget "
+        "4,096): the server preempts; the advice beside the cap cut to 12 and 5 GiB of KV.",
+        {"max-num-seqs": 48, "max-num-batched-tokens": 4096, "kv-cache-memory-bytes": 2 * GiB},
+        Load(input_len=1024, output_len=256, num_prompts=400, concurrency=48, est_s=150),
+        "kv-preemption-seqs-bind",
+        alternatives=({"max-num-seqs": 12}, {"kv-cache-memory-bytes": 5 * GiB}),
+    ),
+]
+
 # The draw at the knee (2026-12-07): every run above used the benchmark's seed 0, so every run of a
 # scenario saw the same arrivals and lengths, and near a knee one draw queues where another does
 # not (docs/prediction.md, "How much of the miss is the draw"): the same server under four draws

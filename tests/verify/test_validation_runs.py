@@ -264,6 +264,10 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         # held out (an H100, 2026-12-07): decode-heavy open arrivals behind 2.5 GiB of KV, the
         # batch at the cap of 32 and preempting: the cache, by the rule's +50% step
         "decode-kv.before": "--kv-cache-memory-bytes 2684354560 -> 4026531840 (2.5 GiB -> 3.75 GiB)",
+        # held out (an H100, 2026-12-07, thirteenth session): 48 clients of 1k-token prompts
+        # behind 2 GiB of KV, preempting: the cache, by the rule's +50% step (the step is short of
+        # what the load needs: test_a_held_out_closed_loop_...)
+        "prefill-kv-closed.before": "--kv-cache-memory-bytes 2147483648 -> 3221225472 (2 GiB -> 3 GiB)",
     }
     # follow mode: the next step the daemon advised on the first one's server, then nothing
     assert RESULTS["follow-misconf.after"]["advice"]["recommendation"]["change"] == (
@@ -751,6 +755,38 @@ def test_a_held_out_decode_heavy_load_gets_more_kv_and_its_throughput_predicted(
         predicted = b0[key] * d["predicted"][metric] / d["measured"][metric]
         assert abs(predicted / b1[key] - 1) <= goal, (metric, predicted, b1[key])
     assert d["predicted"]["ttft_seconds_p95"] < 0.5 * d["measured"]["ttft_seconds_p95"]
+
+
+def test_a_held_out_closed_loop_that_preempts_is_predicted_and_the_kv_step_is_short() -> None:
+    """prefill-kv-closed (an H100, 2026-12-07, held out: recorded after the step fit began
+    counting the recompute the counters hide): 48 clients of 1,024 in / 256 out behind 2 GiB of
+    KV (cap 48), 82 preemptions. The live advice, 2 -> 3 GiB, helped (+34% throughput, `keep`);
+    the simulator fitted to the base alone predicted that after-run within the goals on every
+    metric, and the 4.5 and 5 GiB runs beside it on throughput, TTFT p95 and goodput. The cap cut
+    to what the cache holds (12) stopped the preemption and cost a third of the throughput; the
+    daemon said to revert it.
+
+    What falls short: the advice raises the KV cache by the rule's +50% step, not to what the load
+    needs, and with TTFT p95 over its 2 s target everywhere but 5 GiB the first step gains 6% of the
+    best goodput measured (5 GiB), the second (4.5 GiB, the daemon's next advice) 76%: issue 30's
+    >= 90% in two restarts is not met here (docs/validation.md item 15). This asserts that
+    shortfall as measured, so a change of the step policy must update this record."""
+    best = REPORT.best_goodput("prefill-kv-closed", RESULTS)
+    good = {
+        r: REPORT.measured_goodput(RUNS / f"prefill-kv-closed.{r}")
+        for r in ("before", "after", "kv-cache-memory-bytes-4831838208", "kv-cache-memory-bytes-5368709120")
+    }
+    assert best == good["kv-cache-memory-bytes-5368709120"], (best, good)
+    assert good["before"] < good["after"] < 0.1 * best  # the first restart
+    assert 0.5 * best < good["kv-cache-memory-bytes-4831838208"] < 0.9 * best  # the second
+    assert RESULTS["prefill-kv-closed.after"]["advice"]["recommendation"]["change"] == (
+        "--kv-cache-memory-bytes 3221225472 -> 4831838208 (3 GiB -> 4.5 GiB)"
+    )
+    pairs = {p.after: p for p in validation_module("simulation").evaluate(only={"prefill-kv-closed.after"})}
+    after = pairs["prefill-kv-closed.after"]
+    assert after.base == "prefill-kv-closed.before"
+    for label in ("tok/s", "TTFT p50", "TTFT p95", "TPOT p95", "goodput"):
+        assert after.hit(label, "simulator"), (label, after.cells[label])
 
 
 def test_open_cap_past_on_an_h100_gets_the_best_measured_cap_and_its_knee_predicted() -> None:
