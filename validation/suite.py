@@ -415,7 +415,9 @@ SCENARIOS_H200 += [
 # fit began counting the recompute vLLM's counters hide (docs/prediction.md), to test it on a load
 # of a shape no recorded run has: 48 clients of 1,024-token prompts and 256-token answers behind
 # 2 GiB of KV (~12 such requests) with the cap at 48 and a 4,096-token budget. The advice beside two
-# alternatives: the cap cut to what the cache holds, and 5 GiB of KV.
+# alternatives: the cap cut to what the cache holds, and 5 GiB of KV. Recorded on an H100 on
+# 2026-12-07 (docs/validation.md, item 15), with the daemon's next step (4.5 GiB) tried from the
+# base: the live advice was kv-preemption-capacity's +50% step, short of what the load needs.
 SCENARIOS_H200 += [
     Scenario(
         "prefill-kv-closed",
