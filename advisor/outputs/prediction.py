@@ -363,6 +363,10 @@ HISTORY_METRICS = (
 )
 
 
+PREDICTED_BY = {SIMULATOR: "by the scheduler simulator: ", CLOSED_FORM: "by the closed form: "}
+"""Which model's prediction a judged change is held to, as ``history`` says it."""
+
+
 def prediction_line(pred: Mapping[str, Any] | None) -> str:
     """One line for ``history``: predicted vs measured after the change, with the error."""
     if not pred:
@@ -383,7 +387,3 @@ def prediction_line(pred: Mapping[str, Any] | None) -> str:
     note = speed_note(steps if isinstance(steps, int | float) else None)
     by = PREDICTED_BY.get(str(pred.get("predicted_by")), "")  # ledger rows before 2026-12-07: unsaid
     return by + "; ".join(parts) + (f". {note}" if note else "")
-
-
-PREDICTED_BY = {SIMULATOR: "by the scheduler simulator: ", CLOSED_FORM: "by the closed form: "}
-"""Which model's prediction a judged change is held to, as ``history`` says it."""

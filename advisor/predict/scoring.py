@@ -61,10 +61,7 @@ def model_of(
     model = pm.build(obs.facts, obs.window, engine, values, obs.seconds)
     if not simulated.hides_recompute(model):
         return model
-    if recent is None:
-        r = simulated.recompute_per_preemption(model)
-    else:
-        r = recent.recompute_per_preemption(model)
+    r = (recent or simulated.Recent()).recompute_per_preemption(model)
     if not r:
         return model
     return pm.build(obs.facts, obs.window, engine, values, obs.seconds, recompute_per_preemption=r)

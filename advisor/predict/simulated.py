@@ -218,6 +218,11 @@ class _Run:
     running_s: float = 0.0  # requests running x seconds, summed over every engine's steps
     recomputed: float = 0.0  # prefill tokens computed beyond the requests' prompts (preemptions')
 
+    @property
+    def recompute_per_preemption(self) -> float | None:
+        """The tokens a preempted request computed again, on average (None: none preempted)."""
+        return self.recomputed / self.preemptions if self.preemptions else None
+
 
 def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals) -> _Run:
     if model.fit is None:
@@ -310,7 +315,7 @@ def recompute_per_preemption(model: pm.Model, requests: int = REQUESTS, seed: in
         run = _run(model, model.config, requests_of(model, arr, requests, seed), arr)
     except ValueError:
         return None
-    return run.recomputed / run.preemptions if run.preemptions else None
+    return run.recompute_per_preemption
 
 
 def today(model: pm.Model, reqs: Sequence[Any], arr: wl.Arrivals) -> tuple[pm.Model, _Run]:
@@ -493,7 +498,7 @@ class Scorer:
         self._reqs = requests_of(m, self.arrivals, self.requests, self.seed)
         self.runs += 1
         m, run = today(m, self._reqs, self.arrivals)
-        self.recomputed = (run.recomputed / run.preemptions if run.preemptions else None,)
+        self.recomputed = (run.recompute_per_preemption,)
         if m is not self.model:
             self.runs += 1
             self.model = m

@@ -175,8 +175,9 @@ def spread_floors(
     consecutive batches: the batch means of simulation output analysis). The floor: the pooled
     spread of one measurement's log value within a side, times Student's t on the sides'
     degrees of freedom at the comparison's confidence, times sqrt(1/averaged_a + 1/averaged_b);
-    kept only where above the floor already set and the minimum effect. A delta without a ratio (a side unmeasured) adds nothing; each
-    measurement is whole enough to stand for its side (a batch holds its share of requests)."""
+    kept only where above the floor already set and the minimum effect. A delta without a ratio
+    (a side unmeasured) adds nothing; each measurement is whole enough to stand for its side (a
+    batch holds its share of requests)."""
     logs: dict[str, list[list[float]]] = {}
     for k, side in enumerate(repeats):
         for deltas in side:
