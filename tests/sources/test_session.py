@@ -599,7 +599,9 @@ def test_record_follows_a_log_command(tmp_path: Path) -> None:
         "import os, time\n"
         "print('(APIServer pid=1) INFO 11-29 23:26:00 [a.py:1] hello', flush=True)\n"
         "print('bye', flush=True)\n"
-        f"open({str(marker)!r}, 'w').write(str(os.getpid()))\n"
+        # written whole, then renamed: the marker never exists empty (the wait below ends on it)
+        f"with open({str(marker) + '.tmp'!r}, 'w') as f: f.write(str(os.getpid()))\n"
+        f"os.replace({str(marker) + '.tmp'!r}, {str(marker)!r})\n"
         "time.sleep(60)\n"  # like journalctl -f: it never ends by itself
     )
     ft = FakeTime()
