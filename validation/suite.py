@@ -417,7 +417,9 @@ SCENARIOS_H200 += [
 # 2 GiB of KV (~12 such requests) with the cap at 48 and a 4,096-token budget. The advice beside two
 # alternatives: the cap cut to what the cache holds, and 5 GiB of KV. Recorded on an H100 on
 # 2026-12-07 (docs/validation.md, item 15), with the daemon's next step (4.5 GiB) tried from the
-# base: the live advice was kv-preemption-capacity's +50% step, short of what the load needs.
+# base: the live advice was kv-preemption-capacity's +50% step, short of what the load needs. The
+# advice then learnt to weigh what the load needs (48 requests at their full lengths: 7.6 GiB):
+# that size was tried from the base on the fourteenth session's H100 lease (``try:``), the best.
 SCENARIOS_H200 += [
     Scenario(
         "prefill-kv-closed",

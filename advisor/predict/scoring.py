@@ -464,6 +464,35 @@ def _within(knob: str, current: Any, value: float, limits: knob_steps.Limits) ->
         return None
 
 
+def kv_load_fit(model: pm.Model) -> float | None:
+    """The KV cache memory per engine that holds every request the batch admits at its full
+    length: the load offered (requests waiting and running, per engine), at most the cap, times
+    a request's footprint at the mean prompt and output, plus the null block, in the bytes per
+    token measured. None where an input is unknown."""
+    c = model.config
+    if (
+        model.offered is None
+        or not model.prompt_mean
+        or not model.output_mean
+        or not c.kv_cache_tokens
+        or not c.kv_cache_memory_bytes
+    ):
+        return None
+    batch = model.offered if c.max_num_seqs is None else min(model.offered, c.max_num_seqs)
+    tokens = batch * c.footprint(model.prompt_mean, model.output_mean) + (c.block_size or 0.0)
+    return tokens * c.kv_cache_memory_bytes / c.kv_cache_tokens
+
+
+def round_size(nbytes: float, down: bool = False) -> float:
+    """``nbytes`` rounded up (``down``: down) to a whole number of a power of two bytes of at
+    least 1/32 of it (7.6 GiB -> 7.75 GiB, 48.5 GiB -> 50 GiB): a size as one would type it, that
+    the small changes of a window's means from one decision to the next leave alone."""
+    if nbytes <= 0:
+        return nbytes
+    grain = 2.0 ** math.ceil(math.log2(nbytes / 32))
+    return (math.floor if down else math.ceil)(nbytes / grain) * grain
+
+
 def kv_memory_room(model: pm.Model) -> float | None:
     """Bytes the KV cache may grow by on the device: its free memory (None: unknown)."""
     return model.config.gpu_memory_free_bytes
@@ -580,18 +609,58 @@ def refine_with(
             cands = [v for v in cands if float(v) <= float(proposed)]
             notes.append("the device's free memory is unknown: no more than the rule's step")
         else:
-            # a modest step (the rule's), cut to what fits in the device's free memory
-            fits = [v for v in cands if float(v) <= float(proposed) and float(v) - float(current) <= room]
+            # the rule's step and the smaller ladder values, cut to what fits in the device's
+            # free memory; where the simulator decides, also the KV the batch needs at its full
+            # lengths (:func:`kv_load_fit`), or as much of it as fits: simulated goodput chooses
+            # (the rule's step on a tie: no memory is taken that buys nothing)
+            need = kv_load_fit(model) if sim is not None else None
+            cands = [v for v in cands if float(v) <= float(proposed)]
+            if need is not None and need > float(proposed):
+                size = (
+                    round_size(need)
+                    if need - float(current) <= room
+                    else round_size(float(current) + room, down=True)
+                )
+                cands.append(_within(knob, current, size, limits))
+            fits = sorted(
+                {v for v in cands if v is not None and float(v) - float(current) <= room},
+                key=lambda v: abs(float(v) - float(current)),
+            )
             if not fits:
                 return Refined(
                     withdrawn=f"more KV memory does not fit: the device has {knobs.format_bytes(room)} free"
                 )
             cands = fits
-            notes.append(
-                f"the device has {knobs.format_bytes(room)} free after start-up: the rule's step fits in it"
-                if float(proposed) - float(current) <= room
-                else f"the device has {knobs.format_bytes(room)} free after start-up: the step is cut to fit"
-            )
+            free = f"the device has {knobs.format_bytes(room)} free after start-up"
+            if need is not None and need > float(proposed):
+                notes.append(
+                    f"{free}; the batch the load offers needs {knobs.format_bytes(need)} of KV at its "
+                    "requests' full lengths: "
+                    + ("that size" if need - float(current) <= room else "as much of it as fits")
+                    + " is weighed against "
+                    + ("the rule's step" if float(proposed) - float(current) <= room else "smaller steps")
+                    + " by simulated goodput"
+                )
+            elif float(proposed) - float(current) <= room:
+                notes.append(f"{free}: the rule's step fits in it")
+            else:
+                notes.append(f"{free}: the step is cut to fit")
+    if knob == "gpu_memory_utilization" and direction == "increase":
+        room, device = kv_memory_room(model), model.config.gpu_memory_bytes
+        if room is not None and device:
+            # vLLM refuses to start where the device's free memory is below the share it asks
+            # for; a restart frees what the server holds, so the share may grow by the free memory
+            fits = [v for v in cands if (float(v) - float(current)) * device <= room]
+            if not fits:
+                return Refined(
+                    withdrawn=f"a larger gpu_memory_utilization does not fit: the device has {knobs.format_bytes(room)} free"
+                )
+            if len(fits) < len(cands):
+                notes.append(
+                    f"the device has {knobs.format_bytes(room)} free after start-up: "
+                    f"gpu_memory_utilization up to {knobs.format_value(max(fits, key=float))} fits in it"
+                )
+            cands = fits
     judged = judge(model, knob, cands, values, targets, sim)
     choice = choose(model, knob, cands, values, targets, prefer=proposed, sim=sim, judged=judged)
     kept: str | None = None  # why a new advice of the value chosen would have been excluded

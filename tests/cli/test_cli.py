@@ -37,7 +37,7 @@ def test_demo_prints_the_diagnosis_and_serves_the_exporter() -> None:
         timeout=120,
     )
     assert p.returncode == 0, p.stderr
-    assert "CHANGE  --kv-cache-memory-bytes 6442450944 -> 9663676416" in p.stdout
+    assert "CHANGE  --kv-cache-memory-bytes 6442450944 -> 53687091200" in p.stdout
     assert "Exporter: http://127.0.0.1:" in p.stdout
 
 
@@ -57,7 +57,8 @@ def test_demo_prints_the_pages_url_and_serves_it_until_ctrl_c() -> None:
         for _ in range(2):  # still there a while later: it serves until Ctrl-C
             page = requests.get(url, timeout=HANG_S)
             assert (
-                page.status_code == 200 and "--kv-cache-memory-bytes 6442450944 -&gt; 9663676416" in page.text
+                page.status_code == 200
+                and "--kv-cache-memory-bytes 6442450944 -&gt; 53687091200" in page.text
             )
             assert page.text.count('<figure class="chart"') == 6
             time.sleep(1.0)
@@ -176,13 +177,17 @@ def test_explain_lists_other_findings_with_their_state_and_never_an_empty_list()
 
 
 def test_the_bundled_session_kv_advice_names_the_free_memory_from_its_log() -> None:
-    """Its log says how much device memory is left after start-up (107 GiB): the KV step
-    (6 -> 9 GiB, the rule's modest step, as validated on the H200) is checked against it."""
+    """Its log says how much device memory is left after start-up (107 GiB): the KV the load
+    needs at its requests' full lengths (256 clients of ~1.5k tokens: 48.5 GiB, rounded up to 50)
+    fits in it, and the simulator weighs it against the rule's step (6 -> 9 GiB)."""
     res = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
-    assert "--kv-cache-memory-bytes 6442450944 -> 9663676416" in text
-    assert "The device has 107 GiB free after start-up: the rule's step fits in it" in text
+    assert "--kv-cache-memory-bytes 6442450944 -> 53687091200" in text
+    assert (
+        "The device has 107 GiB free after start-up; the batch the load offers needs 48.5 GiB of KV at "
+        "its requests' full lengths: that size is weighed against the rule's step by simulated goodput"
+    ) in text
     assert "free memory is unknown" not in text
 
 

@@ -101,7 +101,7 @@ def one_error_line(p: subprocess.CompletedProcess[str]) -> str:
 def test_installed_wheel_runs_the_demo_from_an_empty_folder(installed: Path, empty: Path) -> None:
     p = run(installed, empty, "demo", "--listen", "127.0.0.1:0", "--serve-seconds", "0.5")
     assert p.returncode == 0, p.stderr
-    assert "CHANGE  --kv-cache-memory-bytes 6442450944 -> 9663676416" in p.stdout
+    assert "CHANGE  --kv-cache-memory-bytes 6442450944 -> 53687091200" in p.stdout
     assert list(empty.iterdir()) == []  # it wrote nothing where it was run
 
 

@@ -42,7 +42,7 @@ def test_h200_kv_full_far_below_max_num_seqs_asks_for_kv_capacity_not_max_num_se
     assert rec is not None
     assert rec.rule == "kv-preemption-capacity"
     assert rec.knob == "kv_cache_memory_bytes" and rec.direction == "increase"
-    assert (rec.current, rec.proposed) == (6442450944, 9663676416)
+    assert (rec.current, rec.proposed) == (6442450944, 53687091200)
     assert rec.current_source == "cmdline"
     ev = {e.signal: e.value for e in rec.evidence}
     assert ev["kv_cache_usage_ratio_max"] == pytest.approx(1.0, abs=0.01)
@@ -108,7 +108,7 @@ def test_explain_text_puts_the_change_first() -> None:
     res = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION)])
     assert res.exit_code == 0
     first = res.output.splitlines()[0]
-    assert first.startswith("CHANGE  --kv-cache-memory-bytes 6442450944 -> 9663676416")
+    assert first.startswith("CHANGE  --kv-cache-memory-bytes 6442450944 -> 53687091200")
     for part in ("Evidence", "What should move:", "Verify:", "Roll back:", "Context: model"):
         assert part in res.output
     md = CliRunner().invoke(main, ["explain", "--session", str(DEMO_SESSION), "--format", "markdown"])
@@ -118,8 +118,8 @@ def test_explain_text_puts_the_change_first() -> None:
     for out in (res.output, md.output):
         assert "Predicted by the scheduler simulator (same load" in out and "measured (steady load)" in out
         assert "The closed form (which takes the load for a closed loop" in out  # its own numbers, one line
-    assert "| preemptions/s | 3.49/s | 4.14/s | +19% |" in md.output
-    assert re.search(r"preemptions/s\s+3\.49/s\s+4\.14/s\s+\+19%", res.output)
+    assert "| preemptions/s | 3.49/s | 0.00/s | -100% |" in md.output
+    assert re.search(r"preemptions/s\s+3\.49/s\s+0\.00/s\s+-100%", res.output)
 
 
 def test_explain_exit_code_for_scripts() -> None:

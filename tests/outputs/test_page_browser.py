@@ -69,7 +69,7 @@ def test_the_page_of_a_replaying_daemon_shows_the_change_beside_its_charts(
         page = loaded.page
         _checked(loaded, base)
         assert page.inner_text("#change") == (
-            "Change: --kv-cache-memory-bytes 6442450944 -> 9663676416 (6 GiB -> 9 GiB) "
+            "Change: --kv-cache-memory-bytes 6442450944 -> 53687091200 (6 GiB -> 50 GiB) "
             "(current value from cmdline)"
         )
         assert "kv-preemption-capacity" in page.inner_text("#status")
@@ -106,7 +106,7 @@ def test_the_page_of_a_replaying_daemon_shows_the_change_beside_its_charts(
         record_property("screenshot", str(browser.screenshot(history.page, "history.png")))
         _checked(history, base)
         rows = history.page.inner_text("table#advice")
-        assert "--kv-cache-memory-bytes 6442450944 -> 9663676416" in rows and "still advised" in rows
+        assert "--kv-cache-memory-bytes 6442450944 -> 53687091200" in rows and "still advised" in rows
 
 
 def _hostile_copy(src: Path, dst: Path, old: str, new: str) -> None:

@@ -9,6 +9,7 @@ import json
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -141,6 +142,86 @@ def test_refined_by_the_simulator_says_so_and_shows_the_simulated_view() -> None
     assert r.throughput_now == scorer.now().output_tokens_per_second
     # every candidate of the knob was simulated once, plus today's knobs
     assert scorer.runs == len(r.predicted["considered"]) + 1
+
+
+def test_a_kv_raise_weighs_what_the_load_needs_within_the_free_memory() -> None:
+    """A KV raise weighs, beside the rule's step, the KV the load needs at its requests' full
+    lengths (32 clients at the cap of 6, 768 tokens each: 37 MiB, rounded up to 38), where the
+    simulator decides and the device's free memory is known; as much of it as fits where it does
+    not; no more than the rule's step where the memory is unknown. Goodput chooses, the rule's
+    step on a tie (here 38 MiB simulates within 1% of 36 MiB's goodput: no memory for nothing)."""
+    model, values = _fitted()
+    c = model.config
+    assert (model.offered, c.max_num_seqs, c.block_size) == (32.0, 6.0, 128.0)
+    need = scoring.kv_load_fit(model)
+    assert (
+        need == (6 * 768 + 128) * 25165824 / 3072
+    )  # the batch at the cap, a request's blocks, the null block
+    assert scoring.round_size(need) == 38 << 20 and scoring.round_size(need, down=True) == 36 << 20
+
+    def considered(free: float | None, sim: bool = True) -> tuple[Any, list[int], str]:
+        m = replace(model, config=replace(c, gpu_memory_free_bytes=free))
+        scorer = simulated.Scorer(m, TARGETS, requests=REQUESTS) if sim else None
+        r = scoring.refine_with(
+            m,
+            values,
+            TARGETS,
+            "kv_cache_memory_bytes",
+            "increase",
+            24 << 20,
+            36 << 20,
+            knob_steps.Limits(),
+            scorer,
+        )
+        assert r is not None and r.predicted is not None
+        return r.value, [x["value"] for x in r.predicted["considered"]], r.note
+
+    value, values_in, note = considered(1 << 30)
+    assert values_in == [30 << 20, 36 << 20, 38 << 20] and value == 36 << 20
+    assert (
+        "needs 37 MiB of KV at its requests' full lengths: that size is weighed against the rule's step"
+        in note
+    )
+    value, values_in, note = considered(10 << 20)  # 34 MiB fit: the rule's 36 does not
+    assert values_in == [30 << 20, 34 << 20] and value == 34 << 20
+    assert "as much of it as fits is weighed against smaller steps" in note
+    assert considered(None)[1] == [30 << 20, 36 << 20]
+    assert "free memory is unknown: no more than the rule's step" in considered(None)[2]
+    assert considered(1 << 30, sim=False)[1] == [30 << 20, 36 << 20]  # the closed form: the rule's step
+
+
+def test_a_gpu_memory_utilization_raise_stays_within_the_free_memory() -> None:
+    """vLLM refuses to start where the device's free memory is below the share it asks for: a
+    raise of gpu_memory_utilization may grow by what the device has free after start-up (the
+    restart frees what the server holds), for either model, and is withdrawn where no value fits.
+    cpu-gmu: 0.12 of 17.4 GB; with 1.5 GiB free up to +0.0925 fits (0.15 and 0.18 of the ladder)."""
+    model, values = predict_cmd.from_source(
+        Config(), load_rules(), session_dir=str(FIXTURES / "sessions" / "cpu-gmu")
+    )
+    assert model.config.gpu_memory_utilization == 0.12 and model.config.gpu_memory_bytes == pytest.approx(
+        17.4e9, rel=0.01
+    )
+
+    def refined(free: float | None, sim: bool) -> scoring.Refined:
+        m = replace(model, config=replace(model.config, gpu_memory_free_bytes=free))
+        scorer = simulated.Scorer(m, TARGETS, requests=REQUESTS) if sim else None
+        r = scoring.refine_with(
+            m, values, TARGETS, "gpu_memory_utilization", "increase", 0.12, 0.17, knob_steps.Limits(), scorer
+        )
+        assert r is not None
+        return r
+
+    for sim in (True, False):
+        r = refined(1.5 * 2**30, sim)
+        assert r.predicted is not None, r.withdrawn
+        assert sorted(x["value"] for x in r.predicted["considered"]) == [0.15, 0.17, 0.18], sim
+        assert "gpu_memory_utilization up to 0.18 fits in it" in r.note
+        assert (
+            max(x["value"] for x in refined(None, sim).predicted["considered"]) > 0.18
+        )  # unknown: the ladder
+        assert refined(0.2 * 2**30, sim).withdrawn == (
+            "a larger gpu_memory_utilization does not fit: the device has 205 MiB free"
+        )
 
 
 def test_the_closed_form_decides_where_the_simulator_cannot_and_says_why() -> None:
