@@ -271,6 +271,7 @@ def _details(v: DiagnosisView) -> str:
     pair = [table(t) for t in (v.evidence, v.predicted) if t is not None]
     if pair:
         out.append(f'<div class="pair" id="evidence">{"".join(pair)}</div>')
+    out += [f'<p class="muted">{e(x)}</p>' for x in v.decided]
     out += [f"<p><b>{e(x)}</b></p>" for x in v.leaves]
     if v.considered:
         out.append(f"<p><b>Also considered:</b></p>{_lines(v.considered)}")

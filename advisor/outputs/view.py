@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from advisor.diagnose.advise import Diagnosis
 from advisor.outputs import explain
+from advisor.outputs import prediction as prediction_out
 from advisor.predict.replicas import Desired
 
 
@@ -43,6 +44,9 @@ class DiagnosisView:
     evidence: Table | None = None
     latency: Table | None = None  # per request length, with the stat-logger plugin
     predicted: Table | None = None
+    # which model decided the value, and the closed form's own numbers where the simulator's are
+    # the table's (explain prints both under its Predicted table)
+    decided: tuple[str, ...] = ()
     leaves: tuple[str, ...] = ()  # "Left standing after the change: ..."
     considered: tuple[str, ...] = ()  # "Also considered", one line per change weighed
     sections: tuple[Section, ...] = ()  # What, Why, What should move, Verify, Roll back
@@ -98,6 +102,14 @@ def view(d: Diagnosis, replicas: Desired | None = None) -> DiagnosisView:
         note=rec.note,
         evidence=evidence,
         predicted=predicted,
+        decided=tuple(
+            x
+            for x in (
+                prediction_out.decided_line(rec.predicted or {}),
+                prediction_out.said_closed_form(rec.predicted or {}),
+            )
+            if x
+        ),
         leaves=(explain.leaves_line(rec),) if rec.leaves else (),
         considered=tuple(explain.considered_line(c) for c in rec.considered),
         sections=(

@@ -93,7 +93,7 @@ def replays() -> dict[str, tuple[Advisor, Diagnosis]]:
 
 def _parts(v: view.DiagnosisView) -> list[str]:
     """Every sentence and cell of a view."""
-    parts = [v.context, *v.leaves, *v.considered, *v.findings, *(s.body for s in v.sections)]
+    parts = [v.context, *v.decided, *v.leaves, *v.considered, *v.findings, *(s.body for s in v.sections)]
     parts += [x for x in (v.change, v.summary, v.note, v.experiment) if x]
     for t in (v.evidence, v.predicted, v.latency):
         if t is not None:
@@ -131,6 +131,12 @@ def test_each_part_of_the_advice_is_on_the_page(replays: dict[str, tuple[Advisor
     assert f"Change: {rec.change}" in shown
     assert "Also considered:" in shown and "Other findings:" in shown
     assert "Predicted by the scheduler simulator (same load; binding now" in shown
+    # which model decided, and the closed form's own numbers beside the simulator's (as explain)
+    assert "Decided by the scheduler simulator: goodput counted per simulated request" in shown
+    assert (
+        "The closed form (which takes the load for a closed loop and goodput from p50 and p95): output"
+        in shown
+    )
     assert '<meta http-equiv="refresh" content="5">' in body
     assert [a.get("data-chart") for t, a in p.attrs if t == "figure"] == [
         "kv",
