@@ -297,22 +297,39 @@ def hides_recompute(model: pm.Model) -> bool:
     return model.gpu and model.fit is not None and any(r.preemptions > 0 for r in model.rows)
 
 
+def lacks(model: pm.Model) -> str | None:
+    """The input the simulator lacks to simulate today's load (None: it has them all)."""
+    if model.fit is None:
+        return "no step-time fit"
+    if not model.prompt_mean or not model.output_mean:
+        return "the prompt and output lengths are unknown"
+    if model.config.kv_cache_tokens is None:
+        return "the KV cache's size is unknown"
+    if len(model.rows) < 2:
+        return "fewer than two busy intervals to infer the load from"
+    return None
+
+
+def load_of(model: pm.Model, requests: int = REQUESTS, seed: int = 0) -> tuple[wl.Arrivals, list[Any]]:
+    """The load the model's busy rows show (its arrivals) and the requests drawn from it: what
+    every run of one decision replays. ValueError where it cannot be inferred."""
+    arr = wl.fit_arrivals(model.rows, model.tallies)
+    return arr, requests_of(model, arr, requests, seed)
+
+
 def recompute_per_preemption(model: pm.Model, requests: int = REQUESTS, seed: int = 0) -> float | None:
     """The tokens a preempted request computes again, on average, in today's knobs simulated on
     the load the model's rows show (None where the window did not preempt, the engine is not a
     GPU's, or the simulator lacks an input). vLLM's counters do not show that work
     (:meth:`intake.IntakeView.with_recompute`); the simulation does: a preempted request's prompt
     and outputs so far, less the blocks the prefix cache still holds when it is admitted again
-    (0.33-0.92 of its prompt and half its output on the recorded GPU runs)."""
-    if not hides_recompute(model):
-        return None
-    if not model.prompt_mean or not model.output_mean or model.config.kv_cache_tokens is None:
-        return None
-    if len(model.rows) < 2:
+    (0.33-0.92 of its prompt and half its output on the recorded GPU runs). The run is a
+    :class:`Scorer`'s of today's knobs (:func:`today` leaves a preempting window's model as it is)."""
+    if not hides_recompute(model) or lacks(model) is not None:
         return None
     try:
-        arr = wl.fit_arrivals(model.rows, model.tallies)
-        run = _run(model, model.config, requests_of(model, arr, requests, seed), arr)
+        arr, reqs = load_of(model, requests, seed)
+        run = _run(model, model.config, reqs, arr)
     except ValueError:
         return None
     return run.recompute_per_preemption
@@ -470,8 +487,10 @@ class Scorer:
         self._at: dict[tuple[str, float], Outcome | str] = {}
         self.fidelity: Scale = ONE  # TTFT, TPOT, ITL: today's measured p95 over today's simulated
         self.runs = 0  # simulated runs so far (the cost: each bounded by REQUESTS and MAX_STEPS)
-        # today's run's recompute per preemption (:func:`recompute_per_preemption`), once it ran
-        self.recomputed: tuple[float | None] | None = None
+        # today's knobs simulated (``ran_today``), and that run's recompute per preemption
+        # (:func:`recompute_per_preemption`; None: it preempted none)
+        self.ran_today = False
+        self.recomputed: float | None = None
 
     def why_not(self) -> str | None:
         if not self._ready:
@@ -486,19 +505,13 @@ class Scorer:
         if self.off is not None:
             return self.off
         m = self.model
-        if m.fit is None:
-            return "no step-time fit"
-        if not m.prompt_mean or not m.output_mean:
-            return "the prompt and output lengths are unknown"
-        if m.config.kv_cache_tokens is None:
-            return "the KV cache's size is unknown"
-        if len(m.rows) < 2:
-            return "fewer than two busy intervals to infer the load from"
-        self.arrivals = wl.fit_arrivals(m.rows, m.tallies)
-        self._reqs = requests_of(m, self.arrivals, self.requests, self.seed)
+        missing = lacks(m)
+        if missing is not None:
+            return missing
+        self.arrivals, self._reqs = load_of(m, self.requests, self.seed)
         self.runs += 1
         m, run = today(m, self._reqs, self.arrivals)
-        self.recomputed = (run.recompute_per_preemption,)
+        self.ran_today, self.recomputed = True, run.recompute_per_preemption
         if m is not self.model:
             self.runs += 1
             self.model = m
@@ -639,8 +652,8 @@ class Recent:
         if self._off is not None:
             return None
         s = self._scorer
-        if s is not None and s.recomputed is not None and s.model.config == model.config:
-            self._recompute = (model.config, s.recomputed[0])
+        if s is not None and s.ran_today and s.model.config == model.config:
+            self._recompute = (model.config, s.recomputed)
         c = self._recompute
         if c is None or c[0] != model.config:
             c = self._recompute = (model.config, recompute_per_preemption(model))

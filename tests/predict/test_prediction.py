@@ -663,8 +663,8 @@ def test_the_daemon_reads_the_recompute_off_its_scorer_and_simulates_it_once_per
     again = scoring.model_of(obs, eng, values, recent)
     assert len(calls) == 2 and again.fit == one_shot.fit  # the same knobs: not again
     scorer = recent.scorer(first, targets, 0.0, "key")
-    assert scorer.why_not() is None and scorer.recomputed is not None
-    from_scorer = scorer.recomputed[0]
+    assert scorer.why_not() is None and scorer.ran_today
+    from_scorer = scorer.recomputed
     assert from_scorer is not None and 300 < from_scorer < 600
     assert recent.recompute_per_preemption(first) == from_scorer and len(calls) == 2
     other = replace(first, config=replace(first.config, max_num_seqs=(first.config.max_num_seqs or 0) + 1))
