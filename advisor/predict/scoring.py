@@ -466,7 +466,8 @@ def _within(knob: str, current: Any, value: float, limits: knob_steps.Limits) ->
 
 def kv_load_fit(model: pm.Model) -> float | None:
     """The KV cache memory per engine that holds every request the batch admits at its full
-    length: the load offered (requests waiting and running, per engine), at most the cap, times
+    length: the load offered (requests waiting and running, per engine), at most the cap (the
+    admission limit where the version has one), times
     a request's footprint at the mean prompt and output, plus the null block, in the bytes per
     token measured. None where an input is unknown."""
     c = model.config
@@ -478,7 +479,8 @@ def kv_load_fit(model: pm.Model) -> float | None:
         or not c.kv_cache_memory_bytes
     ):
         return None
-    batch = model.offered if c.max_num_seqs is None else min(model.offered, c.max_num_seqs)
+    cap = c.max_num_active_seqs or c.max_num_seqs  # the batch's cap as the scheduler applies it
+    batch = model.offered if cap is None else min(model.offered, cap)
     tokens = batch * c.footprint(model.prompt_mean, model.output_mean) + (c.block_size or 0.0)
     return tokens * c.kv_cache_memory_bytes / c.kv_cache_tokens
 
@@ -621,7 +623,8 @@ def refine_with(
                     if need - float(current) <= room
                     else round_size(float(current) + room, down=True)
                 )
-                cands.append(_within(knob, current, size, limits))
+                if size > float(current):
+                    cands.append(_within(knob, current, size, limits))
             fits = sorted(
                 {v for v in cands if v is not None and float(v) - float(current) <= room},
                 key=lambda v: abs(float(v) - float(current)),
