@@ -198,8 +198,12 @@ def test_a_second_daemon_on_the_same_state_dir_refuses_to_start(tmp_path: Path) 
     with serve(StandIn(pages)) as url:
         first = start_run(url, free_port(), "1s", state)
         try:
-            deadline = time.monotonic() + 30
-            while not (state / "daemon.lock").exists() and time.monotonic() < deadline:
+            # until the first holds the lock and has written its pid there (the file alone may be
+            # there a moment before either)
+            lock, deadline = state / "daemon.lock", time.monotonic() + 30
+            while time.monotonic() < deadline and not (
+                lock.exists() and lock.read_text().strip() == str(first.pid)
+            ):
                 time.sleep(0.1)
             second = start_run(url, free_port(), "1s", state)
             try:
