@@ -206,15 +206,11 @@ def render_text(d: Diagnosis, width: int = 100, color: bool = False, replicas: D
 def _simulated(con: Console, pred: Mapping[str, Any]) -> None:
     """Which model decided, and the simulator's view of the change: the load it inferred and the
     simulated distributions next to the measured ones."""
-    line = prediction_out.decided_line(pred)
-    if line:
+    for line in prediction_out.said_by(pred):
         con.print(Text(line))
-    other = prediction_out.said_closed_form(pred)
-    if other:
-        con.print(Text(other))
     sim = pred.get("simulated")
     if not isinstance(sim, Mapping):
-        if line:
+        if prediction_out.decided_line(pred):
             con.print()
         return
     head, why = prediction_out.simulated_header(sim)
@@ -237,12 +233,8 @@ def _simulated(con: Console, pred: Mapping[str, Any]) -> None:
 
 def _simulated_markdown(pred: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
-    line = prediction_out.decided_line(pred)
-    if line:
+    for line in prediction_out.said_by(pred):
         out += ["", line]
-    other = prediction_out.said_closed_form(pred)
-    if other:
-        out += ["", other]
     sim = pred.get("simulated")
     if isinstance(sim, Mapping):
         head, why = prediction_out.simulated_header(sim)

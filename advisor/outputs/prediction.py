@@ -191,6 +191,12 @@ def said_closed_form(pred: Mapping[str, Any]) -> str | None:
     return words[0].upper() + words[1:] + "."
 
 
+def said_by(pred: Mapping[str, Any]) -> list[str]:
+    """The sentences under a Predicted table: which model decided (:func:`decided_line`), then
+    the closed form's own numbers where the simulator's were said (:func:`said_closed_form`)."""
+    return [x for x in (decided_line(pred), said_closed_form(pred)) if x]
+
+
 def load_words(a: Mapping[str, Any]) -> str:
     """The arrival process the simulator inferred (its JSON), in words."""
     if a.get("kind") == "closed":

@@ -102,14 +102,7 @@ def view(d: Diagnosis, replicas: Desired | None = None) -> DiagnosisView:
         note=rec.note,
         evidence=evidence,
         predicted=predicted,
-        decided=tuple(
-            x
-            for x in (
-                prediction_out.decided_line(rec.predicted or {}),
-                prediction_out.said_closed_form(rec.predicted or {}),
-            )
-            if x
-        ),
+        decided=tuple(prediction_out.said_by(rec.predicted or {})),
         leaves=(explain.leaves_line(rec),) if rec.leaves else (),
         considered=tuple(explain.considered_line(c) for c in rec.considered),
         sections=(

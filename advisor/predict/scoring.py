@@ -615,19 +615,19 @@ def refine_with(
             # free memory; where the simulator decides, also the KV the batch needs at its full
             # lengths (:func:`kv_load_fit`), or as much of it as fits: simulated goodput chooses
             # (the rule's step on a tie: no memory is taken that buys nothing)
+            cur = float(current)
             need = kv_load_fit(model) if sim is not None else None
+            if need is not None and need <= float(proposed):
+                need = None  # the rule's step holds what the load needs
+            need_fits, step_fits = need is not None and need - cur <= room, float(proposed) - cur <= room
             cands = [v for v in cands if float(v) <= float(proposed)]
-            if need is not None and need > float(proposed):
-                size = (
-                    round_size(need)
-                    if need - float(current) <= room
-                    else round_size(float(current) + room, down=True)
-                )
-                if size > float(current):
+            if need is not None:
+                size = round_size(need) if need_fits else round_size(cur + room, down=True)
+                if size > cur:
                     cands.append(_within(knob, current, size, limits))
             fits = sorted(
-                {v for v in cands if v is not None and float(v) - float(current) <= room},
-                key=lambda v: abs(float(v) - float(current)),
+                {v for v in cands if v is not None and float(v) - cur <= room},
+                key=lambda v: abs(float(v) - cur),
             )
             if not fits:
                 return Refined(
@@ -635,19 +635,19 @@ def refine_with(
                 )
             cands = fits
             free = f"the device has {knobs.format_bytes(room)} free after start-up"
-            if need is not None and need > float(proposed):
+            if need is not None:
                 notes.append(
                     f"{free}; the batch the load offers needs {knobs.format_bytes(need)} of KV at its "
                     "requests' full lengths: "
-                    + ("that size" if need - float(current) <= room else "as much of it as fits")
+                    + ("that size" if need_fits else "as much of it as fits")
                     + " is weighed against "
-                    + ("the rule's step" if float(proposed) - float(current) <= room else "smaller steps")
+                    + ("the rule's step" if step_fits else "smaller steps")
                     + " by simulated goodput"
                 )
-            elif float(proposed) - float(current) <= room:
-                notes.append(f"{free}: the rule's step fits in it")
             else:
-                notes.append(f"{free}: the step is cut to fit")
+                notes.append(
+                    f"{free}: " + ("the rule's step fits in it" if step_fits else "the step is cut to fit")
+                )
     if knob == "gpu_memory_utilization" and direction == "increase":
         room, device = kv_memory_room(model), model.config.gpu_memory_bytes
         if room is not None and device:
