@@ -47,6 +47,7 @@ class Load:
     timeout_s: float = 420.0
     range_ratio: str | None = None  # --random-range-ratio: mixed lengths around input_len/output_len
     request_rate: float | None = None  # Poisson arrivals per second (default: all at once)
+    prefix_len: int = 0  # --random-prefix-len: a prefix every prompt shares (before input_len)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,12 @@ THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=100, concurrency=24
 # the cap and the KV cache have room, so TTFT is the budget's own prefill backlog
 BUDGET_LOAD = Load(input_len=1024, output_len=64, num_prompts=200, concurrency=10)
 
+# a system prompt (issue 30: prefix-cache hits at the observed rate): every prompt starts with the
+# same 512 tokens (4 blocks of 128) and has 128 of its own, 128 out, eight clients. The prefix's
+# blocks are held once: 4 + 8 x 2 blocks fit the 23 usable of 24 MiB, where private copies (6
+# blocks a request) would hold three
+PREFIX_LOAD = Load(input_len=128, output_len=128, num_prompts=288, concurrency=8, prefix_len=512)
+
 SPECS: tuple[Spec, ...] = (
     Spec(
         "cpu-prefill-budget",
@@ -174,6 +181,16 @@ SPECS: tuple[Spec, ...] = (
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         extra_args=(*LONG_PREFILL_ARGS, "--long-prefill-token-threshold", "256"),
         plugin=True,
+    ),
+    Spec(
+        "cpu-prefix-shared",
+        "A prefix every request shares (issue 30): KV cache 3,072 tokens (--kv-cache-memory-bytes "
+        "25165824, 24 blocks of 128), default cap; 288 requests of a common 512-token prefix and 128 "
+        "tokens of their own, 128 out, at concurrency 8. vLLM finds the prefix in its cache (hits "
+        "~80% of the prompt tokens) and holds its 4 blocks once: the eight requests run together "
+        "(4 + 8 x 2 blocks), where eight private copies would need 48.",
+        kv_cache_memory_bytes=KV_24MIB,
+        load=PREFIX_LOAD,
     ),
     Spec(
         "cpu-preempt-thrash",
@@ -606,6 +623,8 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
         }
         if spec.load.range_ratio is not None:
             load_meta["random_range_ratio"] = spec.load.range_ratio
+        if spec.load.prefix_len:
+            load_meta["random_prefix_len"] = spec.load.prefix_len
         if spec.side_load is not None:
             sl2 = spec.side_load
             load_meta["beside"] = {
@@ -720,6 +739,7 @@ def record_one(spec: Spec, out_root: Path, scratch: Path) -> dict[str, Any]:
                     output_path=scratch / f"{spec.name}.bench.log",
                     range_ratio=spec.load.range_ratio,
                     request_rate=spec.load.request_rate,
+                    prefix_len=spec.load.prefix_len,
                 )
                 print(f"  load done in {lr.wall_s:.1f} s", flush=True)
                 if side is not None:

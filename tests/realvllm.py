@@ -496,11 +496,14 @@ def bench_argv(
     seed: int = 0,
     range_ratio: str | None = None,
     request_rate: float | None = None,
+    prefix_len: int = 0,
 ) -> list[str]:
     """The ``vllm bench serve`` command line (run with the vllm venv's python). ``range_ratio``:
     ``--random-range-ratio`` (a float, or JSON ``{"input": 0.9, "output": 0.5}``): lengths drawn
     uniformly around the given ones instead of all equal. ``request_rate``: Poisson arrivals at
-    that rate (``--request-rate``; default inf: all at once, up to ``concurrency``)."""
+    that rate (``--request-rate``; default inf: all at once, up to ``concurrency``).
+    ``prefix_len``: a prefix of that many random tokens every prompt starts with
+    (``--random-prefix-len``: the prompt is the prefix and ``input_len`` more)."""
     argv = [
         str(vllm_python()),
         str(VLLM_CLI),
@@ -538,6 +541,8 @@ def bench_argv(
         argv += ["--random-range-ratio", range_ratio]
     if request_rate is not None:
         argv += ["--request-rate", f"{request_rate:g}"]
+    if prefix_len:
+        argv += ["--random-prefix-len", str(prefix_len)]
     if result_path is not None:
         argv += [
             "--save-result",
@@ -566,6 +571,7 @@ class LoadHandle:
         seed: int = 0,
         range_ratio: str | None = None,
         request_rate: float | None = None,
+        prefix_len: int = 0,
     ) -> None:
         _check_loopback(url)
         self.timeout_s = timeout_s
@@ -590,6 +596,7 @@ class LoadHandle:
             seed,
             range_ratio,
             request_rate,
+            prefix_len,
         )
         self._t0 = time.monotonic()
         with open(self.output_path, "wb") as out:
@@ -643,6 +650,7 @@ def start_load(
     seed: int = 0,
     range_ratio: str | None = None,
     request_rate: float | None = None,
+    prefix_len: int = 0,
 ) -> LoadHandle:
     """Start ``vllm bench serve`` (random dataset, --ignore-eos, seed 0) in the background."""
     return LoadHandle(
@@ -657,6 +665,7 @@ def start_load(
         seed,
         range_ratio,
         request_rate,
+        prefix_len,
     )
 
 
@@ -673,6 +682,7 @@ def run_load(
     check: bool = True,
     range_ratio: str | None = None,
     request_rate: float | None = None,
+    prefix_len: int = 0,
 ) -> LoadResult:
     """Drive bounded load and wait for it: see start_load."""
     handle = start_load(
@@ -687,6 +697,7 @@ def run_load(
         seed,
         range_ratio,
         request_rate,
+        prefix_len,
     )
     return handle.wait(check=check)
 

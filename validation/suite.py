@@ -87,6 +87,7 @@ class Load:
     est_s: float  # expected bench duration (a bench starts only with this much time left)
     rate: float | None = None  # open arrivals: requests per second (`--request-rate`)
     burstiness: float = 1.0  # open arrivals: gamma shape of the gaps (1: Poisson; < 1: bursts)
+    prefix_len: int = 0  # a prefix every prompt starts with (`--random-prefix-len`; 0: none)
 
     def __post_init__(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -99,6 +100,8 @@ class Load:
             "--random-range-ratio", "0.1",
             "--num-prompts", str(self.num_prompts),
         ]  # fmt: skip
+        if self.prefix_len:
+            common += ["--random-prefix-len", str(self.prefix_len)]
         if self.rate is not None:
             return [*common, "--request-rate", f"{self.rate:g}", "--burstiness", f"{self.burstiness:g}"]
         return [*common, "--request-rate", "inf", "--max-concurrency", str(self.concurrency)]
@@ -429,6 +432,23 @@ SCENARIOS_H200 += [
         Load(input_len=1024, output_len=256, num_prompts=400, concurrency=48, est_s=150),
         "kv-preemption-seqs-bind",
         alternatives=({"max-num-seqs": 12}, {"kv-cache-memory-bytes": 5 * GiB}),
+    ),
+]
+
+# A prefix every request shares (2026-12-07, fifteenth session): a 2,048-token system prompt before
+# each request's own 1,024 tokens, 256 out, 64 clients, behind 6 GiB of KV (cap 256). vLLM holds
+# the prefix's blocks once: 6 GiB holds ~45 such requests, where private copies would hold ~14;
+# the load needs ~10.3 GiB at its requests' full lengths (26 GiB as private copies). The simulator
+# takes the observed hit rate as such a shared prefix (advisor/predict/simulator.py).
+SCENARIOS_H200 += [
+    Scenario(
+        "prefix-shared",
+        "64 clients (a closed loop) of a shared 2,048-token prefix, 1,024 tokens of their own and "
+        "256 out, behind 6 GiB of KV (cap 256, budget 8,192): the prefix is a cache hit, its "
+        "blocks held once; the server preempts as the batch grows.",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(input_len=1024, output_len=256, num_prompts=384, concurrency=64, est_s=100, prefix_len=2048),
+        "kv-preemption-capacity",
     ),
 ]
 

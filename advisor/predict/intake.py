@@ -198,9 +198,11 @@ def row_between(prev: Snapshot, cur: Snapshot) -> Row | None:
     running = (r0 + r1) / 2 / e
     if it is not None and it[0] > 0:
         steps, total = it[0] / e, it[1] / e
-    else:  # no step counter: every running request decodes one token a step
+    else:  # no step counter: every running request decodes one token a step, and computes its
+        # prompt less what it found in the prefix cache
         steps = gen / e / max(running, 1.0)
-        total = (gen + (_delta(prev, cur, n.PROMPT_TOKENS) or 0.0)) / e
+        prompt = (_delta(prev, cur, n.PROMPT_TOKENS) or 0.0) - (_delta(prev, cur, n.PREFIX_CACHE_HITS) or 0.0)
+        total = (gen + max(0.0, prompt)) / e
     if steps <= 0:
         return None
     decode = gen / e / steps

@@ -520,12 +520,27 @@ class Model:
     # adds it (advisor/predict/simulated.py)
     frontend_seconds: float = 0.0
     gpu: bool = False  # the engine runs on a GPU (its device on record and not "cpu")
+    # prefix-cache hits per prompt token queried (vLLM's prefix_cache_hits / _queries over the
+    # window; 0: none or unknown): the simulator reads them as a prefix every request shares
+    prefix_hit_ratio: float = 0.0
     # the busy rows fitted from, in time order: the load the scheduler simulator replays
     # (advisor/predict/simulated.py); not compared (two models differ by their fit, not their rows)
     rows: tuple[Row, ...] = field(default=(), compare=False, repr=False)
     # every interval's arrivals (busy or not), in time order: the rate and burstiness of open
     # arrivals (advisor/predict/workload.py)
     tallies: tuple[Tally, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def shared_prefix(self) -> float:
+        """Tokens of each prompt found in the prefix cache: what the simulator takes as a prefix
+        every request shares (0: none, or prefix caching off). vLLM hits whole blocks: the mean
+        hit over the window, to the nearest block (the mean falls short of the prefix where the
+        window's first requests came before it was cached)."""
+        if not self.config.prefix_caching or not self.prompt_mean or self.prefix_hit_ratio <= 0:
+            return 0.0
+        hit = min(self.prefix_hit_ratio, 1.0) * self.prompt_mean
+        bs = self.config.block_size
+        return round(hit / bs) * bs if bs else hit
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -688,6 +703,7 @@ def build(
         output_sigma=spread(n.REQUEST_GENERATION_TOKENS, output_mean),
         frontend_seconds=_num(values.get("frontend_seconds_mean")) or 0.0,
         gpu=gpu,
+        prefix_hit_ratio=_num(values.get("prefix_cache_hit_ratio")) or 0.0,
         kv_per_running=kv_per_running,
         running=running,
         decode=decode,
@@ -732,9 +748,10 @@ def state(m: Model, cfg: Config) -> State:
     if cap is not None:
         limits.append((cap, "max_num_seqs"))
     usable = cfg.usable_kv_tokens()
+    shared = m.shared_prefix  # a prefix the requests share is held once
     admit_kv = math.inf  # what the scheduler admits while prompts fit
     if usable is not None and p_mean:
-        admit_kv = usable / p_mean
+        admit_kv = max(0.0, usable - shared) / max(p_mean - shared, 1.0)
     admit = min(min(x for x, _ in limits), admit_kv)
     if cfg.kv_cache_tokens is not None and m.kv_per_running:
         limits.append((cfg.kv_cache_tokens / m.kv_per_running, "kv_cache"))
@@ -748,7 +765,7 @@ def state(m: Model, cfg: Config) -> State:
     share, pressure = 0.0, None
     if usable and p_mean is not None and g_mean is not None and math.isfinite(admit):
         # the admitted requests all at their end (they are not: a conservative bound)
-        pressure = admit * cfg.footprint(p_mean, g_mean) / usable
+        pressure = (admit * cfg.footprint(p_mean - shared, g_mean) + shared) / usable
         share = max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
     scale = batch / max(m.running, 1e-9)
     decode = m.decode * scale
@@ -789,16 +806,21 @@ def _measured_share(m: Model) -> float:
     usable = m.config.usable_kv_tokens()
     if not usable or m.prompt_mean is None or m.output_mean is None:
         return 0.0
-    b = min(m.running, usable / max(m.prompt_mean, 1.0))
-    pressure = b * m.config.footprint(m.prompt_mean, m.output_mean) / usable
+    shared = m.shared_prefix
+    b = min(m.running, max(0.0, usable - shared) / max(m.prompt_mean - shared, 1.0))
+    pressure = (b * m.config.footprint(m.prompt_mean - shared, m.output_mean) + shared) / usable
     return max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
 
 
 def _recompute(m: Model, share: float) -> float:
-    """Extra prefill per fresh prefill token from preemptions (each redoes ~prompt + half the output)."""
-    if m.prompt_mean is None or m.output_mean is None or m.prompt_mean <= 0:
+    """Extra prefill per fresh prefill token from preemptions (each redoes ~prompt + half the
+    output; a prefix the requests share is found in the cache, by both)."""
+    if m.prompt_mean is None or m.output_mean is None:
         return 0.0
-    return share * (m.prompt_mean + m.output_mean / 2) / m.prompt_mean
+    own = m.prompt_mean - m.shared_prefix
+    if own <= 0:
+        return 0.0
+    return share * (own + m.output_mean / 2) / own
 
 
 # ------------------------------------------------------------------ what-if

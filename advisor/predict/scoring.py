@@ -469,7 +469,8 @@ def kv_load_fit(model: pm.Model) -> float | None:
     length: the load offered (requests waiting and running, per engine), at most the cap (the
     admission limit where the version has one), times
     a request's footprint at the mean prompt and output, plus the null block, in the bytes per
-    token measured. None where an input is unknown."""
+    token measured; a prefix the requests share (:attr:`pm.Model.shared_prefix`) counted once.
+    None where an input is unknown."""
     c = model.config
     if (
         model.offered is None
@@ -481,7 +482,9 @@ def kv_load_fit(model: pm.Model) -> float | None:
         return None
     cap = c.max_num_active_seqs or c.max_num_seqs  # the batch's cap as the scheduler applies it
     batch = model.offered if cap is None else min(model.offered, cap)
-    tokens = batch * c.footprint(model.prompt_mean, model.output_mean) + (c.block_size or 0.0)
+    shared = model.shared_prefix
+    own = c.footprint(model.prompt_mean - shared, model.output_mean)
+    tokens = batch * own + shared + (c.block_size or 0.0)
     return tokens * c.kv_cache_memory_bytes / c.kv_cache_tokens
 
 

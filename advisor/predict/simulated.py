@@ -39,17 +39,23 @@ Scale = tuple[float, float, float]  # TTFT, TPOT, ITL
 ONE: Scale = (1.0, 1.0, 1.0)
 
 
-def engine_of(cfg: pm.Config, defaults: Engine = DEFAULT_ENGINE) -> Engine:
-    """The simulator's engine for a config; vLLM's defaults where the config does not say."""
+def engine_of(cfg: pm.Config, shared_prefix: float = 0.0, defaults: Engine = DEFAULT_ENGINE) -> Engine:
+    """The simulator's engine for a config; vLLM's defaults where the config does not say.
+    ``shared_prefix``: the tokens of each prompt the prefix cache finds (:attr:`pm.Model.shared_prefix`),
+    taken as a prefix the requests share (at most all blocks but one; none with prefix caching
+    off)."""
     bs = int(cfg.block_size or defaults.block_size)
     usable = cfg.usable_kv_tokens()
     seqs = int(cfg.max_num_seqs or defaults.max_num_seqs)
     active = int(cfg.max_num_active_seqs) if cfg.max_num_active_seqs else None
+    blocks = max(1, int(usable // bs)) if usable is not None else defaults.kv_blocks
+    shared = min(int(shared_prefix) // bs, blocks - 1) * bs if cfg.prefix_caching else 0
     return Engine(
         max_num_seqs=max(seqs, active or 0),
         max_num_batched_tokens=int(cfg.max_num_batched_tokens or defaults.max_num_batched_tokens),
-        kv_blocks=max(1, int(usable // bs)) if usable is not None else defaults.kv_blocks,
+        kv_blocks=blocks,
         block_size=bs,
+        shared_prefix=max(0, shared),
         long_prefill_token_threshold=int(cfg.long_prefill_token_threshold or 0),
         long_prefill_token_threshold_adaptive=cfg.long_prefill_token_threshold_adaptive,
         watermark=float(cfg.watermark or 0.0),
@@ -227,7 +233,7 @@ class _Run:
 def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals) -> _Run:
     if model.fit is None:
         raise ValueError("no step-time fit")
-    eng = engine_of(cfg)
+    eng = engine_of(cfg, model.shared_prefix)
     done: list[Done] = []
     counted: list[Done] = []
     end, preemptions, truncated, running_s, recomputed = 0.0, 0, False, 0.0, 0.0
@@ -243,8 +249,9 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
         preemptions += r.preemptions
         truncated |= r.truncated
         running_s += sum(s.running * s.dt for s in r.steps)
-        if r.preemptions:
-            recomputed += sum(s.prefill for s in r.steps) - sum(q.prompt for q in share)
+        if r.preemptions:  # each prompt computed once, less its prefix-cache hit
+            first = sum(q.prompt - eng.hit_blocks(q.prompt) * eng.block_size for q in share)
+            recomputed += sum(s.prefill for s in r.steps) - first
     t0 = min((d.arrival for d in done), default=0.0)
     return _Run(done, end - t0, preemptions, truncated, counted, running_s, max(0.0, recomputed))
 
@@ -740,7 +747,7 @@ def predict_simulator_only(
     cfg, current = pm.with_knob(model, knob, value)
     notes = list(closed_form.notes) if closed_form is not None else []  # what it knows of the knob
     if knob == "watermark":
-        eng = engine_of(cfg)
+        eng = engine_of(cfg, model.shared_prefix)
         notes.append(
             f"the watermark keeps int({value:g} x {eng.kv_blocks} blocks) = {eng.watermark_blocks} "
             "blocks free when a request is admitted beside running ones"

@@ -27,7 +27,7 @@ The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` ap
   fewer than ``max_num_seqs`` (or ``max_num_active_seqs``, 0.31+, when set: vLLM's admission
   limit into RUNNING, ``Scheduler.max_num_active_reqs``; ``max_num_seqs`` then only sizes the
   model runner) and budget is left: each takes its prompt (less the prefix-cache hit, in whole
-  blocks) up to the budget left; the first one whose blocks do not fit stops the admission.
+  blocks: below) up to the budget left; the first one whose blocks do not fit stops the admission.
   The blocks asked are its whole sequence's (prompt, and the outputs a preempted one recomputes),
   not only its first chunk's (``full_sequence_must_fit``: ``scheduler_reserve_full_isl``, on by
   default in 0.25-0.33, ``allocate_slots(full_sequence_must_fit=...)``): a long prompt is not
@@ -37,6 +37,13 @@ The rules, as ``vllm/v1/core/sched/scheduler.py`` and ``kv_cache_manager.py`` ap
   (``KVCacheManager.allocate_slots``: ``required = blocks + watermark_blocks``, applied to
   WAITING/PREEMPTED requests and only with ``has_scheduled_reqs``); running requests grow
   into the reserve.
+- **Prefix-cache hits** (``shared_prefix``): a prefix every request shares (a system prompt, a
+  template) is computed once and its blocks held once, referenced by every request that finds
+  it (vLLM's blocks are reference-counted: ``KVCacheManager.get_computed_blocks`` then
+  ``allocate_slots`` take only the blocks past the hit). A request's hit is the prefix's whole
+  blocks, at most its tokens less one (``max_cache_hit_length = num_tokens - 1``), looked up again
+  when a preempted request is admitted anew (then with its own blocks still cached after it). The
+  prefix's blocks stay in the cache (a prefix this hot is never the least recently used).
 - After the step, a request whose prompt is fully computed emits a token (its first: TTFT); a
   request that has all its output tokens finishes and frees its blocks.
 - With **asynchronous scheduling** (``async_scheduling``; vLLM 0.14+ on GPUs:
@@ -80,7 +87,9 @@ class Engine:
     kv_blocks: int  # usable blocks (V1's null block already taken out)
     block_size: int = 16
     long_prefill_token_threshold: int = 0  # 0: no cap on one request's prefill chunk
-    prefix_hit_rate: float = 0.0  # share of each prompt found in the prefix cache
+    # tokens of a prefix every request shares, found in the prefix cache (0: none); its blocks
+    # are held once, out of ``kv_blocks``
+    shared_prefix: int = 0
     watermark: float = 0.0  # share of the blocks an admission must leave free (0: none)
     max_num_active_seqs: int | None = None  # admission limit into running (None: max_num_seqs)
     long_prefill_token_threshold_adaptive: bool = False  # floor the cap at budget / requests
@@ -98,8 +107,10 @@ class Engine:
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if not 0.0 <= self.prefix_hit_rate < 1.0:
-            raise ValueError(f"prefix_hit_rate must be in [0, 1) (got {self.prefix_hit_rate})")
+        if not 0 <= self.shared_prefix // self.block_size < self.kv_blocks:
+            raise ValueError(
+                f"shared_prefix must be >= 0 and hold fewer blocks than the cache (got {self.shared_prefix})"
+            )
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"watermark must be in [0, 1) (got {self.watermark})")
         if self.max_num_active_seqs is not None and not 1 <= self.max_num_active_seqs <= self.max_num_seqs:
@@ -112,6 +123,11 @@ class Engine:
     def admission_limit(self) -> int:
         """The most requests admitted into the running batch."""
         return self.max_num_active_seqs if self.max_num_active_seqs is not None else self.max_num_seqs
+
+    def hit_blocks(self, tokens: int) -> int:
+        """The shared prefix's blocks a sequence of ``tokens`` tokens finds in the cache: whole
+        blocks, at most ``tokens - 1`` tokens' worth (one is always computed)."""
+        return min(self.shared_prefix // self.block_size, (tokens - 1) // self.block_size)
 
     @property
     def watermark_blocks(self) -> int:
@@ -137,7 +153,8 @@ class _Live:
     arrival: float
     computed: int = 0  # tokens whose KV is computed (prompt, then fed-back outputs)
     generated: int = 0
-    blocks: int = 0
+    blocks: int = 0  # its own blocks (the shared prefix's not counted)
+    shared: int = 0  # the shared prefix's blocks it references (held once, by the cache)
     first: float | None = None
     last: float | None = None
     itl: list[float] = field(default_factory=list)
@@ -264,7 +281,8 @@ def simulate(
     pending = deque(sorted(range(len(requests)), key=lambda i: requests[i].arrival or 0.0))
     waiting: deque[_Live] = deque()
     running: list[_Live] = []
-    free = engine.kv_blocks
+    hb = engine.shared_prefix // bs  # the shared prefix's blocks, held once
+    free = engine.kv_blocks - hb
     done: list[Done] = []
     trace: list[Step] = []
     t = 0.0
@@ -299,17 +317,18 @@ def simulate(
         nonlocal free
         free += r.blocks
         if engine.resume_from_cache and r.blocks:
-            full = min(r.computed // bs, r.blocks) if preempted else 0
+            full = max(0, min(r.computed // bs - r.shared, r.blocks)) if preempted else 0
             if r.blocks - full:
                 lru.append([r.blocks - full])
             if full:
                 r.kept = [full]
                 lru.append(r.kept)
         r.blocks = 0
+        r.shared = 0
 
     def grow(r: _Live, new: int, keep: int = 0) -> bool:
         nonlocal free
-        want = math.ceil((r.computed + new) / bs) - r.blocks
+        want = math.ceil((r.computed + new) / bs) - r.shared - r.blocks
         if want + keep <= free:
             free -= max(want, 0)
             r.blocks += max(want, 0)
@@ -368,7 +387,7 @@ def simulate(
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            if r.prompt + r.generated - r.computed <= 1 and r.computed < r.blocks * bs:
+            if r.prompt + r.generated - r.computed <= 1 and r.computed < (r.blocks + r.shared) * bs:
                 # performance only: a decode whose next token's block is held needs nothing else
                 sched.append((r, 1))
                 budget -= 1
@@ -398,18 +417,18 @@ def simulate(
                 r = waiting[0]
                 if r.arrival > sched_at:
                     break  # it came after this step was scheduled
-                if r.computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
-                    hit = int(r.prompt * engine.prefix_hit_rate) // bs * bs
-                    r.computed = min(hit, r.prompt - 1)
-                elif r.kept is not None:  # resumed: what is left of its blocks is a prefix hit
-                    r.computed = min(r.kept[0] * bs, r.prompt + r.generated - 1)
+                if r.computed == 0 and hb:  # looked up in the cache: the shared prefix is a hit
+                    r.shared = engine.hit_blocks(r.prompt + r.generated)
+                    r.computed = r.shared * bs
+                if r.kept is not None:  # resumed: what is left of its blocks is a hit too
+                    r.computed = min((r.shared + r.kept[0]) * bs, r.prompt + r.generated - 1)
                 new = r.need()
                 if cap > 0:
                     new = min(new, cap)
                 new = min(new, budget)
                 keep = engine.watermark_blocks if running else 0
                 if engine.full_sequence_must_fit and (
-                    math.ceil((r.prompt + r.generated) / bs) - r.blocks + keep > free
+                    math.ceil((r.prompt + r.generated) / bs) - r.shared - r.blocks + keep > free
                 ):
                     break  # its whole sequence does not fit: it waits (nothing is preempted for it)
                 if not grow(r, new, keep):
@@ -534,11 +553,12 @@ def _decode_run(
     evictable = math.inf  # blocks the run may take before the head's hit changes
     if waiting and budget > 0 and n < engine.admission_limit:
         r = waiting[0]
-        computed = r.computed
-        if computed == 0 and r.preempted == 0 and engine.prefix_hit_rate > 0:
-            computed = min(int(r.prompt * engine.prefix_hit_rate) // bs * bs, r.prompt - 1)
-        elif r.kept is not None:
-            computed = min(r.kept[0] * bs, r.prompt + r.generated - 1)
+        computed, shared = r.computed, r.shared
+        if computed == 0 and engine.shared_prefix >= bs:
+            shared = engine.hit_blocks(r.prompt + r.generated)
+            computed = shared * bs
+        if r.kept is not None:
+            computed = min((shared + r.kept[0]) * bs, r.prompt + r.generated - 1)
             # the decodes' new blocks evict from the head of the free queue: stop before they
             # reach the head's cached blocks (its hit would change)
             ahead = 0
@@ -557,7 +577,7 @@ def _decode_run(
             new = min(new, cap)
         new = min(new, budget)
         need = r.prompt + r.generated if engine.full_sequence_must_fit else computed + new
-        head_blocks = math.ceil(need / bs) - r.blocks + engine.watermark_blocks
+        head_blocks = math.ceil(need / bs) - shared - r.blocks + engine.watermark_blocks
     # a decode takes a new block in the step that starts with its computed tokens a whole number
     # of blocks: the requests by computed tokens modulo the block size say how many in each step
     phase = [0] * bs
@@ -588,7 +608,7 @@ def _decode_run(
         for r in running:
             r.computed += k
             r.generated += k
-            r.blocks = -(-r.computed // bs)
+            r.blocks = -(-r.computed // bs) - r.shared
             assert r.last is not None
             r.itl.append(times[0] - r.last)
             r.itl.extend(gaps)

@@ -204,8 +204,41 @@ def test_a_preempted_request_resumes_from_the_blocks_still_cached() -> None:
 
 
 def test_prefix_hits_skip_whole_blocks_of_the_prompt() -> None:
-    res = simulate(_eng(prefix_hit_rate=0.5), FIT, [Request(100, 2)], clients=1, max_steps=10)
+    res = simulate(_eng(shared_prefix=50), FIT, [Request(100, 2)], clients=1, max_steps=10)
     assert res.steps[0].prefill == 100 - 48  # 50 tokens hit, rounded down to 3 blocks
+    # a prompt no longer than the prefix computes its last block's tokens at least (one token
+    # at least: vLLM looks up num_tokens - 1)
+    res = simulate(_eng(shared_prefix=64), FIT, [Request(48, 2)], clients=1, max_steps=10)
+    assert res.steps[0].prefill == 16
+
+
+def test_a_shared_prefix_is_held_once() -> None:
+    """Four requests of 100 tokens sharing a 96-token prefix (6 blocks of 16) hold 6 + 4 x 1
+    blocks together: 12 blocks run them all at once, where private copies (7 blocks each) run
+    one at a time."""
+    reqs = [Request(100, 2) for _ in range(4)]
+    shared = simulate(_eng(kv_blocks=12, shared_prefix=96), FIT, reqs, clients=4, max_steps=100)
+    assert shared.preemptions == 0 and max(s.running for s in shared.steps) == 4
+    assert shared.steps[0].prefill == 4 * 4  # each computes its last 4 tokens
+    assert max(s.kv_used for s in shared.steps) == pytest.approx(10 / 12)
+    private = simulate(_eng(kv_blocks=12), FIT, reqs, clients=4, max_steps=100)
+    assert max(s.running for s in private.steps) == 1
+
+
+def test_a_preempted_request_finds_the_shared_prefix_and_its_own_blocks_again() -> None:
+    """Preempted, a request looks its tokens up anew: the shared prefix's blocks and its own full
+    blocks still cached are hits, the rest is computed again."""
+    reqs = [Request(40, 30), Request(40, 30)]
+    eng = _eng(kv_blocks=7, shared_prefix=32, resume_from_cache=True)
+    res = simulate(eng, FIT, reqs, clients=2, max_steps=1000)
+    assert not res.truncated and len(res.done) == 2 and res.preemptions == 1
+    # each prompt's 8 tokens past the prefix, once: the preempted one found the prefix and its
+    # own full blocks, and computed only its next token (a decode)
+    assert sum(s.prefill for s in res.steps) == 2 * (40 - 32)
+    # without the prefix, the same pool preempts it too, and it computes its tail again
+    res = simulate(replace(eng, shared_prefix=0), FIT, reqs, clients=2, max_steps=1000)
+    assert res.preemptions == 1 and sum(s.prefill for s in res.steps) == 2 * 40 + 17
+    assert eng.hit_blocks(40) == 2 and eng.hit_blocks(32) == 1 and eng.hit_blocks(1) == 0
 
 
 def test_a_prompt_larger_than_the_cache_is_refused() -> None:
@@ -363,7 +396,7 @@ def test_the_front_ends_share_replaces_the_wait_for_the_step_in_flight() -> None
     window's front-end share (TTFT less the engine's queue and prefill) already holds the rest of
     the step that was running when it arrived. A simulated request's TTFT is its time from being
     taken in to its first token, plus that share, not plus the share and its own wait again."""
-    model = SimpleNamespace(fit=FLAT, config=pm.Config(
+    model = SimpleNamespace(fit=FLAT, shared_prefix=0.0, config=pm.Config(
         max_num_seqs=4, max_num_batched_tokens=512, kv_cache_tokens=16_000, kv_cache_memory_bytes=None,
         gpu_memory_utilization=None, gpu_memory_bytes=None, block_size=16,
     ), frontend_seconds=0.012)  # fmt: skip
@@ -381,7 +414,7 @@ def test_a_steady_loops_first_round_is_simulated_and_not_counted() -> None:
     request's. Here the eight clients' first prompts are prefilled in one 512-token budget's
     steps at once, the later ones one by one as a client's request ends: the wave's TTFT is not
     the loop's."""
-    model = SimpleNamespace(fit=StepTime(0.010, 0.0, 2e-5, "decode", 10, None), config=pm.Config(
+    model = SimpleNamespace(fit=StepTime(0.010, 0.0, 2e-5, "decode", 10, None), shared_prefix=0.0, config=pm.Config(
         max_num_seqs=8, max_num_batched_tokens=512, kv_cache_tokens=64_000, kv_cache_memory_bytes=None,
         gpu_memory_utilization=None, gpu_memory_bytes=None, block_size=16,
     ), frontend_seconds=0.0)  # fmt: skip
@@ -406,7 +439,7 @@ _ENGINES = st.builds(
     kv_blocks=st.integers(20, 200),
     block_size=st.sampled_from([1, 2, 4, 16]),
     long_prefill_token_threshold=st.sampled_from([0, 0, 8, 64]),
-    prefix_hit_rate=st.sampled_from([0.0, 0.0, 0.3]),
+    shared_prefix=st.sampled_from([0, 0, 4, 16]),
     watermark=st.sampled_from([0.0, 0.0, 0.05]),
     long_prefill_token_threshold_adaptive=st.booleans(),
     resume_from_cache=st.booleans(),
