@@ -285,6 +285,12 @@ def simulated_header(sim: Mapping[str, Any]) -> tuple[str, str]:
     if sim.get("scheduling") == "asynchronous":
         why += "; each step scheduled while the one before it runs, as the server does"
     why += graphs_words(sim.get("cuda_graphs"))
+    pc = sim.get("prefix_cache")
+    if pc:
+        why += (
+            f"; prefix-cache hits {float(pc['hit_ratio']):.0%} of the prompt tokens, simulated as a "
+            f"{int(pc['shared_prefix_tokens']):,}-token prefix the requests share, its blocks held once"
+        )
     return (
         f"{sim.get('requests')} requests, the same for every candidate; the load inferred: {load_words(a)}",
         why,

@@ -113,6 +113,14 @@ class Outcome:
         }
 
 
+def _prefix(model: pm.Model) -> dict[str, Any]:
+    """What a :class:`Simulated` says of the prefix cache: the hit rate and the prefix held once."""
+    return {
+        "prefix_hit_ratio": model.prefix_hit_ratio,
+        "shared_prefix": engine_of(model.config, model.shared_prefix).shared_prefix,
+    }
+
+
 def _outgrown(cfg: pm.Config) -> int | None:
     """The largest decode batch with a full CUDA graph under ``cfg``, where a batch the cap allows
     is larger (None: every batch the cap allows has its graph, or no graph is known)."""
@@ -135,12 +143,19 @@ class Simulated:
     # seconds (advisor/predict/graphs.py)
     full_graphs: tuple[int | None, int | None] = (None, None)
     piecewise_s: float = 0.0
+    # the window's prefix-cache hits per prompt token, and the prefix the requests share that the
+    # simulation holds once for them (tokens, whole blocks; 0: none)
+    prefix_hit_ratio: float = 0.0
+    shared_prefix: int = 0
 
     def to_json(self) -> dict[str, Any]:
         a = self.arrivals
         now, after = self.full_graphs
         return {
             "scheduling": "asynchronous" if self.asynchronous else "synchronous",
+            "prefix_cache": None
+            if not self.shared_prefix
+            else {"hit_ratio": self.prefix_hit_ratio, "shared_prefix_tokens": self.shared_prefix},
             "cuda_graphs": None
             if now is None and after is None
             else {
@@ -451,6 +466,7 @@ def simulate_change(
         asynchronous=model.config.async_scheduling,
         full_graphs=(_outgrown(model.config), _outgrown(cfg1)),
         piecewise_s=model.fit.piecewise_s,
+        **_prefix(model),
     )
 
 
@@ -596,6 +612,7 @@ class Scorer:
             self.model.config.async_scheduling,
             (_outgrown(self.model.config), _outgrown(cfg)),
             self.model.fit.piecewise_s if self.model.fit is not None else 0.0,
+            **_prefix(self.model),
         )
 
 

