@@ -118,10 +118,13 @@ THRASH_LOAD = Load(input_len=32, output_len=384, num_prompts=100, concurrency=24
 BUDGET_LOAD = Load(input_len=1024, output_len=64, num_prompts=200, concurrency=10)
 
 # a system prompt (issue 30: prefix-cache hits at the observed rate): every prompt starts with the
-# same 512 tokens (4 blocks of 128) and has 128 of its own, 128 out, eight clients. The prefix's
-# blocks are held once: 4 + 8 x 2 blocks fit the 23 usable of 24 MiB, where private copies (6
-# blocks a request) would hold three
-PREFIX_LOAD = Load(input_len=128, output_len=128, num_prompts=288, concurrency=8, prefix_len=512)
+# same 512 tokens (4 blocks of 128) and has 64-192 of its own, 64-192 out (mixed: the clients do
+# not run in step), eight clients. The prefix's blocks are held once: 4 + 8 x (2 or 3) blocks fit
+# the 31 usable of 32 MiB, where private copies (6-7 blocks a request) would hold four
+PREFIX_LOAD = Load(
+    input_len=128, output_len=128, num_prompts=288, concurrency=8, range_ratio="0.5", prefix_len=512
+)
+KV_32MIB = 33_554_432  # 4,096 tokens of the tiny model: 32 blocks of 128
 
 SPECS: tuple[Spec, ...] = (
     Spec(
@@ -184,12 +187,12 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "cpu-prefix-shared",
-        "A prefix every request shares (issue 30): KV cache 3,072 tokens (--kv-cache-memory-bytes "
-        "25165824, 24 blocks of 128), default cap; 288 requests of a common 512-token prefix and 128 "
-        "tokens of their own, 128 out, at concurrency 8. vLLM finds the prefix in its cache (hits "
-        "~80% of the prompt tokens) and holds its 4 blocks once: the eight requests run together "
-        "(4 + 8 x 2 blocks), where eight private copies would need 48.",
-        kv_cache_memory_bytes=KV_24MIB,
+        "A prefix every request shares (issue 30): KV cache 4,096 tokens (--kv-cache-memory-bytes "
+        "33554432, 32 blocks of 128), default cap; 288 requests of a common 512-token prefix and "
+        "64-192 tokens of their own, 64-192 out, at concurrency 8. vLLM finds the prefix in its "
+        "cache (hits ~80% of the prompt tokens) and holds its 4 blocks once: the eight requests run "
+        "together (4 + 8 x 2-3 blocks), where eight private copies would need 48-56.",
+        kv_cache_memory_bytes=KV_32MIB,
         load=PREFIX_LOAD,
     ),
     Spec(
