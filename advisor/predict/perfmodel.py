@@ -521,26 +521,17 @@ class Model:
     frontend_seconds: float = 0.0
     gpu: bool = False  # the engine runs on a GPU (its device on record and not "cpu")
     # prefix-cache hits per prompt token queried (vLLM's prefix_cache_hits / _queries over the
-    # window; 0: none or unknown): the simulator reads them as a prefix every request shares
+    # window; 0: none or unknown), and the tokens of each prompt they amount to, to whole blocks
+    # (the signal kv_shared_prefix_tokens; 0 with prefix caching off): the simulator and the KV
+    # bounds read them as a prefix every request shares, its blocks held once
     prefix_hit_ratio: float = 0.0
+    shared_prefix: float = 0.0
     # the busy rows fitted from, in time order: the load the scheduler simulator replays
     # (advisor/predict/simulated.py); not compared (two models differ by their fit, not their rows)
     rows: tuple[Row, ...] = field(default=(), compare=False, repr=False)
     # every interval's arrivals (busy or not), in time order: the rate and burstiness of open
     # arrivals (advisor/predict/workload.py)
     tallies: tuple[Tally, ...] = field(default=(), compare=False, repr=False)
-
-    @property
-    def shared_prefix(self) -> float:
-        """Tokens of each prompt found in the prefix cache: what the simulator takes as a prefix
-        every request shares (0: none, or prefix caching off). vLLM hits whole blocks: the mean
-        hit over the window, to the nearest block (the mean falls short of the prefix where the
-        window's first requests came before it was cached)."""
-        if not self.config.prefix_caching or not self.prompt_mean or self.prefix_hit_ratio <= 0:
-            return 0.0
-        hit = min(self.prefix_hit_ratio, 1.0) * self.prompt_mean
-        bs = self.config.block_size
-        return round(hit / bs) * bs if bs else hit
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -704,6 +695,7 @@ def build(
         frontend_seconds=_num(values.get("frontend_seconds_mean")) or 0.0,
         gpu=gpu,
         prefix_hit_ratio=_num(values.get("prefix_cache_hit_ratio")) or 0.0,
+        shared_prefix=(_num(values.get("kv_shared_prefix_tokens")) or 0.0) if cfg.prefix_caching else 0.0,
         kv_per_running=kv_per_running,
         running=running,
         decode=decode,

@@ -124,10 +124,12 @@ class Engine:
         """The most requests admitted into the running batch."""
         return self.max_num_active_seqs if self.max_num_active_seqs is not None else self.max_num_seqs
 
-    def hit_blocks(self, tokens: int) -> int:
-        """The shared prefix's blocks a sequence of ``tokens`` tokens finds in the cache: whole
-        blocks, at most ``tokens - 1`` tokens' worth (one is always computed)."""
-        return min(self.shared_prefix // self.block_size, (tokens - 1) // self.block_size)
+    def hit_blocks(self, prompt: int, tokens: int | None = None) -> int:
+        """The shared prefix's blocks a request finds in the cache: the whole blocks of its
+        prompt that are the prefix's, at most ``tokens - 1`` tokens' worth of its sequence (the
+        prompt, and its outputs after a preemption; one token is always computed)."""
+        bs = self.block_size
+        return min(self.shared_prefix // bs, prompt // bs, ((prompt if tokens is None else tokens) - 1) // bs)
 
     @property
     def watermark_blocks(self) -> int:
@@ -418,7 +420,7 @@ def simulate(
                 if r.arrival > sched_at:
                     break  # it came after this step was scheduled
                 if r.computed == 0 and hb:  # looked up in the cache: the shared prefix is a hit
-                    r.shared = engine.hit_blocks(r.prompt + r.generated)
+                    r.shared = engine.hit_blocks(r.prompt, r.prompt + r.generated)
                     r.computed = r.shared * bs
                 if r.kept is not None:  # resumed: what is left of its blocks is a hit too
                     r.computed = min((r.shared + r.kept[0]) * bs, r.prompt + r.generated - 1)
@@ -555,7 +557,7 @@ def _decode_run(
         r = waiting[0]
         computed, shared = r.computed, r.shared
         if computed == 0 and engine.shared_prefix >= bs:
-            shared = engine.hit_blocks(r.prompt + r.generated)
+            shared = engine.hit_blocks(r.prompt, r.prompt + r.generated)
             computed = shared * bs
         if r.kept is not None:
             computed = min((shared + r.kept[0]) * bs, r.prompt + r.generated - 1)

@@ -16,7 +16,7 @@ from advisor.core import names as n
 from advisor.core.model import EngineInfo, Family, Histogram, Provenanced, Snapshot, label_key
 from advisor.derive.window import Window
 from advisor.predict import perfmodel as pm
-from advisor.predict.intake import TERMS, Row, Sums
+from advisor.predict.intake import TERMS, Row, Sums, row_between
 from advisor.predict.scoring import Observed
 
 A, K, C = 0.004, 3e-8, 2e-5  # seconds per step, per KV token read, per prefill token
@@ -282,3 +282,25 @@ def test_a_cpu_fit_without_a_decode_price_prices_every_token_alike() -> None:
     assert pm._tokens_alike(flat, two_term) == dataclasses.replace(
         two_term, k=two_term.c, feature="decode", basis=got.basis
     )
+
+
+def test_without_a_step_counter_a_prompt_s_prefix_cache_hit_is_not_prefill() -> None:
+    """A version without the iteration-tokens histogram: the steps are the decodes over the batch
+    and the prefill is the prompt tokens counted, less those found in the prefix cache (vLLM
+    counts every prompt token in prompt_tokens_total, computed or not)."""
+
+    def page(t: float, gen: float, prompt: float, hits: float) -> Snapshot:
+        fams = {
+            n.NUM_RUNNING: _fam(n.NUM_RUNNING, "gauge", 10.0),
+            n.NUM_WAITING: _fam(n.NUM_WAITING, "gauge", 0.0),
+            n.GENERATION_TOKENS: _fam(n.GENERATION_TOKENS, "counter", gen),
+            n.PROMPT_TOKENS: _fam(n.PROMPT_TOKENS, "counter", prompt),
+            n.PREFIX_CACHE_HITS: _fam(n.PREFIX_CACHE_HITS, "counter", hits),
+        }
+        return Snapshot(t, fams)
+
+    row = row_between(page(0.0, 0.0, 0.0, 0.0), page(2.0, 1000.0, 4000.0, 3000.0))
+    assert row is not None and row.steps == 100  # 1,000 tokens decoded 10 at a time
+    assert row.prefill == pytest.approx(1000 / 100)  # 4,000 prompt tokens, 3,000 of them hits
+    no_hits = row_between(page(0.0, 0.0, 0.0, 0.0), page(2.0, 1000.0, 4000.0, 0.0))
+    assert no_hits is not None and no_hits.prefill == pytest.approx(4000 / 100)

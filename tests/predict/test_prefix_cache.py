@@ -71,7 +71,8 @@ def test_todays_run_is_reproduced_only_with_the_prefix_held_once(monkeypatch: py
     assert now["running"] >= 0.95 * 8 and now["preemptions_per_request"] == 0
     assert 0.5 <= now["ttft_seconds"]["p50"] / measured["ttft_seconds_p50"] <= 2
 
-    monkeypatch.setattr(pm.Model, "shared_prefix", property(lambda self: 0.0))
+    build = pm.build
+    monkeypatch.setattr(pm, "build", lambda *a, **k: replace(build(*a, **k), shared_prefix=0.0))
     by, private = _simulated_now()
     assert by == "closed form"
     assert private["running"] <= 0.7 * 8 and private["preemptions_per_request"] >= 0.1
@@ -92,7 +93,7 @@ def test_the_kv_a_load_needs_counts_the_shared_prefix_once() -> None:
     assert (own, whole) == (384, 896)
     got = scoring.kv_load_fit(model)
     assert got is not None and got / per_token == pytest.approx(8 * own + 512 + 128)
-    private = scoring.kv_load_fit(replace(model, prefix_hit_ratio=0.0))
+    private = scoring.kv_load_fit(replace(model, shared_prefix=0.0))
     assert private is not None and private / per_token == pytest.approx(8 * whole + 128)
     assert got < 0.55 * private
 
