@@ -439,7 +439,8 @@ SCENARIOS_H200 += [
 # each request's own 1,024 tokens, 256 out, 64 clients, behind 6 GiB of KV (cap 256). vLLM holds
 # the prefix's blocks once: 6 GiB holds ~45 such requests, where private copies would hold ~14;
 # the load needs ~10.3 GiB at its requests' full lengths (26 GiB as private copies). The simulator
-# takes the observed hit rate as such a shared prefix (advisor/predict/simulator.py).
+# takes the observed hit rate as such a shared prefix (advisor/predict/simulator.py). Not run yet:
+# no device was lent in the session that wrote it (cpu-prefix-kv below is the CPU's measurement).
 SCENARIOS_H200 += [
     Scenario(
         "prefix-shared",
