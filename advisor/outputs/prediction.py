@@ -261,6 +261,14 @@ def simulated_rows(sim: Mapping[str, Any], measured: Mapping[str, Any]) -> list[
             fmt(after.get("goodput_tokens_per_second"), "tok/s"),
         )
     )
+    rows.append(
+        (
+            "KV cache use (mean)",
+            _share(sim.get("measured_kv_usage_mean")),
+            _share(before.get("kv_usage_mean")),
+            _share(after.get("kv_usage_mean")),
+        )
+    )
     fid = sim.get("measured_over_simulated_now") or {}
     if all(isinstance(fid.get(k), int | float) for k in ("ttft_p95", "tpot_p95")):
         rows.append(

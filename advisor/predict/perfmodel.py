@@ -533,6 +533,13 @@ class Model:
     # arrivals (advisor/predict/workload.py)
     tallies: tuple[Tally, ...] = field(default=(), compare=False, repr=False)
 
+    @property
+    def kv_usage_mean(self) -> float | None:
+        """The share of the KV cache in use, its mean over the busy intervals that read it."""
+        rows = [r for r in self.rows if r.kv_usage is not None]
+        busy = sum(r.dt for r in rows)
+        return sum(r.kv_usage * r.dt for r in rows if r.kv_usage is not None) / busy if busy > 0 else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "binding": self.binding,

@@ -82,6 +82,7 @@ class Outcome:
     itl: tuple[float | None, ...] = (None, None, None)  # every inter-token latency, at QUANTILES
     running: float | None = None  # requests running, on average over the run (every engine's)
     preemptions_per_second: float = 0.0  # over the run
+    kv_usage: float | None = None  # the share of KV blocks held, its mean while the engines step
 
     @property
     def ttft_p95(self) -> float | None:
@@ -110,6 +111,7 @@ class Outcome:
             "truncated": self.truncated,
             "itl_seconds": dist(self.itl),
             "running": self.running,
+            "kv_usage_mean": self.kv_usage,
         }
 
 
@@ -118,6 +120,7 @@ def _prefix(model: pm.Model) -> dict[str, Any]:
     return {
         "prefix_hit_ratio": model.prefix_hit_ratio,
         "shared_prefix": engine_of(model.config, model.shared_prefix).shared_prefix,
+        "kv_usage_measured": model.kv_usage_mean,
     }
 
 
@@ -147,6 +150,7 @@ class Simulated:
     # simulation holds once for them (tokens, whole blocks; 0: none)
     prefix_hit_ratio: float = 0.0
     shared_prefix: int = 0
+    kv_usage_measured: float | None = None  # the window's mean KV use over its busy intervals
 
     def to_json(self) -> dict[str, Any]:
         a = self.arrivals
@@ -173,6 +177,7 @@ class Simulated:
             "requests": self.requests,
             "before": self.before.to_json(),
             "after": self.after.to_json(),
+            "measured_kv_usage_mean": self.kv_usage_measured,
             "measured_over_simulated_now": None
             if self.fidelity is None
             else dict(zip(("ttft_p95", "tpot_p95", "itl_p95"), self.fidelity, strict=True)),
@@ -238,6 +243,8 @@ class _Run:
     counted: list[Done]  # those the latencies and goodput count (not a steady loop's first round)
     running_s: float = 0.0  # requests running x seconds, summed over every engine's steps
     recomputed: float = 0.0  # prefill tokens computed beyond the requests' prompts (preemptions')
+    kv_s: float = 0.0  # KV use (share of the blocks) x seconds, summed over every engine's steps
+    busy_s: float = 0.0  # the steps' seconds, every engine's
 
     @property
     def recompute_per_preemption(self) -> float | None:
@@ -251,7 +258,7 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
     eng = engine_of(cfg, model.shared_prefix)
     done: list[Done] = []
     counted: list[Done] = []
-    end, preemptions, truncated, running_s, recomputed = 0.0, 0, False, 0.0, 0.0
+    end, preemptions, truncated, running_s, recomputed, kv_s, busy_s = 0.0, 0, False, 0.0, 0.0, 0.0, 0.0
     # one engine's run at a time, its step trace dropped once counted: 16 data-parallel copies'
     # traces held at once were ~20 MiB of a daemon's peak memory (make bench, 16 engines)
     for share, clients in wl.split(reqs, arr, int(cfg.data_parallel_size)):
@@ -264,11 +271,15 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
         preemptions += r.preemptions
         truncated |= r.truncated
         running_s += sum(s.running * s.dt for s in r.steps)
+        kv_s += sum(s.kv_used * s.dt for s in r.steps)
+        busy_s += sum(s.dt for s in r.steps)
         if r.preemptions:  # each prompt computed once, less its prefix-cache hit
             first = sum(q.prompt - eng.hit_blocks(q.prompt) * eng.block_size for q in share)
             recomputed += sum(s.prefill for s in r.steps) - first
     t0 = min((d.arrival for d in done), default=0.0)
-    return _Run(done, end - t0, preemptions, truncated, counted, running_s, max(0.0, recomputed))
+    return _Run(
+        done, end - t0, preemptions, truncated, counted, running_s, max(0.0, recomputed), kv_s, busy_s
+    )
 
 
 def calibrated(model: pm.Model, run: _Run) -> pm.Model:
@@ -410,6 +421,7 @@ def _outcome_of(run: _Run, targets: Mapping[str, float], frontend: float = 0.0) 
         itl=qs([x for d in done for x in d.itl]),
         running=run.running_s / span if span > 0 else None,
         preemptions_per_second=run.preemptions / span if span > 0 else 0.0,
+        kv_usage=run.kv_s / run.busy_s if run.busy_s > 0 else None,
     )
 
 

@@ -41,7 +41,12 @@ def _simulated_now() -> tuple[str, dict[str, Any]]:
     )
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
-    return d["predicted_by"], {"measured": d["measured"], **d["simulated"]["before"]}
+    sim = d["simulated"]
+    return d["predicted_by"], {
+        "measured": d["measured"],
+        "kv": sim["measured_kv_usage_mean"],
+        **sim["before"],
+    }
 
 
 def test_the_observed_hit_rate_is_a_prefix_the_requests_share() -> None:
@@ -70,6 +75,8 @@ def test_todays_run_is_reproduced_only_with_the_prefix_held_once(monkeypatch: py
     assert by == "simulator"
     assert now["running"] >= 0.95 * 8 and now["preemptions_per_request"] == 0
     assert 0.5 <= now["ttft_seconds"]["p50"] / measured["ttft_seconds_p50"] <= 2
+    # the KV the simulated requests hold is the server's (mean KV use ~64% measured)
+    assert now["kv"] == pytest.approx(0.64, abs=0.03) and abs(now["kv_usage_mean"] - now["kv"]) < 0.05
 
     build = pm.build
     monkeypatch.setattr(pm, "build", lambda *a, **k: replace(build(*a, **k), shared_prefix=0.0))
@@ -77,6 +84,7 @@ def test_todays_run_is_reproduced_only_with_the_prefix_held_once(monkeypatch: py
     assert by == "closed form"
     assert private["running"] <= 0.7 * 8 and private["preemptions_per_request"] >= 0.1
     assert private["ttft_seconds"]["p50"] >= 10 * measured["ttft_seconds_p50"]
+    assert private["kv_usage_mean"] >= now["kv"] + 0.2  # private copies fill the cache
 
 
 def test_the_kv_a_load_needs_counts_the_shared_prefix_once() -> None:
