@@ -594,8 +594,9 @@ _FACT_Q = 'scalar(max(vllm_advisor_engine_fact{{fact="%s"}}))'
 # the KV twins, composed as the Python computes them; a knob or fact only on the right of an
 # operator (recording.group_twin joins it on the instance there)
 _BLOCK_Q = _KNOB_Q % "block_size"
+_PROMPT_MEAN_Q = _hmean_q("vllm:request_prompt_tokens")
 _KV_PER_REQUEST_Q = (
-    f"ceil((({_hmean_q('vllm:request_prompt_tokens')}) + ({_hmean_q('vllm:request_generation_tokens')}) - 1)"
+    f"ceil((({_PROMPT_MEAN_Q}) + ({_hmean_q('vllm:request_generation_tokens')}) - 1)"
     f" / {_BLOCK_Q}) * {_BLOCK_Q}"
 )
 # the prefix-cache hit per prompt to whole blocks; 0 (the prompt mean times 0: vector() cannot be
@@ -603,7 +604,6 @@ _KV_PER_REQUEST_Q = (
 _HIT_RATIO_Q = (
     "sum(rate(vllm:prefix_cache_hits_total[{w}])) / (sum(rate(vllm:prefix_cache_queries_total[{w}])) > 0)"
 )
-_PROMPT_MEAN_Q = _hmean_q("vllm:request_prompt_tokens")
 _KV_SHARED_Q = (
     f"round((({_HIT_RATIO_Q}) or (({_PROMPT_MEAN_Q}) * 0)) * ({_PROMPT_MEAN_Q}) / {_BLOCK_Q}) * {_BLOCK_Q}"
 )

@@ -533,6 +533,21 @@ class Model:
     # arrivals (advisor/predict/workload.py)
     tallies: tuple[Tally, ...] = field(default=(), compare=False, repr=False)
 
+    def admitted_by_kv(self, usable: float) -> float:
+        """Requests whose prompts ``usable`` KV tokens hold at the mean prompt (a prefix the
+        requests share held once)."""
+        assert self.prompt_mean is not None
+        return max(0.0, usable - self.shared_prefix) / max(self.prompt_mean - self.shared_prefix, 1.0)
+
+    def kv_held(self, cfg: Config, batch: float) -> float:
+        """KV tokens ``batch`` requests hold at their end at the mean lengths, in ``cfg``'s blocks
+        (a prefix the requests share held once)."""
+        assert self.prompt_mean is not None and self.output_mean is not None
+        return (
+            batch * cfg.footprint(self.prompt_mean - self.shared_prefix, self.output_mean)
+            + self.shared_prefix
+        )
+
     @property
     def kv_usage_mean(self) -> float | None:
         """The share of the KV cache in use, its mean over the busy intervals that read it."""
@@ -747,10 +762,9 @@ def state(m: Model, cfg: Config) -> State:
     if cap is not None:
         limits.append((cap, "max_num_seqs"))
     usable = cfg.usable_kv_tokens()
-    shared = m.shared_prefix  # a prefix the requests share is held once
     admit_kv = math.inf  # what the scheduler admits while prompts fit
     if usable is not None and p_mean:
-        admit_kv = max(0.0, usable - shared) / max(p_mean - shared, 1.0)
+        admit_kv = m.admitted_by_kv(usable)
     admit = min(min(x for x, _ in limits), admit_kv)
     if cfg.kv_cache_tokens is not None and m.kv_per_running:
         limits.append((cfg.kv_cache_tokens / m.kv_per_running, "kv_cache"))
@@ -764,7 +778,7 @@ def state(m: Model, cfg: Config) -> State:
     share, pressure = 0.0, None
     if usable and p_mean is not None and g_mean is not None and math.isfinite(admit):
         # the admitted requests all at their end (they are not: a conservative bound)
-        pressure = (admit * cfg.footprint(p_mean - shared, g_mean) + shared) / usable
+        pressure = m.kv_held(cfg, admit) / usable
         share = max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
     scale = batch / max(m.running, 1e-9)
     decode = m.decode * scale
@@ -805,9 +819,8 @@ def _measured_share(m: Model) -> float:
     usable = m.config.usable_kv_tokens()
     if not usable or m.prompt_mean is None or m.output_mean is None:
         return 0.0
-    shared = m.shared_prefix
-    b = min(m.running, max(0.0, usable - shared) / max(m.prompt_mean - shared, 1.0))
-    pressure = (b * m.config.footprint(m.prompt_mean - shared, m.output_mean) + shared) / usable
+    b = min(m.running, m.admitted_by_kv(usable))
+    pressure = m.kv_held(m.config, b) / usable
     return max(0.0, 1.0 - 1.0 / pressure) if pressure > 0 else 0.0
 
 

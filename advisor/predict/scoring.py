@@ -482,9 +482,7 @@ def kv_load_fit(model: pm.Model) -> float | None:
         return None
     cap = c.max_num_active_seqs or c.max_num_seqs  # the batch's cap as the scheduler applies it
     batch = model.offered if cap is None else min(model.offered, cap)
-    shared = model.shared_prefix
-    own = c.footprint(model.prompt_mean - shared, model.output_mean)
-    tokens = batch * own + shared + (c.block_size or 0.0)
+    tokens = model.kv_held(c, batch) + (c.block_size or 0.0)
     return tokens * c.kv_cache_memory_bytes / c.kv_cache_tokens
 
 

@@ -115,8 +115,9 @@ class Outcome:
         }
 
 
-def _prefix(model: pm.Model) -> dict[str, Any]:
-    """What a :class:`Simulated` says of the prefix cache: the hit rate and the prefix held once."""
+def _window_facts(model: pm.Model) -> dict[str, Any]:
+    """What a :class:`Simulated` says of the window beside the simulation: the prefix cache's hit
+    rate and the prefix held once, and the KV use measured."""
     return {
         "prefix_hit_ratio": model.prefix_hit_ratio,
         "shared_prefix": engine_of(model.config, model.shared_prefix).shared_prefix,
@@ -478,7 +479,7 @@ def simulate_change(
         asynchronous=model.config.async_scheduling,
         full_graphs=(_outgrown(model.config), _outgrown(cfg1)),
         piecewise_s=model.fit.piecewise_s,
-        **_prefix(model),
+        **_window_facts(model),
     )
 
 
@@ -624,7 +625,7 @@ class Scorer:
             self.model.config.async_scheduling,
             (_outgrown(self.model.config), _outgrown(cfg)),
             self.model.fit.piecewise_s if self.model.fit is not None else 0.0,
-            **_prefix(self.model),
+            **_window_facts(self.model),
         )
 
 

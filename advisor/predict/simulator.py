@@ -107,7 +107,7 @@ class Engine:
         for name in ("max_num_seqs", "max_num_batched_tokens", "kv_blocks", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if not 0 <= self.shared_prefix // self.block_size < self.kv_blocks:
+        if not 0 <= self.shared_blocks < self.kv_blocks:
             raise ValueError(
                 f"shared_prefix must be >= 0 and hold fewer blocks than the cache (got {self.shared_prefix})"
             )
@@ -124,12 +124,17 @@ class Engine:
         """The most requests admitted into the running batch."""
         return self.max_num_active_seqs if self.max_num_active_seqs is not None else self.max_num_seqs
 
+    @property
+    def shared_blocks(self) -> int:
+        """The shared prefix's whole blocks, held once (out of ``kv_blocks``)."""
+        return self.shared_prefix // self.block_size
+
     def hit_blocks(self, prompt: int, tokens: int | None = None) -> int:
         """The shared prefix's blocks a request finds in the cache: the whole blocks of its
         prompt that are the prefix's, at most ``tokens - 1`` tokens' worth of its sequence (the
         prompt, and its outputs after a preemption; one token is always computed)."""
         bs = self.block_size
-        return min(self.shared_prefix // bs, prompt // bs, ((prompt if tokens is None else tokens) - 1) // bs)
+        return min(self.shared_blocks, prompt // bs, ((prompt if tokens is None else tokens) - 1) // bs)
 
     @property
     def watermark_blocks(self) -> int:
@@ -283,7 +288,7 @@ def simulate(
     pending = deque(sorted(range(len(requests)), key=lambda i: requests[i].arrival or 0.0))
     waiting: deque[_Live] = deque()
     running: list[_Live] = []
-    hb = engine.shared_prefix // bs  # the shared prefix's blocks, held once
+    hb = engine.shared_blocks  # the shared prefix's blocks, held once
     free = engine.kv_blocks - hb
     done: list[Done] = []
     trace: list[Step] = []
@@ -556,7 +561,7 @@ def _decode_run(
     if waiting and budget > 0 and n < engine.admission_limit:
         r = waiting[0]
         computed, shared = r.computed, r.shared
-        if computed == 0 and engine.shared_prefix >= bs:
+        if computed == 0 and engine.shared_blocks:
             shared = engine.hit_blocks(r.prompt, r.prompt + r.generated)
             computed = shared * bs
         if r.kept is not None:
