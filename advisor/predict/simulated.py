@@ -32,6 +32,9 @@ from advisor.predict.simulator import Done, Engine, Request, simulate
 # simulated requests counted per candidate: bounds the work (steps ~ requests x output / batch);
 # a steady closed loop simulates its first round before them (at most workload.FIRST_ROUND_MAX)
 REQUESTS = 400
+# a closed loop is simulated with every client's request at least (workload.Arrivals.simulated):
+# past this many clients the simulator does not decide (its run of 1,024 took ~0.7 s of CPU)
+CLIENTS_MAX = 2048
 MAX_STEPS = 400_000
 DEFAULT_ENGINE = Engine(max_num_seqs=256, max_num_batched_tokens=8192, kv_blocks=10**9)
 QUANTILES = (0.5, 0.95, 0.99)
@@ -348,6 +351,11 @@ def load_of(model: pm.Model, requests: int = REQUESTS, seed: int = 0) -> tuple[w
     """The load the model's busy rows show (its arrivals) and the requests drawn from it: what
     every run of one decision replays. ValueError where it cannot be inferred."""
     arr = wl.fit_arrivals(model.rows, model.tallies)
+    if arr.kind == "closed" and (arr.clients or 0) > CLIENTS_MAX:
+        raise ValueError(
+            f"a closed loop of {arr.clients:,} clients: more than the {CLIENTS_MAX:,} requests "
+            "a decision simulates in a run"
+        )
     return arr, requests_of(model, arr, requests, seed)
 
 
@@ -435,13 +443,13 @@ def outcome(
 
 
 def requests_of(model: pm.Model, arr: wl.Arrivals, counted: int = REQUESTS, seed: int = 0) -> list[Request]:
-    """``counted`` requests with the model's fitted lengths under ``arr``, after the requests a
-    steady loop's first round takes (simulated, not counted); the same seed, the same requests.
-    ValueError where the lengths are unknown."""
+    """``counted`` requests with the model's fitted lengths under ``arr`` (a closed loop's every
+    client at least once), after the requests a steady loop's first round takes (simulated, not
+    counted); the same seed, the same requests. ValueError where the lengths are unknown."""
     if not model.prompt_mean or not model.output_mean:
         raise ValueError("the prompt and output lengths are unknown")
     return wl.requests(
-        counted + arr.first_round,
+        arr.simulated(counted),
         (model.prompt_mean, model.prompt_p95),
         (model.output_mean, model.output_p95),
         arr,
@@ -488,6 +496,14 @@ def simulate_change(
 # within a factor REPRODUCES_LATENCY of the measured ones, or the simulator does not decide
 REPRODUCES = 0.5
 REPRODUCES_LATENCY = 3.0
+# ... and it holds the batch and the KV cache the server's did: its mean running within a factor
+# REPRODUCES_RUNNING (and a request), its mean KV use within REPRODUCES_KV of the cache. A load or
+# a cache read wrong shows here before the latencies: a closed loop of 1,024 clients simulated as
+# 400 requests ran 332 at once for the server's 874, at 22% of the cache for 58%, with its TTFT p95
+# within the factor above. Over the 101 recorded runs and 35 sessions the simulator
+# reproduces: running x0.83-1.16, KV use within 13 points (2026-12-07)
+REPRODUCES_RUNNING = 1.5
+REPRODUCES_KV = 0.20
 
 
 class Scorer:
@@ -580,6 +596,9 @@ class Scorer:
                 )
             factors.append(f)
         self.fidelity = (factors[0], factors[1], factors[2])
+        held = _holds_what_was_measured(m, raw)
+        if held is not None:
+            return held
         now = self._now = raw
         if now.goodput_tokens_per_second is None:
             return "today's simulated run finished no request"
@@ -640,6 +659,26 @@ the recorded after-runs): their candidates are scored by the closed form. A budg
 decide: on the recorded raises it chooses as measured (cpu-prefill-budget 64 -> 192, the best of
 three after-runs by goodput; h200-C 2048 -> 16384: TTFT p95 flat, as measured), where the closed
 form over-prices the decodes' share of the longer steps (ITL p95 +161% predicted, +93% measured)."""
+
+
+def _holds_what_was_measured(model: pm.Model, now: Outcome) -> str | None:
+    """Why today's simulated run does not hold the batch or the KV cache the window measured
+    (None: it does, or nothing was measured to compare)."""
+    running, sim_running = model.measured.get("running"), now.running
+    if running and sim_running is not None:
+        lo, hi = running / REPRODUCES_RUNNING - 1, running * REPRODUCES_RUNNING + 1
+        if not lo <= sim_running <= hi:
+            return (
+                f"today's knobs simulated run {sim_running:,.1f} requests at once against "
+                f"{running:,.1f} measured: the simulator does not reproduce this server's load"
+            )
+    kv, sim_kv = model.kv_usage_mean, now.kv_usage
+    if kv is not None and sim_kv is not None and abs(sim_kv - kv) > REPRODUCES_KV:
+        return (
+            f"today's knobs simulated hold {sim_kv:.0%} of the KV cache against {kv:.0%} "
+            "measured: the simulator does not reproduce what this server's requests hold"
+        )
+    return None
 
 
 def not_deciding(knob: str, current: float | None, value: float) -> str | None:

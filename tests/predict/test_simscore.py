@@ -331,7 +331,13 @@ def test_a_cap_raised_past_the_kv_fit_that_gains_nothing_is_not_advised() -> Non
     c = model.config
     assert c.max_num_seqs == 16 and model.prompt_mean and model.output_mean
     foot = c.footprint(model.prompt_mean, model.output_mean)
-    small = replace(model, config=replace(c, kv_cache_tokens=12 * foot + (c.block_size or 0)))
+    # a smaller cache than the one recorded: the rows' KV use (of the recorded cache) is not
+    # this one's, and today's simulated run is not held to it
+    small = replace(
+        model,
+        config=replace(c, kv_cache_tokens=12 * foot + (c.block_size or 0)),
+        rows=tuple(replace(r, kv_usage=None) for r in model.rows),
+    )
 
     def scored(m: pm.Model) -> arbitration.Scored:
         r = scoring.refine_with(
@@ -495,3 +501,54 @@ def test_a_near_tie_goes_to_the_standing_advice_before_the_rules_order() -> None
     assert chosen(other) == other  # the standing one keeps a near tie
     assert chosen(by_rank) == by_rank
     assert chosen(a, 110.0 + 3 * scoring.FLAT * 100.0) == b  # beaten by more than the grain
+
+
+@cache
+def _dense_tp2() -> pm.Model:
+    """dense-kv-tp's TP 2 run (two H200s, vLLM 0.25): a closed loop of 1,024 clients started in
+    the window, 874 running at once on average, 58% of its 2M-token cache held."""
+    run = REPO / "validation" / "runs" / "dense-kv-tp.tensor-parallel-size-2"
+    model, _, _, _ = predict_cmd.from_source_exact(Config(), load_rules(), session_dir=str(run))
+    return model
+
+
+def test_a_closed_loop_is_simulated_with_every_client_and_holds_what_the_server_held() -> None:
+    model = _dense_tp2()
+    scorer = simulated.Scorer(model, TARGETS_H200)
+    assert scorer.why_not() is None
+    assert scorer.arrivals is not None and scorer.arrivals.clients == 1024
+    assert len(scorer._reqs) == 1024 > simulated.REQUESTS  # every client's request, not 400
+    now, running, kv = scorer.now(), model.measured["running"], model.kv_usage_mean
+    assert running and kv and now.running and now.kv_usage
+    assert now.running / running == pytest.approx(1, abs=0.1), (now.running, running)
+    assert now.kv_usage == pytest.approx(kv, abs=0.05)
+
+
+def test_a_simulation_that_does_not_hold_the_servers_batch_or_kv_does_not_decide(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same run with 400 requests for its 1,024 clients (the horizon before every client was
+    simulated): its TTFT p95 is within the latency check's factor, its batch is not."""
+    model = _dense_tp2()
+    monkeypatch.setattr(simulated.wl.Arrivals, "simulated", lambda self, counted: counted)
+    why = simulated.Scorer(model, TARGETS_H200).why_not()
+    assert why is not None and "does not reproduce this server's load" in why, why
+    assert "requests at once against 873.9 measured" in why
+
+
+def test_the_kv_the_simulated_requests_hold_is_checked_against_the_measured() -> None:
+    model = _dense_tp2()
+    now = simulated.Scorer(model, TARGETS_H200).now()
+    assert simulated._holds_what_was_measured(model, now) is None
+    assert now.kv_usage is not None and model.kv_usage_mean is not None
+    misread = replace(now, kv_usage=model.kv_usage_mean + simulated.REPRODUCES_KV + 0.01)
+    why = simulated._holds_what_was_measured(model, misread)
+    assert why is not None and "of the KV cache against 58% measured" in why, why
+
+
+def test_a_closed_loop_past_the_simulations_bound_is_left_to_the_closed_form(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(simulated, "CLIENTS_MAX", 1000)
+    why = simulated.Scorer(_dense_tp2(), TARGETS_H200).why_not()
+    assert why == "a closed loop of 1,024 clients: more than the 1,000 requests a decision simulates in a run"

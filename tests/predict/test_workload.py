@@ -230,6 +230,11 @@ def test_a_closed_loop_running_before_the_window_is_steady_and_one_started_in_it
     big = wl.fit_arrivals(_page_rows([600.0] * 12, [0.0] * 11))
     assert (big.kind, big.clients, big.steady) == ("closed", 600, False), big.why
     assert f"over {wl.FIRST_ROUND_MAX}" in big.why
+    # simulated: a steady loop's first round before the counted requests; a loop started in the
+    # window with each of its clients' requests at least (400 requests are no loop of 600)
+    assert (live.simulated(400), began.simulated(400), big.simulated(400), big.simulated(900)) == (424, 400, 600, 900)
+    opened = wl.Arrivals("open", None, 2.0, 1.0, "")
+    assert opened.simulated(400) == 400
 
 
 def test_a_fall_from_the_top_that_lasts_is_open() -> None:
