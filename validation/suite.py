@@ -430,7 +430,7 @@ SCENARIOS_H200 += [
         "4,096): the server preempts; the advice beside the cap cut to 12 and 5 GiB of KV.",
         {"max-num-seqs": 48, "max-num-batched-tokens": 4096, "kv-cache-memory-bytes": 2 * GiB},
         Load(input_len=1024, output_len=256, num_prompts=400, concurrency=48, est_s=150),
-        "kv-preemption-seqs-bind",
+        "kv-preemption-capacity",  # the cap (48) does not bind: 2 GiB holds ~13 of the requests
         alternatives=({"max-num-seqs": 12}, {"kv-cache-memory-bytes": 5 * GiB}),
     ),
 ]
@@ -439,8 +439,8 @@ SCENARIOS_H200 += [
 # each request's own 1,024 tokens, 256 out, 64 clients, behind 6 GiB of KV (cap 256). vLLM holds
 # the prefix's blocks once: 6 GiB holds ~45 such requests, where private copies would hold ~14;
 # the load needs ~10.3 GiB at its requests' full lengths (26 GiB as private copies). The simulator
-# takes the observed hit rate as such a shared prefix (advisor/predict/simulator.py). Not run yet:
-# no device was lent in the session that wrote it (cpu-prefix-kv below is the CPU's measurement).
+# takes the observed hit rate as such a shared prefix (advisor/predict/simulator.py). Run on an H100
+# on 2026-12-07 (the next session: no device had been lent in the one that wrote it).
 SCENARIOS_H200 += [
     Scenario(
         "prefix-shared",
@@ -450,6 +450,18 @@ SCENARIOS_H200 += [
         {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
         Load(input_len=1024, output_len=256, num_prompts=384, concurrency=64, est_s=100, prefix_len=2048),
         "kv-preemption-capacity",
+    ),
+    # kv-capacity again (2026-12-07, sixteenth session): today's advisor advises 50 GiB where the
+    # rule's step (9 GiB) was what kv-capacity measured; the README's example is that advice. Both
+    # under one lease, the advice as the after-run and the step as the alternative.
+    Scenario(
+        "kv-capacity-r2",
+        "kv-capacity's server and load again: the advice today's advisor gives (its KV to the "
+        "load's size) beside the rule's step to 9 GiB.",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
+        Load(**CHAT, num_prompts=600, concurrency=256, est_s=85),
+        "kv-preemption-capacity",
+        alternatives=({"kv-cache-memory-bytes": 9 * GiB},),
     ),
 ]
 

@@ -270,7 +270,14 @@ def test_live_daemon_advice_is_recorded_for_every_before_run() -> None:
         # behind 2 GiB of KV, preempting: the cache, by the rule's +50% step (short of what the
         # load needs; the advice now weighs that: test_a_held_out_closed_loop_...)
         "prefill-kv-closed.before": "--kv-cache-memory-bytes 2147483648 -> 3221225472 (2 GiB -> 3 GiB)",
+        # held out (an H100, 2026-12-07, sixteenth session): 64 clients sharing a 2,048-token
+        # prefix behind 6 GiB: the KV the load needs with the prefix held once (not ~26 GiB)
+        "prefix-shared.before": "--kv-cache-memory-bytes 6442450944 -> 11274289152 (6 GiB -> 10.5 GiB)",
+        # kv-capacity again on the same lease: the load's size, where the rule's step was 9 GiB
+        "kv-capacity-r2.before": "--kv-cache-memory-bytes 6442450944 -> 53687091200 (6 GiB -> 50 GiB)",
     }
+    # the advice sized to the load left nothing more to advise on prefix-shared's server
+    assert RESULTS["prefix-shared.after"]["advice"]["status"] == "healthy"
     # follow mode: the next step the daemon advised on the first one's server, then nothing
     assert RESULTS["follow-misconf.after"]["advice"]["recommendation"]["change"] == (
         "--kv-cache-memory-bytes 4294967296 -> 6442450944 (4 GiB -> 6 GiB)"
