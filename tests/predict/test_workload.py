@@ -232,7 +232,12 @@ def test_a_closed_loop_running_before_the_window_is_steady_and_one_started_in_it
     assert f"over {wl.FIRST_ROUND_MAX}" in big.why
     # simulated: a steady loop's first round before the counted requests; a loop started in the
     # window with each of its clients' requests at least (400 requests are no loop of 600)
-    assert (live.simulated(400), began.simulated(400), big.simulated(400), big.simulated(900)) == (424, 400, 600, 900)
+    assert (live.simulated(400), began.simulated(400), big.simulated(400), big.simulated(900)) == (
+        424,
+        400,
+        600,
+        900,
+    )
     opened = wl.Arrivals("open", None, 2.0, 1.0, "")
     assert opened.simulated(400) == 400
 
