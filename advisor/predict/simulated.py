@@ -500,7 +500,7 @@ REPRODUCES_LATENCY = 3.0
 # REPRODUCES_RUNNING (and a request), its mean KV use within REPRODUCES_KV of the cache. A load or
 # a cache read wrong shows here before the latencies: a closed loop of 1,024 clients simulated as
 # 400 requests ran 332 at once for the server's 874, at 22% of the cache for 58%, with its TTFT p95
-# within the factor above. Over the 101 recorded runs and 35 sessions the simulator
+# within the factor above. Over the 106 recorded runs and 35 sessions the simulator
 # reproduces: running x0.83-1.16, KV use within 13 points (2026-12-07)
 REPRODUCES_RUNNING = 1.5
 REPRODUCES_KV = 0.20
