@@ -126,6 +126,9 @@ class Scenario:
 CHAT = dict(input_len=1024, output_len=512)  # the lab's A/B load: 1k in, 512 out
 LONG = dict(input_len=6000, output_len=128)  # the lab's C load: long prompts, short answers
 KNEE_LOAD = Load(**CHAT, num_prompts=720, concurrency=None, rate=8.0, est_s=110)  # open-kv-knee's
+# kv-capacity's server and load (kv-capacity-r2 runs them again)
+KV_CAPACITY = {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB}
+KV_CAPACITY_LOAD = Load(**CHAT, num_prompts=600, concurrency=256, est_s=85)
 
 SCENARIOS_H200 = [
     Scenario(
@@ -140,8 +143,8 @@ SCENARIOS_H200 = [
         "kv-capacity",
         "KV pressure where max_num_seqs does not bind: 6 GiB of KV holds ~32 chat requests, the "
         "cap is 256 (the lab's A_s256).",
-        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
-        Load(**CHAT, num_prompts=600, concurrency=256, est_s=85),
+        KV_CAPACITY,
+        KV_CAPACITY_LOAD,
         "kv-preemption-capacity",
     ),
     Scenario(
@@ -458,8 +461,8 @@ SCENARIOS_H200 += [
         "kv-capacity-r2",
         "kv-capacity's server and load again: the advice today's advisor gives (its KV to the "
         "load's size) beside the rule's step to 9 GiB.",
-        {"max-num-seqs": 256, "max-num-batched-tokens": 8192, "kv-cache-memory-bytes": 6 * GiB},
-        Load(**CHAT, num_prompts=600, concurrency=256, est_s=85),
+        KV_CAPACITY,
+        KV_CAPACITY_LOAD,
         "kv-preemption-capacity",
         alternatives=({"kv-cache-memory-bytes": 9 * GiB},),
     ),
