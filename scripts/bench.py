@@ -23,9 +23,17 @@ file), as on a host where it knows the server's GPU: the model's GPU-only terms 
   stay "advice": every scrape is answered); the bare parse beside it is timed in this process
   (thread CPU time) on the pages served, while the daemons run.
 
+- one-shot rows (first, alone on the machine): ``vllm-advisor explain --session`` and ``predict
+  --session`` on the bundled session (a 60 s window's 39 pages, 5 simulated runs for one
+  decision), each a fresh process (start-up, imports, rules and the replay included), its CPU
+  time (user + system, from the kernel's accounting of the child); with ``--baseline REV``
+  the same commands from the tree of git revision REV (its ``advisor/`` and ``rules/``, run with
+  this venv), interleaved with this tree's round by round, side by side.
+
 Absolute times on a shared machine are noisy: read the ratios. Usage:
-  python scripts/bench.py            # the full run (~12 min)
+  python scripts/bench.py            # the full run (~13 min)
   python scripts/bench.py --quick    # a short smoke version (~3 min), same tables
+  python scripts/bench.py --only-one-shot --baseline e28a34a   # the one-shot rows (~1 min)
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import gc
 import http.server
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -338,6 +347,79 @@ def _ok(ok: bool) -> str:
     return "ok" if ok else "MISSED"
 
 
+# ---------------------------------------------------------------- one-shot commands
+ONE_SHOT_TARGET_S = 1.0  # issue 30: one predict or explain --session on a 60 s window within 1 s
+ONE_SHOT = [
+    ("explain --session", ["explain", "--session", str(SESSION)]),
+    (
+        "predict --session --set kv_cache_memory_bytes=50GiB",
+        ["predict", "--session", str(SESSION), "--set", "kv_cache_memory_bytes=50GiB"],
+    ),
+]
+
+
+def _child_cpu_s(tree: Path, args: list[str]) -> float:
+    """One fresh process of the CLI from ``tree``: its user + system CPU seconds."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": ""}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor.cli", *args], cwd=tree, env=env, capture_output=True, text=True
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 3):  # 3: advice (explain --exit-code only; tolerated)
+        raise RuntimeError(
+            f"{' '.join(args[:1])} from {tree} exited {done.returncode}: {done.stderr.strip()[-400:]}"
+        )
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def one_shot_rows(rounds: int, baseline: str | None) -> tuple[dict[str, dict[str, list[float]]], str]:
+    """CPU seconds of each one-shot command, per tree (\"this tree\", and the baseline's when
+    asked), rounds interleaved; after one warm-up run of each (bytecode written)."""
+    trees = {"this tree": ROOT}
+    with contextlib.ExitStack() as stack:
+        if baseline:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-base-")))
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", baseline, "advisor", "rules"],
+                capture_output=True,
+                check=True,
+            ).stdout
+            subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+            trees = {f"baseline {baseline}": tmp, "this tree": ROOT}
+        out: dict[str, dict[str, list[float]]] = {name: {t: [] for t in trees} for name, _ in ONE_SHOT}
+        for tree in trees.values():
+            for _, args in ONE_SHOT:
+                _child_cpu_s(tree, args)  # warm-up: its bytecode written, the files in the page cache
+        for _ in range(rounds):
+            for name, args in ONE_SHOT:
+                for label, tree in trees.items():
+                    out[name][label].append(_child_cpu_s(tree, args))
+    return out, " | ".join(trees)
+
+
+def print_one_shot(rows: dict[str, dict[str, list[float]]]) -> None:
+    labels = list(next(iter(rows.values())))
+    print(
+        "One-shot commands on the bundled session (a fresh process each: start-up, imports, rules, the "
+        "replay of its 39 pages and the decision's simulated runs), CPU seconds (user + system), median "
+        "and range of the rounds.\n"
+    )
+    print("| command | " + " | ".join(labels) + (" | change" if len(labels) > 1 else "") + " | target |")
+    print("|---|" + "---|" * len(labels) + ("---|" if len(labels) > 1 else "") + "---|")
+    for name, per in rows.items():
+        cells = [f"{statistics.median(v):.2f} s ({min(v):.2f}-{max(v):.2f})" for v in per.values()]
+        med = [statistics.median(v) for v in per.values()]
+        change = f" | {med[-1] / med[0] - 1:+.0%}" if len(med) > 1 else ""
+        print(
+            f"| `{name}` | "
+            + " | ".join(cells)
+            + change
+            + f" | <= {ONE_SHOT_TARGET_S:g} s {_ok(med[-1] <= ONE_SHOT_TARGET_S)} |"
+        )
+    print()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a short version: shorter daemon runs")
@@ -345,9 +427,25 @@ def main() -> int:
     ap.add_argument(
         "--daemon-seconds", type=float, help="how long every daemon runs [default: 600, quick 150]"
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also run the one-shot commands from git revision REV's tree, side by side",
+    )
+    ap.add_argument("--only-one-shot", action="store_true", help="only the one-shot commands' table")
     args = ap.parse_args()
     rounds = args.rounds or (10 if args.quick else 30)
     run_s = args.daemon_seconds or (150.0 if args.quick else 600.0)
+
+    t_start = time.monotonic()
+    print("one-shot commands ...", file=sys.stderr)
+    one_shot, _ = one_shot_rows(3 if args.quick else 7, args.baseline)
+    print(
+        f"Machine: {psutil.cpu_count()} CPUs, shared (load {os.getloadavg()[0]:.1f}).{' QUICK run.' if args.quick else ''}\n"
+    )
+    print_one_shot(one_shot)
+    if args.only_one_shot:
+        return 0
 
     base = [text for _, text in Session.load(SESSION).iter_scrapes()]
     engine_counts = (1, 8, 16)
@@ -355,7 +453,6 @@ def main() -> int:
     configs = (
         [(1, 5.0), (8, 5.0), (8, 1.0)] if args.quick else [(1, 5.0), (1, 1.0), (8, 5.0), (8, 1.0), (16, 1.0)]
     )
-    t_start = time.monotonic()
     print("cycles in process ...", file=sys.stderr)
     crow = cycle_rows(sessions, configs, rounds)
     daemons = [DaemonRow(e, i, run_s) for e in (8, 16) for i in (0.2, 1.0, 5.0)]

@@ -274,12 +274,15 @@ def _run(model: pm.Model, cfg: pm.Config, reqs: Sequence[Any], arr: wl.Arrivals)
         end = max(end, r.end)
         preemptions += r.preemptions
         truncated |= r.truncated
-        running_s += sum(s.running * s.dt for s in r.steps)
-        kv_s += sum(s.kv_used * s.dt for s in r.steps)
-        busy_s += sum(s.dt for s in r.steps)
+        prefilled = 0
+        for s in r.steps:  # one pass over the trace (a run's thousands of steps)
+            running_s += s.running * s.dt
+            kv_s += s.kv_used * s.dt
+            busy_s += s.dt
+            prefilled += s.prefill
         if r.preemptions:  # each prompt computed once, less its prefix-cache hit
             first = sum(q.prompt - eng.hit_blocks(q.prompt) * eng.block_size for q in share)
-            recomputed += sum(s.prefill for s in r.steps) - first
+            recomputed += prefilled - first
     t0 = min((d.arrival for d in done), default=0.0)
     return _Run(
         done, end - t0, preemptions, truncated, counted, running_s, max(0.0, recomputed), kv_s, busy_s

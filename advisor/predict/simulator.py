@@ -566,8 +566,12 @@ def _decode_run(
             computed = shared * bs
         if r.kept is not None:
             computed = min((shared + r.kept[0]) * bs, r.prompt + r.generated - 1)
+        if r.kept is not None and not engine.full_sequence_must_fit:
             # the decodes' new blocks evict from the head of the free queue: stop before they
-            # reach the head's cached blocks (its hit would change)
+            # reach the head's cached blocks (its hit, and with it the blocks its first chunk
+            # asks, would change). Where its whole sequence must fit, what it asks does not
+            # depend on its hit: the eviction moves only what it computes again once admitted,
+            # and the caller's ``evict`` after the run takes the same blocks as step by step
             ahead = 0
             for seg in lru or ():
                 if seg is r.kept:
