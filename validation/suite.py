@@ -983,6 +983,8 @@ def bench(run: Run, runs: list[Run]) -> None:
         run.note = f"bench rc {rc}: " + (d / "bench.log").read_text(errors="replace")[-600:]
     log(f"bench {run.id} rc={rc} in {bench_s:.0f}s: {json.dumps(run.bench)}")
     log(f"advice at the end of {run.id}: {_advice_line(final)}")
+    if run.phase == "before":
+        log(f"{run.id}: {expected_line(s, final)}")
     if rc == 0 and (run.phase == "before" or run.step > 0) and run.step < s.follow:
         plan_after(run, runs)
     explain = subprocess.run(
@@ -1153,6 +1155,16 @@ def _advice_line(diag: Any) -> str:
     if not rec:
         return f"{diag.get('status')}: {diag.get('reason', '')}"
     return f"{rec.get('rule')}: {rec.get('change')}"
+
+
+def expected_line(s: Scenario, diag: dict[str, Any] | None) -> str:
+    """Whether the base run's advice is the rule its scenario was built to show (``expect``): a
+    scenario that shows another rule says so (its design or the advisor moved), not an error."""
+    rec = (diag or {}).get("recommendation") if isinstance(diag, dict) else None
+    rule = rec.get("rule") if isinstance(rec, dict) else None
+    if rule == s.expect:
+        return f"as built: {rule or 'no advice'}"
+    return f"built to show {s.expect or 'no advice'}; the advisor said {rule or 'no advice'}"
 
 
 def after_id(scenario_name: str, step: int) -> str:

@@ -353,13 +353,20 @@ def lacks(model: pm.Model) -> str | None:
 def load_of(model: pm.Model, requests: int = REQUESTS, seed: int = 0) -> tuple[wl.Arrivals, list[Any]]:
     """The load the model's busy rows show (its arrivals) and the requests drawn from it: what
     every run of one decision replays. ValueError where it cannot be inferred."""
-    arr = wl.fit_arrivals(model.rows, model.tallies)
+    arr = arrivals_of(model.rows, model.tallies)
+    return arr, requests_of(model, arr, requests, seed)
+
+
+def arrivals_of(rows: Sequence[Row], tallies: Sequence[wl.Tally] = ()) -> wl.Arrivals:
+    """The arrivals ``rows`` show (:func:`workload.fit_arrivals`), within what a run simulates:
+    ValueError for a closed loop of more than ``CLIENTS_MAX`` clients."""
+    arr = wl.fit_arrivals(rows, tallies)
     if arr.kind == "closed" and (arr.clients or 0) > CLIENTS_MAX:
         raise ValueError(
             f"a closed loop of {arr.clients:,} clients: more than the {CLIENTS_MAX:,} requests "
             "a decision simulates in a run"
         )
-    return arr, requests_of(model, arr, requests, seed)
+    return arr
 
 
 def recompute_per_preemption(model: pm.Model, requests: int = REQUESTS, seed: int = 0) -> float | None:
@@ -477,7 +484,7 @@ def simulate_change(
         raise ValueError("no step-time fit")
     if not model.prompt_mean or not model.output_mean:
         raise ValueError("the prompt and output lengths are unknown")
-    arr = wl.fit_arrivals(rows, model.tallies)
+    arr = arrivals_of(rows, model.tallies)
     cfg1, _ = pm.with_knob(model, knob, value)
     reqs = requests_of(model, arr, requests, seed)
     model, now = outcome_today(model, reqs, arr, targets)

@@ -353,7 +353,9 @@ def simulate(
     # its last token is in flight, and frees it when that token comes back
     sched_at = 0.0
     leaving: list[_Live] = []
-    settled = False  # the last step decoded every running request and did nothing else
+    # the last step scheduled every running request, preempted none, and each of them came out
+    # of it decoding (a token emitted: its prompt computed): the next step is a decode of them all
+    settled = False
     it = 0
     while it < max_steps:
         it += 1
@@ -470,7 +472,7 @@ def simulate(
             else:
                 prefill += new
                 prefilling.append(r)
-        settled = not prefill and not preempted and len(sched) == len(running)
+        settled = not preempted and len(sched) == len(running)
         dt = cost(decodes, kv_read, prefill)
         for r in prefilling:
             if r.first is None:
@@ -484,7 +486,9 @@ def simulate(
         finished: list[_Live] = []
         for r, new in sched:
             r.computed += new
-            if r.computed >= r.prompt + r.generated:  # _target(r), inlined
+            if r.computed < r.prompt + r.generated:  # _target(r), inlined: a chunk of its prompt
+                settled = False
+            else:
                 r.generated += 1
                 if r.first is None:
                     r.first = t

@@ -230,6 +230,24 @@ def test_the_gpu_suite_follows_advice_step_after_step(
         assert "--enforce-eager" in suite.serve_argv(eager)
 
 
+def test_every_gpu_scenario_names_a_rule_and_its_base_run_says_whether_it_showed_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each scenario's ``expect`` is a rule of rules/ (or no advice), so a renamed rule shows
+    here; the base run's log line says whether the advice was that rule."""
+    ids = {r.id for r in RULES}
+    with gpu_suite(monkeypatch, tmp_path, "h200") as suite:
+        every = [*suite.SCENARIOS_H200, *suite.SCENARIOS_H200X2]
+        assert len(every) > 20
+        for s in every:
+            assert s.expect is None or s.expect in ids, (s.name, s.expect)
+        s = next(x for x in every if x.expect is not None)
+        said = {"recommendation": {"rule": s.expect, "change": "c"}}
+        assert suite.expected_line(s, said) == f"as built: {s.expect}"
+        other = suite.expected_line(s, {"status": "healthy"})
+        assert other == f"built to show {s.expect}; the advisor said no advice"
+
+
 def test_the_exporter_publishes_the_model_facts_the_promql_twins_read() -> None:
     """The PromQL twins of model_is_moe, model_num_experts and mm_encoder_tp_data read
     vllm_advisor_engine_fact: the exporter publishes them from a real engine's diagnosis."""

@@ -550,5 +550,9 @@ def test_a_closed_loop_past_the_simulations_bound_is_left_to_the_closed_form(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(simulated, "CLIENTS_MAX", 1000)
-    why = simulated.Scorer(_dense_tp2(), TARGETS_H200).why_not()
+    model = _dense_tp2()
+    why = simulated.Scorer(model, TARGETS_H200).why_not()
     assert why == "a closed loop of 1,024 clients: more than the 1,000 requests a decision simulates in a run"
+    # nor does `predict` simulate it for its view where the scorer would not decide
+    with pytest.raises(ValueError, match="a closed loop of 1,024 clients"):
+        simulated.simulate_change(model, "max_num_seqs", 600, model.rows, TARGETS_H200)
