@@ -386,6 +386,10 @@ def simulate(
         budget = engine.max_num_batched_tokens
         sched: list[tuple[_Live, int]] = []
         preempted = 0
+        # the step's work, counted as it is scheduled: decodes and the KV they read, prefill
+        # tokens and the requests whose prompt (or recompute) they are
+        decodes = prefill = kv_read = 0
+        prefilling: list[_Live] = []
         # the long-prefill cap of this step: none for a lone request; adaptive: at least a fair
         # share of the budget (vLLM 0.31+, Scheduler.schedule)
         eligible = len(running) + len(waiting)
@@ -396,10 +400,16 @@ def simulate(
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            if r.prompt + r.generated - r.computed <= 1 and r.computed < (r.blocks + r.shared) * bs:
+            if (
+                r.generated
+                and r.prompt + r.generated - r.computed <= 1
+                and r.computed < (r.blocks + r.shared) * bs
+            ):
                 # performance only: a decode whose next token's block is held needs nothing else
                 sched.append((r, 1))
                 budget -= 1
+                decodes += 1
+                kv_read += r.computed
                 i += 1
                 continue
             new = r.need()
@@ -417,6 +427,12 @@ def simulate(
             else:
                 sched.append((r, new))
                 budget -= new
+                if r.generated and new == 1:
+                    decodes += 1
+                    kv_read += r.computed
+                else:
+                    prefill += new
+                    prefilling.append(r)
                 i += 1
                 continue
             break
@@ -446,6 +462,12 @@ def simulate(
                 running.append(r)
                 sched.append((r, new))
                 budget -= new
+                if r.generated and new == 1:
+                    decodes += 1
+                    kv_read += r.computed
+                else:
+                    prefill += new
+                    prefilling.append(r)
                 if r.started < 0:
                     r.started = sched_at
                     if sched_at < t and trace:  # scheduled while the step before ran: it waits it out
@@ -463,15 +485,6 @@ def simulate(
             # nothing fits even alone (a prompt larger than the cache): refuse it, as vLLM does
             r = waiting.popleft()
             raise ValueError(f"request {r.idx} needs more KV blocks than the cache has ({engine.kv_blocks})")
-        decodes = prefill = kv_read = 0
-        prefilling: list[_Live] = []
-        for r, new in sched:  # one pass (the inner loop: it runs for every request of every step)
-            if r.generated and new == 1:
-                decodes += 1
-                kv_read += r.computed
-            else:
-                prefill += new
-                prefilling.append(r)
         settled = not preempted and len(sched) == len(running)
         dt = cost(decodes, kv_read, prefill)
         for r in prefilling:
