@@ -468,6 +468,29 @@ SCENARIOS_H200 += [
     ),
 ]
 
+# A held-out budget misconfiguration under open arrivals (written 2026-12-08, seventeenth session;
+# no device was lent then: not run yet). A 512-token budget (vLLM V0's chunked-prefill default,
+# still found in launch scripts) before 3,000-token prompts with 128-token answers at 9 req/s of
+# Poisson arrivals, 20 GiB of KV (~50 such requests) and the cap at 256: no recorded GPU run has a
+# budget this small beside this rate. Simulated before it ran, on follow-long's H100 fit (cap 256,
+# budget 8,192, 6k prompts at 4 req/s): budget 512 TTFT p50 3.5 s, p95 6.1 s, goodput ~230 of
+# ~1,000 tok/s (its prefill steps carry ~70% of what 8,192's do); 768 TTFT p95 1.9 s; 1,024
+# 1.3 s; 2,048 0.9 s; 8,192 0.8 s with TPOT p95 43 ms against 21 ms at 512. The advice is
+# followed once more, vLLM's usual 8,192 beside it.
+SCENARIOS_H200 += [
+    Scenario(
+        "budget-small-open",
+        "A 512-token budget before 3,000-token prompts (128 out) at 9 req/s of Poisson arrivals, "
+        "20 GiB of KV, cap 256: prefill steps the budget keeps small; the advice followed up to "
+        "two restarts, 8,192 beside it.",
+        {"max-num-seqs": 256, "max-num-batched-tokens": 512, "kv-cache-memory-bytes": 20 * GiB},
+        Load(input_len=3000, output_len=128, num_prompts=720, concurrency=None, rate=9.0, est_s=110),
+        "ttft-prefill-budget-bound",
+        alternatives=({"max-num-batched-tokens": 8192},),
+        follow=2,
+    ),
+]
+
 # The draw at the knee (2026-12-07): every run above used the benchmark's seed 0, so every run of a
 # scenario saw the same arrivals and lengths, and near a knee one draw queues where another does
 # not (docs/prediction.md, "How much of the miss is the draw"): the same server under four draws
