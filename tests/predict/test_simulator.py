@@ -226,6 +226,22 @@ def test_a_shared_prefix_is_held_once() -> None:
     assert max(s.running for s in private.steps) == 1
 
 
+def test_a_shared_prefix_is_read_once_a_step() -> None:
+    """A decode step's KV read counts the shared prefix once (as the fit reads KV use: blocks
+    held; as cascade attention reads a prefix the batch shares) and each request's own tokens:
+    four requests of a 32-token prefix and 8 tokens of their own decode at a + k * (32 + 4 x 8),
+    not a + k * 4 x 40."""
+    fit = StepTime(0.002, 1e-5, 1e-5, "kv", 10, None)
+    eng = Engine(max_num_seqs=8, max_num_batched_tokens=256, kv_blocks=40, block_size=4, shared_prefix=32)
+    res = simulate(eng, fit, [Request(40, 3) for _ in range(4)], clients=4, fast_forward=False)
+    decodes = [s for s in res.steps if s.decode == 4 and not s.prefill]
+    assert decodes, res.steps
+    first = decodes[0]  # the step after the prefill: each request's 8 prompt tokens of its own
+    assert first.dt == pytest.approx(0.002 + 1e-5 * (32 + 4 * 8))
+    assert decodes[1].dt == pytest.approx(0.002 + 1e-5 * (32 + 4 * 9))  # and its first output
+    assert simulate(eng, fit, [Request(40, 3) for _ in range(4)], clients=4) == res
+
+
 def test_a_preempted_request_finds_the_shared_prefix_and_its_own_blocks_again() -> None:
     """Preempted, a request looks its tokens up anew: the shared prefix's blocks and its own full
     blocks still cached are hits, the rest is computed again."""
