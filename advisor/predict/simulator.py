@@ -392,10 +392,11 @@ def simulate(
         budget = engine.max_num_batched_tokens
         sched: list[tuple[_Live, int]] = []
         preempted = 0
-        # the step's work, counted as it is scheduled: decodes and the KV they read, prefill
-        # tokens and the requests whose prompt (or recompute) they are
+        # the step's work: the running decodes whose block is held counted as they are scheduled
+        # (the inner loop), the others (chunks, decodes that took a block, admissions) after
         decodes = prefill = kv_read = 0
         prefilling: list[_Live] = []
+        others: list[tuple[_Live, int]] = []
         # the long-prefill cap of this step: none for a lone request; adaptive: at least a fair
         # share of the budget (vLLM 0.31+, Scheduler.schedule)
         eligible = len(running) + len(waiting)
@@ -432,13 +433,8 @@ def simulate(
                     break
             else:
                 sched.append((r, new))
+                others.append((r, new))
                 budget -= new
-                if r.generated and new == 1:
-                    decodes += 1
-                    kv_read += r.computed - r.shared * bs  # its own tokens: the prefix is added once
-                else:
-                    prefill += new
-                    prefilling.append(r)
                 i += 1
                 continue
             break
@@ -467,13 +463,8 @@ def simulate(
                 waiting.popleft()
                 running.append(r)
                 sched.append((r, new))
+                others.append((r, new))
                 budget -= new
-                if r.generated and new == 1:
-                    decodes += 1
-                    kv_read += r.computed - r.shared * bs  # its own tokens: the prefix is added once
-                else:
-                    prefill += new
-                    prefilling.append(r)
                 if r.started < 0:
                     r.started = sched_at
                     if sched_at < t and trace:  # scheduled while the step before ran: it waits it out
@@ -491,6 +482,13 @@ def simulate(
             # nothing fits even alone (a prompt larger than the cache): refuse it, as vLLM does
             r = waiting.popleft()
             raise ValueError(f"request {r.idx} needs more KV blocks than the cache has ({engine.kv_blocks})")
+        for r, new in others:
+            if r.generated and new == 1:
+                decodes += 1
+                kv_read += r.computed - r.shared * bs  # its own tokens: the prefix is added once
+            else:
+                prefill += new
+                prefilling.append(r)
         settled = not preempted and len(sched) == len(running)
         dt = cost(decodes, kv_read + (prefix if decodes else 0), prefill)
         for r in prefilling:
