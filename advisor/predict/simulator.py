@@ -567,8 +567,9 @@ def _decode_run(
     as the decodes only take blocks) and no decode misses a block (no preemption). At most
     ``most`` steps. Each step is costed and traced as :func:`simulate` would, with the same
     arithmetic in the same order. Returns (steps taken, the time and the free blocks after them);
-    (0, t, free) where the next step is not such a step. The caller knows that every running
-    request decoded in the last step and nothing else happened in it."""
+    (0, t, free) where the next step is not such a step. The caller knows that the last step
+    scheduled every running request, preempted none, and that each of them came out of it with
+    a token (its prompt computed: a decode next), and that none is leaving."""
     n = len(running)
     budget = engine.max_num_batched_tokens - n
     if not n or budget < 0 or t >= next_arrival:
