@@ -24,7 +24,7 @@ file), as on a host where it knows the server's GPU: the model's GPU-only terms 
   (thread CPU time) on the pages served, while the daemons run.
 
 - one-shot rows (first, alone on the machine): ``vllm-advisor explain --session`` and ``predict
-  --session`` on the bundled session (a 60 s window's 39 pages, 5 simulated runs for one
+  --session`` on the bundled session (39 pages over 76 s, 5 simulated runs for one
   decision), each a fresh process (start-up, imports, rules and the replay included), its CPU
   time (user + system, from the kernel's accounting of the child); with ``--baseline REV``
   the same commands from the tree of git revision REV (its ``advisor/`` and ``rules/``, run with
@@ -373,7 +373,7 @@ def _child_cpu_s(tree: Path, args: list[str]) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def one_shot_rows(rounds: int, baseline: str | None) -> tuple[dict[str, dict[str, list[float]]], str]:
+def one_shot_rows(rounds: int, baseline: str | None) -> dict[str, dict[str, list[float]]]:
     """CPU seconds of each one-shot command, per tree (\"this tree\", and the baseline's when
     asked), rounds interleaved; after one warm-up run of each (bytecode written)."""
     trees = {"this tree": ROOT}
@@ -395,7 +395,7 @@ def one_shot_rows(rounds: int, baseline: str | None) -> tuple[dict[str, dict[str
             for name, args in ONE_SHOT:
                 for label, tree in trees.items():
                     out[name][label].append(_child_cpu_s(tree, args))
-    return out, " | ".join(trees)
+    return out
 
 
 def print_one_shot(rows: dict[str, dict[str, list[float]]]) -> None:
@@ -439,7 +439,7 @@ def main() -> int:
 
     t_start = time.monotonic()
     print("one-shot commands ...", file=sys.stderr)
-    one_shot, _ = one_shot_rows(3 if args.quick else 7, args.baseline)
+    one_shot = one_shot_rows(3 if args.quick else 7, args.baseline)
     print(
         f"Machine: {psutil.cpu_count()} CPUs, shared (load {os.getloadavg()[0]:.1f}).{' QUICK run.' if args.quick else ''}\n"
     )
