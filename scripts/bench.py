@@ -44,7 +44,6 @@ import gc
 import http.server
 import os
 import re
-import resource
 import shutil
 import socket
 import statistics
@@ -63,6 +62,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import cli_startup  # noqa: E402  (scripts/: a fresh CLI process timed, a revision exported)
 
 from advisor.core.config import Config  # noqa: E402
 from advisor.diagnose.ruleset import load_rules  # noqa: E402
@@ -359,18 +360,13 @@ ONE_SHOT = [
 
 
 def _child_cpu_s(tree: Path, args: list[str]) -> float:
-    """One fresh process of the CLI from ``tree``: its user + system CPU seconds."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": ""}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(
-        [sys.executable, "-m", "advisor.cli", *args], cwd=tree, env=env, capture_output=True, text=True
-    )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """One fresh process of the CLI from ``tree`` (cli_startup's run): its CPU seconds."""
+    _, cpu, done = cli_startup.run_once(tree, args, "from advisor.cli import main; main()")
     if done.returncode not in (0, 3):  # 3: advice (explain --exit-code only; tolerated)
         raise RuntimeError(
             f"{' '.join(args[:1])} from {tree} exited {done.returncode}: {done.stderr.strip()[-400:]}"
         )
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu
 
 
 def one_shot_rows(rounds: int, baseline: str | None) -> dict[str, dict[str, list[float]]]:
@@ -380,13 +376,10 @@ def one_shot_rows(rounds: int, baseline: str | None) -> dict[str, dict[str, list
     with contextlib.ExitStack() as stack:
         if baseline:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-base-")))
-            archive = subprocess.run(
-                ["git", "-C", str(ROOT), "archive", baseline, "advisor", "rules"],
-                capture_output=True,
-                check=True,
-            ).stdout
-            subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
-            trees = {f"baseline {baseline}": tmp, "this tree": ROOT}
+            trees = {
+                f"baseline {baseline}": cli_startup.export(baseline, tmp, ("advisor", "rules")),
+                "this tree": ROOT,
+            }
         out: dict[str, dict[str, list[float]]] = {name: {t: [] for t in trees} for name, _ in ONE_SHOT}
         for tree in trees.values():
             for _, args in ONE_SHOT:

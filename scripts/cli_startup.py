@@ -70,10 +70,11 @@ def measure(trees: list[Path], runs: int) -> list[dict[str, tuple[float, float, 
     return out
 
 
-def export(rev: str, into: Path) -> Path:
+def export(rev: str, into: Path, paths: tuple[str, ...] = ()) -> Path:
+    """The tree of revision ``rev`` (only ``paths`` of it, where given) under ``into``/tree."""
     archive = into / "tree.tar"
     with archive.open("wb") as fh:
-        subprocess.run(["git", "archive", rev], cwd=REPO, stdout=fh, check=True)
+        subprocess.run(["git", "archive", rev, *paths], cwd=REPO, stdout=fh, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(into / "tree", filter="data")
     return into / "tree"
